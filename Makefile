@@ -10,6 +10,7 @@ PROGRAMS =
 TESTS =
 
 .PHONY: all test bench fuzz clean
+.DEFAULT_GOAL := all
 
 # ---- section: CPU trainer (train_gpt2.c) ----
 
