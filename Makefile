@@ -13,6 +13,18 @@ TESTS =
 .DEFAULT_GOAL := all
 
 # ---- section: CPU trainer (train_gpt2.c) ----
+# -fno-math-errno lets sqrtf vectorise (it is not -ffast-math: NaN/Inf and rounding stay IEEE)
+TRAINER_CFLAGS = -fno-math-errno
+TRAINER_HEADERS = train_gpt2.c llmc/utils.h llmc/rand.h llmc/dataloader.h llmc/schedulers.h \
+                  llmc/tokenizer.h llmc/checkpoint.h llmc/logger.h
+PROGRAMS += train_gpt2
+train_gpt2: $(TRAINER_HEADERS)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
+
+TRAINER_TESTS =
+TESTS += $(TRAINER_TESTS)
+$(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util.h | $(BUILD) train_gpt2
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
 # ---- section: data / tokenizer ----
 
