@@ -13,6 +13,7 @@ Modes:
   train (default)          -e model.bin|dN -i 'train_*.bin' [-j 'val_*.bin'] -b -t -d -x -l -u -q -k -c -v -m -o
   --write-init PATH        random-init llm.c checkpoint: --depth N [--vocab V] [--seed S] [--max-seq-len T]
   --write-debug-state PATH debug state for test/test_gpt2.c: -e model.bin -b -t [-i shard | --seed S]
+  --dump-batches N PATH    the first N train batches of -i, in the DataLoader order (-b -t --seed --vocab)
   --bench N                time N full training steps on random tokens, print one JSON line
 Threads: --threads N (default: $TORCH_NUM_THREADS, else torch's default).
 """
@@ -494,6 +495,17 @@ def cmd_write_debug_state(a):
           f"losses {' '.join(f'{v:.6f}' for v in losses)}")
 
 
+def cmd_dump_batches(a):
+    """the first N (inputs, targets) of the train loader, int32, for checking the C loader's order"""
+    n, path = int(a.dump_batches[0]), a.dump_batches[1]
+    loader = DataLoader(a.i or "data/default/train_*.bin", a.b, a.t, a.vocab, True, a.seed)
+    with open(path, "wb") as f:
+        for _ in range(n):
+            x, y = loader.next_batch()
+            f.write(x.numpy().astype(np.int32).tobytes())
+            f.write(y.numpy().astype(np.int32).tobytes())
+
+
 def cmd_bench(a):
     """a.bench full training steps (forward, backward, clip, AdamW) on random tokens; median after warm-up"""
     vocab = 50257
@@ -541,6 +553,8 @@ def main():
     p.add_argument("--max-seq-len", type=int, default=1024, help="--write-init: maxT")
     p.add_argument("--write-debug-state", default="", metavar="PATH", help="write the debug state for the C test")
     p.add_argument("--double", action="store_true", help="--write-debug-state: compute in float64")
+    p.add_argument("--dump-batches", nargs=2, metavar=("N", "PATH"),
+                   help="write the first N train batches (x, y as int32) of -i to PATH (tokens < --vocab)")
     p.add_argument("--bench", type=int, default=0, metavar="N", help="time N training steps on random tokens")
     a = p.parse_args()
     for flag in ("b", "t"):
@@ -553,6 +567,8 @@ def main():
         cmd_write_init(a)
     elif a.write_debug_state:
         cmd_write_debug_state(a)
+    elif a.dump_batches:
+        cmd_dump_batches(a)
     elif a.bench:
         cmd_bench(a)
     else:
