@@ -92,6 +92,11 @@ typedef struct {
 } BPEMergeSlot;
 
 typedef struct {
+    int rank, pos;  // heap order: lowest rank first, then leftmost
+    int left, right, merged;
+} BPEHeapItem;
+
+typedef struct {
     uint64_t hash;  // 0 = empty slot
     uint32_t key_off, val_off;
     uint16_t key_len, val_len;
@@ -119,8 +124,12 @@ typedef struct {
     uint8_t* cache_keys;        // (BPE_CACHE_KEY_BYTES)
     uint16_t* cache_vals;       // (BPE_CACHE_VAL_IDS)
     uint32_t cache_entries, cache_key_used, cache_val_used;
-    // scratch symbols for one piece
-    int* sym;
+    int heap_ok;                // 1 if every merge's parts come from lower-ranked merges (GPT-2: yes)
+    // scratch for one piece, grown to the longest piece seen
+    int* sym;                   // (sym_cap) symbol ids
+    int* next;                  // (sym_cap) linked list of live symbols, heap path only
+    int* prev;                  // (sym_cap)
+    BPEHeapItem* heap;          // (3 * sym_cap) every pair ever formed: n-1 initial + 2 per merge
     size_t sym_cap;
 } BPETokenizer;
 
@@ -382,7 +391,25 @@ static inline void bpe_load_merges(BPETokenizer* t, const char* path, const int 
         fatal("%s: corrupt merges (found %d, expected %d: truncated?)", path, t->num_merges, expected);
     }
     free(text);
+    int* creator = (int*)mallocCheck((size_t)t->vocab_size * sizeof(int));  // rank of the merge making each token
+    for (int id = 0; id < t->vocab_size; id++) { creator[id] = -1; }
+    t->heap_ok = 1;
+    for (size_t i = 0; i <= t->merge_mask; i++) {
+        const BPEMergeSlot* m = &t->merges[i];
+        if (m->key == 0) { continue; }
+        if (creator[m->merged] >= 0) { t->heap_ok = 0; }  // two merges make the same token
+        creator[m->merged] = m->rank;
+    }
+    for (size_t i = 0; i <= t->merge_mask; i++) {
+        const BPEMergeSlot* m = &t->merges[i];
+        if (m->key == 0) { continue; }
+        int left = (int)((m->key - 1) >> 32), right = (int)((m->key - 1) & 0xffffffffu);
+        if (creator[left] >= m->rank || creator[right] >= m->rank) { t->heap_ok = 0; }
+    }
+    free(creator);
 }
+
+static inline void bpe_reserve_scratch(BPETokenizer* t, size_t n);
 
 // loads <dir>/encoder.json and <dir>/vocab.bpe
 static inline void bpe_init(BPETokenizer* t, const char* dir) {
@@ -401,13 +428,14 @@ static inline void bpe_init(BPETokenizer* t, const char* dir) {
     t->cache = (BPECacheSlot*)callocCheck(BPE_CACHE_SLOTS, sizeof(BPECacheSlot));
     t->cache_keys = (uint8_t*)mallocCheck(BPE_CACHE_KEY_BYTES);
     t->cache_vals = (uint16_t*)mallocCheck(BPE_CACHE_VAL_IDS * sizeof(uint16_t));
-    t->sym_cap = 256;
-    t->sym = (int*)mallocCheck(t->sym_cap * sizeof(int));
+    t->sym_cap = 1;
+    bpe_reserve_scratch(t, 256);
 }
 
 static inline void bpe_free(BPETokenizer* t) {
     free(t->token_bytes); free(t->token_offset); free(t->vocab_slots); free(t->merges);
-    free(t->cache); free(t->cache_keys); free(t->cache_vals); free(t->sym);
+    free(t->cache); free(t->cache_keys); free(t->cache_vals);
+    free(t->sym); free(t->next); free(t->prev); free(t->heap);
     memset(t, 0, sizeof(*t));
 }
 
@@ -450,16 +478,26 @@ static inline size_t bpe_piece_end(const BPETokenizer* t, const uint8_t* s, size
 
 // ----------------------------------------------------------------------------
 // byte-pair merging of one piece, exactly as encoder.py: repeatedly take the lowest-ranked adjacent
-// pair and merge all its occurrences, left to right
+// pair and merge all its occurrences, left to right. Short pieces (almost all) do just that. Long
+// pieces would cost O(n^2) that way, so they pop pairs from a heap ordered by (rank, position):
+// the same merges in the same order, because a merge's result only ever forms pairs of higher rank
+// (bpe_init checks this property of the vocabulary; without it every piece takes the short path).
 
-static inline size_t bpe_merge_piece(BPETokenizer* t, const uint8_t* s, size_t n) {
-    if (n > t->sym_cap) {
-        while (t->sym_cap < n) { t->sym_cap *= 2; }
-        free(t->sym);
-        t->sym = (int*)mallocCheck(t->sym_cap * sizeof(int));
-    }
+#define BPE_HEAP_MIN_PIECE 64
+
+static inline void bpe_reserve_scratch(BPETokenizer* t, size_t n) {
+    if (n <= t->sym_cap) { return; }
+    while (t->sym_cap < n) { t->sym_cap *= 2; }
+    free(t->sym); free(t->next); free(t->prev); free(t->heap);
+    t->sym = (int*)mallocCheck(t->sym_cap * sizeof(int));
+    t->next = (int*)mallocCheck(t->sym_cap * sizeof(int));
+    t->prev = (int*)mallocCheck(t->sym_cap * sizeof(int));
+    t->heap = (BPEHeapItem*)mallocCheck(3 * t->sym_cap * sizeof(BPEHeapItem));
+}
+
+// the symbols are t->sym[0..n) on entry and t->sym[0..return value) on exit
+static inline size_t bpe_merge_simple(BPETokenizer* t, size_t n) {
     int* sym = t->sym;
-    for (size_t k = 0; k < n; k++) { sym[k] = t->byte_token[s[k]]; }
     size_t count = n;
     while (count > 1) {
         const BPEMergeSlot* best = NULL;
@@ -481,6 +519,75 @@ static inline size_t bpe_merge_piece(BPETokenizer* t, const uint8_t* s, size_t n
         count = w;
     }
     return count;
+}
+
+static inline int bpe_heap_less(const BPEHeapItem* a, const BPEHeapItem* b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
+}
+
+static inline void bpe_heap_push(BPETokenizer* t, size_t* size, const BPEMergeSlot* m, int pos, int left, int right) {
+    BPEHeapItem item = {m->rank, pos, left, right, m->merged};
+    BPEHeapItem* h = t->heap;
+    size_t i = (*size)++;
+    while (i > 0 && bpe_heap_less(&item, &h[(i - 1) / 2])) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
+    h[i] = item;
+}
+
+static inline BPEHeapItem bpe_heap_pop(BPETokenizer* t, size_t* size) {
+    BPEHeapItem* h = t->heap;
+    BPEHeapItem top = h[0], last = h[--(*size)];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *size) { break; }
+        if (c + 1 < *size && bpe_heap_less(&h[c + 1], &h[c])) { c++; }
+        if (!bpe_heap_less(&h[c], &last)) { break; }
+        h[i] = h[c];
+        i = c;
+    }
+    if (*size > 0) { h[i] = last; }
+    return top;
+}
+
+// symbols live at their first byte's position in a singly linked list (next); merged-away ones are -1
+static inline size_t bpe_merge_heap(BPETokenizer* t, size_t n) {
+    int* sym = t->sym;
+    int* next = t->next;
+    int* prev = t->prev;
+    size_t size = 0;
+    for (size_t k = 0; k < n; k++) { next[k] = (int)k + 1; prev[k] = (int)k - 1; }
+    for (size_t k = 0; k + 1 < n; k++) {
+        const BPEMergeSlot* m = bpe_lookup_merge(t, sym[k], sym[k + 1]);
+        if (m != NULL) { bpe_heap_push(t, &size, m, (int)k, sym[k], sym[k + 1]); }
+    }
+    while (size > 0) {
+        BPEHeapItem it = bpe_heap_pop(t, &size);
+        int q = next[it.pos];
+        if (sym[it.pos] != it.left || q >= (int)n || sym[q] != it.right) { continue; }  // stale entry
+        sym[it.pos] = it.merged;
+        sym[q] = -1;
+        next[it.pos] = next[q];
+        if (next[q] < (int)n) { prev[next[q]] = it.pos; }
+        int p = prev[it.pos];
+        const BPEMergeSlot* m;
+        if (p >= 0 && (m = bpe_lookup_merge(t, sym[p], sym[it.pos])) != NULL) {
+            bpe_heap_push(t, &size, m, p, sym[p], sym[it.pos]);
+        }
+        int r = next[it.pos];
+        if (r < (int)n && (m = bpe_lookup_merge(t, sym[it.pos], sym[r])) != NULL) {
+            bpe_heap_push(t, &size, m, it.pos, sym[it.pos], sym[r]);
+        }
+    }
+    size_t w = 0;
+    for (int k = 0; k < (int)n; k = next[k]) { sym[w++] = sym[k]; }
+    return w;
+}
+
+// merges the bytes s[0..n) into t->sym[0..return value)
+static inline size_t bpe_merge_piece(BPETokenizer* t, const uint8_t* s, size_t n) {
+    bpe_reserve_scratch(t, n);
+    for (size_t k = 0; k < n; k++) { t->sym[k] = t->byte_token[s[k]]; }
+    return n >= BPE_HEAP_MIN_PIECE && t->heap_ok ? bpe_merge_heap(t, n) : bpe_merge_simple(t, n);
 }
 
 static inline void bpe_cache_clear(BPETokenizer* t) {

@@ -150,6 +150,30 @@ Test(round_trip, long_pieces_bypass_the_cache_correctly, .init = load_tokenizer,
     bpe_ids_free(&ids);
 }
 
+Test(round_trip, heap_merge_equals_simple_merge, .init = load_tokenizer, .fini = free_tokenizer) {
+    // the long-piece path must merge exactly like encoder.py's loop, on pieces of every length
+    cr_assert_eq(tok.heap_ok, 1, "GPT-2's merges should allow the heap path");
+    static const char alphabet[] = "abcdefghijklmnopqrstuvwxyz eeeetaoin  ,.'!?0123";
+    uint64_t rng = 7;
+    uint8_t piece[700];
+    int* expected = malloc(sizeof(piece) * sizeof(int));
+    for (int trial = 0; trial < 400; trial++) {
+        size_t n = 1 + test_rand(&rng) % (trial < 200 ? 40 : sizeof(piece));
+        for (size_t k = 0; k < n; k++) {
+            piece[k] = trial % 2 ? (uint8_t)alphabet[test_rand(&rng) % (sizeof(alphabet) - 1)] : (uint8_t)test_rand(&rng);
+        }
+        bpe_reserve_scratch(&tok, n);
+        for (size_t k = 0; k < n; k++) { tok.sym[k] = tok.byte_token[piece[k]]; }
+        size_t a = bpe_merge_simple(&tok, n);
+        memcpy(expected, tok.sym, a * sizeof(int));
+        for (size_t k = 0; k < n; k++) { tok.sym[k] = tok.byte_token[piece[k]]; }
+        size_t b = bpe_merge_heap(&tok, n);
+        cr_assert_eq(a, b, "trial %d (%zu bytes): %zu vs %zu symbols", trial, n, a, b);
+        cr_assert(memcmp(expected, tok.sym, a * sizeof(int)) == 0, "trial %d: different merges", trial);
+    }
+    free(expected);
+}
+
 // ----------------------------------------------------------------------------
 // helpers for running ./tokenize
 

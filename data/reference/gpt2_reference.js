@@ -80,6 +80,17 @@ function make_encoder(pkg) {
   };
 }
 
+function lcg_string(n, alphabet) {
+  const chars = Array.from(alphabet);
+  let state = 12345;
+  let out = '';
+  for (let i = 0; i < n; i++) {
+    state = (state * 1103515245 + 12345) % 2147483648;
+    out += chars[Math.floor(state / 65536) % chars.length];
+  }
+  return out;
+}
+
 // known-answer cases: [name, Buffer]
 function cases() {
   const u = s => Buffer.from(s, 'utf-8');
@@ -115,6 +126,10 @@ function cases() {
     ['invalid_after_space', h('20 ff 20 20 ff 61')],
     ['invalid_between_letters', h('ab fe cd 20 c3 a9 ff c3 a9')],
     ['all_bytes', Buffer.from(Array.from({ length: 256 }, (_, i) => i))],
+    // pieces longer than the C tokenizer's cache and heap thresholds (deterministic LCG text)
+    ['long_random_letters', u(lcg_string(3000, 'abcdefghijklmnopqrstuvwxyzeeeeaaattt'))],
+    ['long_random_mixed', u(lcg_string(3000, 'ab c\n1 2,.;\'s\'ll  \t\u00e9\u00fc\u4e2d\u{1F999}'))],
+    ['long_repeats', u('a'.repeat(500) + ' ' + 'ab'.repeat(300) + ' ' + '='.repeat(400) + ' '.repeat(300) + '1'.repeat(200))],
   ];
 }
 
