@@ -406,6 +406,26 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     for title, p in plots:
         L.append(f"![{title}]({p})")
         L.append("")
+    phases = [ph for ph in ("init", "warmup", "full", "predict", "correct")
+              if any(ph in r["phase_time_s"] for r in run_rows)]
+    phases += sorted({ph for r in run_rows for ph in r["phase_time_s"]} - set(phases))
+    L.append("## Time per phase")
+    L.append("")
+    L.append("Training seconds spent in each phase (sum of the steps' `ms`), mean over seeds; steps per phase in brackets.")
+    L.append("")
+    L.append("| arm | " + " | ".join(phases) + " |")
+    L.append("|" + "---|" * (len(phases) + 1))
+    for a in cfg["_arms"]:
+        rs = [r for r in run_rows if r["arm"] == a["name"]]
+        if not rs:
+            continue
+        cells = []
+        for ph in phases:
+            t, _, _ = mean_std([r["phase_time_s"].get(ph, 0.0) for r in rs])
+            n, _, _ = mean_std([r["phase_steps"].get(ph, 0) for r in rs])
+            cells.append(f"{t:.2f} ({n:.0f})")
+        L.append(f"| {a['name']} | " + " | ".join(cells) + " |")
+    L.append("")
     L.append("## Runs")
     L.append("")
     L.append("| arm | seed | final val loss (step) | time to target (s) | train time (s) | backward | tokens | predict steps | wall (s) |")

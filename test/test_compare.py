@@ -68,7 +68,8 @@ def run_numbers(path, target):
     last = max((r for r in recs if r["step"] >= 1), key=lambda r: r["step"])
     ttt = next((t for s, t, v in vals if target is not None and v <= target), None)
     return {"final": vals[-1][2], "ttt": ttt, "train_time": last["train_time_s"], "backward": last["backward"],
-            "tokens": last["tokens"], "predict": sum(1 for r in recs if r.get("phase") == "predict")}
+            "tokens": last["tokens"], "predict": sum(1 for r in recs if r.get("phase") == "predict"),
+            "predict_s": sum(r["ms"] for r in recs if r.get("phase") == "predict") / 1000.0}
 
 
 def welch(a, b):
@@ -100,7 +101,7 @@ def recompute(results, fixed_target=None):
     ref = out[best]["runs"]
     for arm, o in out.items():
         rs = o["runs"]
-        for k in ("final", "train_time", "backward", "tokens", "predict"):
+        for k in ("final", "train_time", "backward", "tokens", "predict", "predict_s"):
             xs = [r[k] for r in rs]
             o[k] = (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else None)
         t = [r["ttt"] for r in rs if r["ttt"] is not None]
@@ -111,10 +112,10 @@ def recompute(results, fixed_target=None):
     return target, best, out
 
 
-def parse_table(md):
-    """The arm table of report.md as {arm: {column: cell}}."""
+def parse_table(md, head_prefix="| arm | kind |"):
+    """A table of report.md (the arm table by default) as {arm: {column: cell}}."""
     lines = md.split("\n")
-    i = next(i for i, ln in enumerate(lines) if ln.startswith("| arm | kind |"))
+    i = next(i for i, ln in enumerate(lines) if ln.startswith(head_prefix))
     head = [c.strip() for c in lines[i].strip("|").split("|")]
     rows = {}
     for ln in lines[i + 2:]:
@@ -155,6 +156,7 @@ def check_study(results, fixed_target=None, expect_runs=None):
     check(f"Target val loss: {target:.4f}" in md, f"report's target differs from the recomputed {target:.4f}")
     table = parse_table(md)
     check(set(table) == set(arms), f"report arms {sorted(table)} != run folders {sorted(arms)}")
+    phase_table = parse_table(md[md.index("## Time per phase"):], "| arm |")
     with open(os.path.join(results, "summary.csv")) as f:
         csv_rows = {r["arm"]: r for r in csv.DictReader(f)}
     for arm, o in arms.items():
@@ -167,6 +169,9 @@ def check_study(results, fixed_target=None, expect_runs=None):
             if o[key][1] is not None:
                 check(len(parts) == 2, f"{arm} {col}: std missing in '{row[col]}'")
                 close_to_cell(parts[1], o[key][1], f"{arm} {col} std")
+        if "predict" in phase_table[arm]:
+            close_to_cell(phase_table[arm]["predict"].split(" (")[0], o["predict_s"][0], f"{arm} predict seconds")
+            close_to_cell(phase_table[arm]["predict"].split(" (")[1].rstrip(")"), o["predict"][0], f"{arm} predict steps")
         check(row["reached"] == f"{o['reached']}/{o['n']}", f"{arm}: reached '{row['reached']}' != {o['reached']}/{o['n']}")
         close_to_cell(row["p (final val)"], o["p_final"], f"{arm} p final")
         close_to_cell(row["p (time)"], o["p_ttt"], f"{arm} p time")
