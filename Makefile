@@ -52,6 +52,11 @@ bench-tokenizer: $(BUILD)/bench_tokenizer
 
 # ---- section: reliability ----
 
+# ---- section: experiments (scripts/compare_hybrid, scripts/compare_pytorch) ----
+# test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)
+TESTS += test/test_compare.py
+test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
+
 # ---- end of sections ----
 
 all: $(PROGRAMS)
