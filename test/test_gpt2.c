@@ -13,6 +13,7 @@
  *          and |c - r| <= 1e-3 * |r| for every element with |r| >= 1e-3 * max|r|   [<= 2e-4]
  *   steps:  |c - r| <= 1e-5 for each of the 10 losses        [<= 1e-6]
  * and the same gradient tolerance for the sum of two backward passes with dloss_scale 1/2.
+ * Also: llmc/dataloader.h gives the reference loader's batches in the same order (3 shards, 40 batches, 3 epochs).
  */
 #define TESTING
 #include "../train_gpt2.c"
