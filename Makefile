@@ -28,7 +28,7 @@ $(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util
 
 # ---- section: data / tokenizer ----
 # ./tokenize (GPT-2 BPE: encode/decode/ids/vocab), its tests, and `make bench-tokenizer`
-DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h
+DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h llmc/dataloader.h llmc/rand.h llmc/tokenizer.h
 PROGRAMS += tokenize
 TESTS += $(BUILD)/test_tokenizer
 
