@@ -46,6 +46,17 @@ bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
 
+# libFuzzer (clang) on the tokenizer for FUZZ_SECONDS; the corpus of found inputs stays in build/
+FUZZ_SECONDS ?= 60
+$(BUILD)/fuzz_tokenizer: test/fuzz_tokenizer.c $(DATA_HEADERS) | $(BUILD)
+	clang -O2 -g -fsanitize=fuzzer,address,undefined -I. -o $@ test/fuzz_tokenizer.c
+
+.PHONY: fuzz-tokenizer
+fuzz: fuzz-tokenizer
+fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
+	mkdir -p $(BUILD)/fuzz_tokenizer_corpus
+	./$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz_tokenizer_corpus
+
 # ---- section: hybrid ----
 
 # ---- section: CUDA ----
