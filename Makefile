@@ -56,7 +56,7 @@ bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 
 # ---- section: data / tokenizer ----
 # ./tokenize (GPT-2 BPE: encode/decode/ids/vocab), its tests, and `make bench-tokenizer`
-DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h
+DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h llmc/dataloader.h llmc/rand.h llmc/tokenizer.h
 PROGRAMS += tokenize
 TESTS += $(BUILD)/test_tokenizer
 
@@ -73,6 +73,17 @@ $(BUILD)/bench_tokenizer: data/bench_tokenizer.c $(DATA_HEADERS) | $(BUILD)
 bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
+
+# libFuzzer (clang) on the tokenizer for FUZZ_SECONDS; the corpus of found inputs stays in build/
+FUZZ_SECONDS ?= 60
+$(BUILD)/fuzz_tokenizer: test/fuzz_tokenizer.c $(DATA_HEADERS) | $(BUILD)
+	clang -O2 -g -fsanitize=fuzzer,address,undefined -I. -o $@ test/fuzz_tokenizer.c
+
+.PHONY: fuzz-tokenizer
+fuzz: fuzz-tokenizer
+fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
+	mkdir -p $(BUILD)/fuzz_tokenizer_corpus
+	./$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz_tokenizer_corpus
 
 # ---- section: hybrid ----
 
