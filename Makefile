@@ -17,6 +17,15 @@ TESTS =
 # ---- section: data / tokenizer ----
 
 # ---- section: hybrid ----
+# hybrid/ is header-only; each header has its own Criterion test binary
+HYBRID_HEADERS = $(wildcard hybrid/*.h)
+HYBRID_TESTS = $(BUILD)/test_hybrid_controller $(BUILD)/test_hybrid_predictor $(BUILD)/test_hybrid_residual \
+               $(BUILD)/test_hybrid_monitor $(BUILD)/test_hybrid_bandit $(BUILD)/test_hybrid_apply \
+               $(BUILD)/test_hybrid_state
+TESTS += $(HYBRID_TESTS)
+
+$(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c $(HYBRID_HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS)
 
 # ---- section: CUDA ----
 
