@@ -346,11 +346,9 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
             memset(h->run_scale, 0, (size_t)h->nblocks * sizeof(float));
         }
         // features as they would be now: the loss moved by the prediction so far
-        FeatureInputs in = {0};
         float raw[FEATURES_DIM], xk[FEATURES_DIM];
         memcpy(raw, h->raw, sizeof(raw));
-        in.loss = h->predicted_loss;
-        raw[FEAT_LOSS] = in.loss;
+        raw[FEAT_LOSS] = h->predicted_loss;
         raw[FEAT_SINCE_PREDICT] = 0.0f;
         raw[FEAT_LR] = lr / h->lr_peak;
         raw[FEAT_PROGRESS] = (float)step / (float)(h->total_steps > 0 ? h->total_steps : 1);
