@@ -91,13 +91,14 @@ static inline void apply_rollback(float* params, const float* keep, size_t n) {
 // After a measured step's AdamW update: per-block statistics of the real update against the
 // direction used so far, and (ema) the direction update, in one pass.
 // The real update is reconstructed from the optimizer state the step just wrote:
-//   dtheta_i = -lr_t * (mhat_i / (sqrt(vhat_i) + eps) + wd * theta_i)
+//   dtheta_i = -lr_t * (mhat_i / (sqrt(vhat_i) + eps) + wd_b * theta_i)
 // The direction before this step: ema: d_i as stored; adam: the moments before this step,
 // recovered from m, v and the (clipped) gradient g_i * grad_scale.
 // stats (nblocks, 3): <dtheta_b, d_b>, |d_b|^2, |dtheta_b|^2, in double.
 
 typedef struct {
-    float beta1, beta2, eps, weight_decay;
+    float beta1, beta2, eps;
+    const float* weight_decay; // (nblocks) decoupled weight decay of each block
     int t;              // AdamW step count of the update just made (1-based)
     float lr, lr_peak;  // lr of the step, peak lr
     float grad_scale;   // the clipping factor the update applied to the gradients
@@ -117,6 +118,7 @@ static inline void apply_observe(float* d, const float* params, const float* m, 
         double part[APPLY_CHUNKS][3];
         const size_t n = offsets[b + 1] - offsets[b];
         const size_t chunk = (n + APPLY_CHUNKS - 1) / APPLY_CHUNKS;
+        const float wd = st->weight_decay[b];
         #pragma omp parallel for if (n > 65536)
         for (int c = 0; c < APPLY_CHUNKS; c++) {
             double dot = 0.0, dd = 0.0, uu = 0.0;
@@ -124,7 +126,7 @@ static inline void apply_observe(float* d, const float* params, const float* m, 
             if (hi > offsets[b + 1]) { hi = offsets[b + 1]; }
             for (size_t i = lo; i < hi; i++) {
                 float mh = m[i] / bc1, vh = v[i] / bc2;
-                float delta = -st->lr * (mh / (sqrtf(vh) + st->eps) + st->weight_decay * params[i]);
+                float delta = -st->lr * (mh / (sqrtf(vh) + st->eps) + wd * params[i]);
                 float dold;
                 if (kind == DIRECTION_EMA) {
                     dold = d[i];

@@ -161,21 +161,26 @@ static inline void hybrid_usage(FILE* f) {
     fprintf(f, "  --direction-beta <f>        EMA decay of the direction buffer (default %g)\n", d.direction_beta);
 }
 
-// rows of the trainer's start-up config table, in llm.c's "| name | value |" format
-static inline void hybrid_config_table(const HybridConfig* c, FILE* f) {
-    fprintf(f, "| %-50s | %-16d |\n", "hybrid", c->enabled);
-    if (!c->enabled) { return; }
-    fprintf(f, "| %-50s | %-16s |\n", "predictor", predictor_name(c->predictor));
-    fprintf(f, "| %-50s | %-16d |\n", "hybrid warmup", c->warmup);
-    fprintf(f, "| %-50s | %-16d |\n", "full steps", c->full_steps);
-    fprintf(f, "| %-50s | %-16d |\n", "max predict steps", c->max_predict_steps);
-    fprintf(f, "| %-50s | %-16g |\n", "confidence threshold", c->confidence_threshold);
-    fprintf(f, "| %-50s | %-16g |\n", "divergence threshold", c->divergence_threshold);
-    fprintf(f, "| %-50s | %-16d |\n", "correction interval", c->correction_interval);
-    fprintf(f, "| %-50s | %-16g |\n", "hybrid cooldown", c->cooldown);
-    fprintf(f, "| %-50s | %-16d |\n", "adaptive", c->adaptive);
-    fprintf(f, "| %-50s | %-16s |\n", "direction", direction_name(c->direction));
-    fprintf(f, "| %-50s | %-16g |\n", "direction beta", c->direction_beta);
+// rows of the trainer's start-up config table: "| name | value |" with the trainer's column widths
+static inline void hybrid_config_table(const HybridConfig* c, FILE* f, int name_width, int value_width) {
+    char v[12][32];
+    const char* names[12] = {"--hybrid", "--predictor", "--hybrid-warmup", "--full-steps", "--max-predict-steps",
+        "--confidence-threshold", "--divergence-threshold", "--correction-interval", "--hybrid-cooldown",
+        "--adaptive", "--direction", "--direction-beta"};
+    snprintf(v[0], 32, "%d", c->enabled);
+    snprintf(v[1], 32, "%s", predictor_name(c->predictor));
+    snprintf(v[2], 32, "%d", c->warmup);
+    snprintf(v[3], 32, "%d", c->full_steps);
+    snprintf(v[4], 32, "%d", c->max_predict_steps);
+    snprintf(v[5], 32, "%g", c->confidence_threshold);
+    snprintf(v[6], 32, "%g", c->divergence_threshold);
+    snprintf(v[7], 32, "%d", c->correction_interval);
+    snprintf(v[8], 32, "%g", c->cooldown);
+    snprintf(v[9], 32, "%d", c->adaptive);
+    snprintf(v[10], 32, "%s", direction_name(c->direction));
+    snprintf(v[11], 32, "%g", c->direction_beta);
+    int rows = c->enabled ? 12 : 1;
+    for (int i = 0; i < rows; i++) { fprintf(f, "| %-*s | %-*s |\n", name_width, names[i], value_width, v[i]); }
 }
 
 // ----------------------------------------------------------------------------
@@ -187,7 +192,8 @@ typedef struct {
     size_t num_params;
     size_t* offsets;            // (nblocks+1) block offsets in floats
     int total_steps;
-    float lr_peak, beta1, beta2, eps, weight_decay;
+    float lr_peak, beta1, beta2, eps;
+    float* weight_decay;        // (nblocks) AdamW's decoupled weight decay per block
 
     Controller ctrl;
     FeatureNormalizer fnorm;
@@ -242,10 +248,11 @@ static inline double hybrid_now_ms(void) {
 }
 
 // offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
-// hyper-parameters are the trainer's; total_steps is the schedule length.
+// hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);
+// total_steps is the schedule length; seed initialises the learned predictors.
 static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const size_t* offsets, int nblocks,
                                int total_steps, float lr_peak, float beta1, float beta2, float eps,
-                               float weight_decay, uint64_t seed) {
+                               const float* weight_decay, uint64_t seed) {
     memset(h, 0, sizeof(*h));
     h->cfg = *cfg;
     h->nblocks = nblocks;
@@ -254,7 +261,9 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     h->offsets = (size_t*)malloc((size_t)(nblocks + 1) * sizeof(size_t));
     memcpy(h->offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t));
     h->total_steps = total_steps;
-    h->lr_peak = lr_peak; h->beta1 = beta1; h->beta2 = beta2; h->eps = eps; h->weight_decay = weight_decay;
+    h->lr_peak = lr_peak; h->beta1 = beta1; h->beta2 = beta2; h->eps = eps;
+    h->weight_decay = (float*)malloc((size_t)nblocks * sizeof(float));
+    if (h->weight_decay != NULL) { memcpy(h->weight_decay, weight_decay, (size_t)nblocks * sizeof(float)); }
     phase_init(&h->ctrl, cfg->warmup, cfg->full_steps, cfg->max_predict_steps, total_steps, cfg->cooldown);
     features_init(&h->fnorm);
     predictor_init(&h->pred, cfg->predictor, FEATURES_DIM, h->outputs, seed);
@@ -268,7 +277,7 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     h->y = (float*)calloc((size_t)h->outputs, sizeof(float));
     h->yhat = (float*)calloc((size_t)h->outputs, sizeof(float));
     h->corr = (float*)calloc((size_t)h->outputs, sizeof(float));
-    if (!h->offsets || !h->coef || !h->run_scale || !h->stats || !h->y || !h->yhat || !h->corr) {
+    if (!h->offsets || !h->weight_decay || !h->coef || !h->run_scale || !h->stats || !h->y || !h->yhat || !h->corr) {
         fprintf(stderr, "error: hybrid_init: out of memory (%d blocks)\n", nblocks);
         exit(EXIT_FAILURE);
     }
@@ -280,7 +289,7 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
 static inline void hybrid_free(HybridState* h) {
     predictor_free(&h->pred);
     residual_store_free(&h->store);
-    free(h->offsets); free(h->coef); free(h->run_scale); free(h->stats);
+    free(h->offsets); free(h->weight_decay); free(h->coef); free(h->run_scale); free(h->stats);
     free(h->y); free(h->yhat); free(h->corr);
     memset(h, 0, sizeof(*h));
 }
@@ -548,7 +557,8 @@ static inline const char* hybrid_phase_name(const HybridState* h) { return phase
 static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) { return metrics_step_json(&h->metrics, buf, n); }
 
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) { metrics_print_table(&h->metrics, f); }
-static inline void hybrid_summary_json(const HybridState* h, FILE* f) { metrics_summary_json(&h->metrics, f); }
+// the summary's "key": value pairs (no braces), for the trainer's summary.json
+static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) { return metrics_summary_fields(&h->metrics, buf, n); }
 
 // ----------------------------------------------------------------------------
 // save / load: magic, version, the configuration it must match, every component, the direction

@@ -76,39 +76,46 @@ static inline int metrics_step_json(const HybridMetrics* m, char* buf, size_t n)
     return snprintf(buf, n, "\"predicted_loss\": %s, \"horizon\": %s, \"confidence\": %s", pl, hz, cf);
 }
 
-static inline void metrics_json_number(FILE* f, const char* key, double v, int last) {
-    if (isfinite(v)) { fprintf(f, "  \"%s\": %.9g%s\n", key, v, last ? "" : ","); }
-    else { fprintf(f, "  \"%s\": null%s\n", key, last ? "" : ","); }
+// appends `, "key": value` (null when not finite) at buf[*pos]
+static inline void metrics_field(char* buf, size_t n, size_t* pos, const char* key, double v, int integer) {
+    if (*pos >= n) { return; }
+    int w;
+    if (!isfinite(v)) { w = snprintf(buf + *pos, n - *pos, "%s\"%s\": null", *pos ? ", " : "", key); }
+    else if (integer) { w = snprintf(buf + *pos, n - *pos, "%s\"%s\": %.0f", *pos ? ", " : "", key, v); }
+    else { w = snprintf(buf + *pos, n - *pos, "%s\"%s\": %.9g", *pos ? ", " : "", key, v); }
+    if (w > 0) { *pos += (size_t)w; }
 }
 
-// the summary JSON object (the trainer adds nothing inside it; it may write it to summary.json)
-static inline void metrics_summary_json(const HybridMetrics* m, FILE* f) {
+// the run summary as "key": value pairs without braces (the trainer embeds them in summary.json)
+static inline int metrics_summary_fields(const HybridMetrics* m, char* buf, size_t n) {
+    size_t pos = 0;
     int total = metrics_total_steps(m);
-    int no_backward = m->steps[PHASE_PREDICT];
     double time_total = 0.0;
+    buf[0] = '\0';
     for (int p = 0; p < PHASE_COUNT; p++) { time_total += m->ms[p]; }
-    fprintf(f, "{\n");
-    fprintf(f, "  \"steps\": %d,\n", total);
-    for (int p = 0; p < PHASE_COUNT; p++) { fprintf(f, "  \"steps_%s\": %d,\n", phase_name((HybridPhase)p), m->steps[p]); }
+    for (int p = 0; p < PHASE_COUNT; p++) {
+        char key[32];
+        snprintf(key, sizeof(key), "steps_%s", phase_name((HybridPhase)p));
+        metrics_field(buf, n, &pos, key, m->steps[p], 1);
+    }
     for (int p = 0; p < PHASE_COUNT; p++) {
         char key[32];
         snprintf(key, sizeof(key), "time_s_%s", phase_name((HybridPhase)p));
-        metrics_json_number(f, key, m->ms[p] / 1000.0, 0);
+        metrics_field(buf, n, &pos, key, m->ms[p] / 1000.0, 0);
     }
-    metrics_json_number(f, "train_time_s", time_total / 1000.0, 0);
-    fprintf(f, "  \"backward_steps\": %d,\n", total - no_backward);
-    metrics_json_number(f, "pct_steps_without_backward", total ? 100.0 * no_backward / total : 0.0, 0);
-    fprintf(f, "  \"correct_steps_scored\": %d,\n", m->n_loss);
-    metrics_json_number(f, "predicted_loss_mae", metrics_mae(m), 0);
-    metrics_json_number(f, "predicted_loss_correlation", metrics_correlation(m), 0);
-    metrics_json_number(f, "mean_update_cosine", m->n_cos ? m->cos_sum / m->n_cos : NAN, 0);
-    fprintf(f, "  \"rollbacks\": %d,\n", m->rollbacks);
-    fprintf(f, "  \"divergence_events\": %d,\n", m->events);
-    fprintf(f, "  \"micro_checks\": %d,\n", m->micro_checks);
-    fprintf(f, "  \"micro_stops\": %d,\n", m->micro_stops);
-    metrics_json_number(f, "predictor_ms_per_step", total ? m->predictor_ms / total : NAN, 0);
-    metrics_json_number(f, "peak_rss_mib", metrics_peak_rss_mib(), 1);
-    fprintf(f, "}\n");
+    metrics_field(buf, n, &pos, "pct_steps_without_backward", total ? 100.0 * m->steps[PHASE_PREDICT] / total : 0.0, 0);
+    metrics_field(buf, n, &pos, "correct_steps_scored", m->n_loss, 1);
+    metrics_field(buf, n, &pos, "predicted_loss_mae", metrics_mae(m), 0);
+    metrics_field(buf, n, &pos, "predicted_loss_correlation", metrics_correlation(m), 0);
+    metrics_field(buf, n, &pos, "mean_update_cosine", m->n_cos ? m->cos_sum / m->n_cos : NAN, 0);
+    metrics_field(buf, n, &pos, "rollbacks", m->rollbacks, 1);
+    metrics_field(buf, n, &pos, "divergence_events", m->events, 1);
+    metrics_field(buf, n, &pos, "micro_checks", m->micro_checks, 1);
+    metrics_field(buf, n, &pos, "micro_stops", m->micro_stops, 1);
+    metrics_field(buf, n, &pos, "predictor_ms_per_step", total ? m->predictor_ms / total : NAN, 0);
+    metrics_field(buf, n, &pos, "hybrid_time_s", time_total / 1000.0, 0);
+    metrics_field(buf, n, &pos, "peak_rss_mib", metrics_peak_rss_mib(), 0);
+    return (int)pos;
 }
 
 static inline void metrics_print_table(const HybridMetrics* m, FILE* f) {

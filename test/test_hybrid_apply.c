@@ -106,7 +106,8 @@ Test(apply, observe_statistics_and_ema_update) {
         params[i] = 0.02f * hmath_normal(&rng); d[i] = d0[i] = 1e-3f * hmath_normal(&rng);
         m[i] = 1e-3f * hmath_normal(&rng); v[i] = 1e-6f * (1.0f + hmath_f32(&rng)); g[i] = 0.0f;
     }
-    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, 0.1f, 10, 1e-4f, 3e-4f, 1.0f};
+    const float wd = 0.1f;
+    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 3e-4f, 1.0f};
     double stats[3];
     apply_observe(d, params, m, v, g, &st, DIRECTION_EMA, 0.9f, off, 1, stats);
     double dot = 0, dd = 0, uu = 0, bc1 = 1 - pow(0.9, 10), bc2 = 1 - pow(0.95, 10);

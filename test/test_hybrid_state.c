@@ -78,7 +78,8 @@ static void config(HybridConfig* c, int predictor, int direction) {
 }
 
 static void hybrid_for(HybridState* h, const HybridConfig* c, const Sim* s) {
-    hybrid_init(h, c, s->off, NB, STEPS, 0.02f, 0.9f, 0.95f, 1e-8f, 0.0f, 1337);
+    const float wd[NB] = {0.0f, 0.0f, 0.0f, 0.0f};
+    hybrid_init(h, c, s->off, NB, STEPS, 0.02f, 0.9f, 0.95f, 1e-8f, wd, 1337);
 }
 
 // run steps [from, to); losses[step] = the measured loss (NAN on Predict); returns rollbacks verified
@@ -280,4 +281,31 @@ Test(state, bad_number_exits_with_one_line, .exit_code = 1) {
     char* argv[] = {"prog", "--max-predict-steps", "17"};
     int i = 1;
     hybrid_parse_flag(&c, 3, argv, &i);
+}
+
+Test(state, summary_fields_and_table) {
+    HybridConfig c;
+    config(&c, PREDICTOR_MOMENTUM, DIRECTION_EMA);
+    Sim s;
+    sim_init(&s);
+    HybridState h;
+    hybrid_for(&h, &c, &s);
+    float L[STEPS];
+    sim_run(&h, &s, 0, STEPS, L, NULL);
+    char buf[2048];
+    hybrid_summary_fields(&h, buf, sizeof(buf));
+    char want[64];
+    snprintf(want, sizeof(want), "\"steps_predict\": %d", h.metrics.steps[PHASE_PREDICT]);
+    cr_assert(strstr(buf, want) != NULL, "%s", buf);
+    cr_assert(strstr(buf, "\"peak_rss_mib\": ") != NULL);
+    char step_json[256];
+    h.metrics.horizon = 3; h.metrics.confidence = NAN; h.metrics.predicted_loss = 2.5f;
+    hybrid_step_json(&h, step_json, sizeof(step_json));
+    cr_assert_str_eq(step_json, "\"predicted_loss\": 2.5, \"horizon\": 3, \"confidence\": null");
+    FILE* f = tmpfile();
+    hybrid_print_summary(&h, f);
+    cr_assert_gt(ftell(f), 500);
+    fclose(f);
+    hybrid_free(&h);
+    sim_free(&s);
 }
