@@ -57,6 +57,9 @@ TESTS += $(HYBRID_TESTS)
 $(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c $(HYBRID_HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS)
 
+# the CPU trainer compiles hybrid/ in (--hybrid)
+train_gpt2: $(HYBRID_HEADERS)
+
 # ---- section: CUDA ----
 
 # ---- section: reliability ----
