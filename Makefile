@@ -86,6 +86,18 @@ fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
 	./$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz_tokenizer_corpus
 
 # ---- section: hybrid ----
+# hybrid/ is header-only; each header has its own Criterion test binary
+HYBRID_HEADERS = $(wildcard hybrid/*.h)
+HYBRID_TESTS = $(BUILD)/test_hybrid_controller $(BUILD)/test_hybrid_predictor $(BUILD)/test_hybrid_residual \
+               $(BUILD)/test_hybrid_monitor $(BUILD)/test_hybrid_bandit $(BUILD)/test_hybrid_apply \
+               $(BUILD)/test_hybrid_state
+TESTS += $(HYBRID_TESTS)
+
+$(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c $(HYBRID_HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS)
+
+# the CPU trainer compiles hybrid/ in (--hybrid)
+train_gpt2: $(HYBRID_HEADERS)
 
 # ---- section: CUDA ----
 
