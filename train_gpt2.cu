@@ -138,6 +138,7 @@ typedef struct {
     int batch_size, seq_len;      // what acts were allocated for
     int recompute;                // 0, 1 (GELU), 2 (GELU + LayerNorm)
     float mean_loss;              // of the last forward with targets, or of the last step
+    uint32_t rounding_seed;       // base of the per-step stochastic-rounding seeds (from --seed)
     // inputs: device copies and host scratch for the wte gradient buckets
     int* inputs;                  // (B,T) device
     int* targets;                 // (B,T) device
@@ -168,12 +169,17 @@ static void gpt2_validate_config(const GPT2Config* c, const char* what) {
     }
 }
 
+void gpt2_sync_floatX(GPT2* model, int t);
+
 // allocates parameters, gradients and the optimizer state (this rank's shard) and uploads `host_params`
-void gpt2_init_params(GPT2* model, GPT2Config config, const float* host_params, MultiGpuConfig* multi_gpu) {
+// (P fp32 values, llm.c order) as the master weights of step `step`
+void gpt2_init_params(GPT2* model, GPT2Config config, const float* host_params, MultiGpuConfig* multi_gpu,
+                      uint32_t rounding_seed, int step) {
     memset(model, 0, sizeof(*model));
     gpt2_validate_config(&config, "model");
     model->config = config;
     model->multi_gpu = multi_gpu;
+    model->rounding_seed = rounding_seed;
     cudaCheck(cudaStreamCreate(&model->stream));
     fill_in_parameter_sizes(model->param_sizes, config);
     size_t P = 0;
@@ -199,10 +205,9 @@ void gpt2_init_params(GPT2* model, GPT2Config config, const float* host_params, 
     cudaCheck(cudaMemset(model->m_memory, 0, model->shard_size * sizeof(float)));
     cudaCheck(cudaMemset(model->v_memory, 0, model->shard_size * sizeof(float)));
     cudaCheck(cudaMemcpy(model->master_weights, host_params, P * sizeof(float), cudaMemcpyHostToDevice));
-    copy_to_floatX(model->params_memory, model->master_weights, Ppad, model->stream);
-    cudaCheck(cudaStreamSynchronize(model->stream));
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    gpt2_sync_floatX(model, step);
 }
 
 // master weights -> host fp32 (P floats); with ZeRO-1 gathers every shard first (all ranks must call)
@@ -455,13 +460,42 @@ float gpt2_grad_norm(GPT2* model) {
     return sqrtf(sq);
 }
 
-// t: 1-based step; seed: per-step seed of the stochastic rounding (the same on every rank)
+// the seed of the stochastic rounding that produced the weights after step t (t = 0: the initial weights)
+static uint32_t gpt2_step_seed(const GPT2* model, int t) {
+    uint64_t x = ((uint64_t)model->rounding_seed << 32) ^ (uint64_t)(uint32_t)t;
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+// rebuild the floatX working copy from the master weights as the update of step t rounded it:
+// after init (t = 0) and after loading a checkpoint of step t, bit-identical to an uninterrupted run
+void gpt2_sync_floatX(GPT2* model, int t) {
+    round_to_floatX_range(model->params_memory, model->master_weights, model->num_parameters_padded, 0,
+                          gpt2_step_seed(model, t), model->stream);
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+
+// weight decay applies to the 2-D weights only (wte, wpe, qkvw, attprojw, fcw, fcprojw), as the CPU path
+static const int decayed_tensor[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+
+// AdamW on this rank's shard, one launch per tensor (the decay differs), then the weights are gathered.
+// t: 1-based step
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
-                 float grad_scale, int t, uint32_t seed) {
-    size_t off = model->shard_offset;
-    adamw_update(model->master_weights + off, model->params_memory + off, model->grads_memory + off,
-                 model->m_memory, model->v_memory, model->shard_size, off, lr, beta1, beta2, t, eps, weight_decay,
-                 grad_scale, seed, model->stream);
+                 float grad_scale, int t) {
+    uint32_t seed = gpt2_step_seed(model, t);
+    size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size, start = 0;
+    for (int i = 0; i <= NUM_PARAMETER_TENSORS; i++) {
+        // the padding after the last tensor is one more range (zero gradients: it stays zero)
+        size_t end = i < NUM_PARAMETER_TENSORS ? start + model->param_sizes[i] : model->num_parameters_padded;
+        size_t a = start > lo ? start : lo, b = end < hi ? end : hi;
+        if (a < b) {
+            float wd = i < NUM_PARAMETER_TENSORS && decayed_tensor[i] ? weight_decay : 0.0f;
+            adamw_update(model->master_weights + a, model->params_memory + a, model->grads_memory + a,
+                         model->m_memory + (a - lo), model->v_memory + (a - lo), b - a, a, lr, beta1, beta2, t,
+                         eps, wd, grad_scale, seed, model->stream);
+        }
+        start = end;
+    }
     if (model->multi_gpu->zero_stage == 1) {
         multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
                              model->stream);

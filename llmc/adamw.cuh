@@ -42,15 +42,17 @@ void adamw_update(float* master, floatX* params, const float* grads, float* m_me
     cudaCheck(cudaGetLastError());
 }
 
-// params = round(master) for a range; used after loading a checkpoint
-__global__ void copy_to_floatX_kernel(floatX* dst, const float* src, size_t n) {
+// dst = round(src) with the rounding AdamW used for `seed`: the floatX copy is a pure function of the
+// master weights and the step's seed, so it can be rebuilt bit-exactly after loading a checkpoint
+__global__ void round_to_floatX_kernel(floatX* dst, const float* src, size_t n, size_t idx_base, uint32_t seed) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) { dst[i] = (floatX)src[i]; }
+    if (i < n) { dst[i] = round_to_floatX(src[i], idx_base + i, seed); }
 }
 
-void copy_to_floatX(floatX* dst, const float* src, size_t n, cudaStream_t stream) {
+void round_to_floatX_range(floatX* dst, const float* src, size_t n, size_t idx_base, uint32_t seed,
+                           cudaStream_t stream) {
     const int block = 512;
-    copy_to_floatX_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(dst, src, n);
+    round_to_floatX_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(dst, src, n, idx_base, seed);
     cudaCheck(cudaGetLastError());
 }
 
