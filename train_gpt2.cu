@@ -210,6 +210,43 @@ void gpt2_init_params(GPT2* model, GPT2Config config, const float* host_params, 
     gpt2_sync_floatX(model, step);
 }
 
+// read an llm.c model file (v3, fp32) into a host buffer; returns the parameters (P floats, malloc'd)
+float* read_model_file(const char* path, GPT2Config* config) {
+    FILE* f = fopenCheck(path, "rb");
+    int header[256];
+    size_t bytes = file_size_check(f, path);
+    if (bytes < sizeof(header)) { fatal("%s: truncated model file (%zu bytes)", path, bytes); }
+    freadCheck(header, sizeof(int), 256, f, path);
+    if (header[0] != 20240326) { fatal("%s: not an llm.c model file (magic %d, expected 20240326)", path, header[0]); }
+    if (header[1] == 5) { fatal("%s: a bf16 model file (version 5); this trainer reads fp32 version 3", path); }
+    if (header[1] != 3) { fatal("%s: unsupported model file version %d (expected 3)", path, header[1]); }
+    config->max_seq_len = header[2];
+    config->vocab_size = header[3];
+    config->num_layers = header[4];
+    config->num_heads = header[5];
+    config->channels = header[6];
+    config->padded_vocab_size = header[7];
+    gpt2_validate_config(config, path);
+    size_t sizes[NUM_PARAMETER_TENSORS], P = 0;
+    fill_in_parameter_sizes(sizes, *config);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { P += sizes[i]; }
+    if (bytes != sizeof(header) + P * sizeof(float)) {
+        fatal("%s: file size %zu does not match the header (%zu parameters)", path, bytes, P);
+    }
+    float* params = (float*)mallocCheck(P * sizeof(float));
+    freadCheck(params, sizeof(float), P, f, path);
+    fcloseCheck(f, path);
+    return params;
+}
+
+void gpt2_build_from_checkpoint(GPT2* model, const char* path, MultiGpuConfig* multi_gpu, uint32_t rounding_seed,
+                                int step) {
+    GPT2Config config;
+    float* params = read_model_file(path, &config);
+    gpt2_init_params(model, config, params, multi_gpu, rounding_seed, step);
+    free(params);
+}
+
 // master weights -> host fp32 (P floats); with ZeRO-1 gathers every shard first (all ranks must call)
 void gpt2_params_to_host(GPT2* model, float* host_params) {
     multi_gpu_all_gather(model->master_weights, model->num_parameters_padded, sizeof(float),
