@@ -1,0 +1,541 @@
+"""
+scripts/comparelib.py — what compare_hybrid and compare_pytorch share: reading study configs and
+metrics.jsonl files, per-run and per-arm statistics, the Markdown report, and the plots.
+
+Measurement rules follow shared/BENCHMARK.md: time is the trainer's cumulative training time
+(train_time_s, which excludes validation, sampling and checkpoint writing); the target validation loss
+is fixed before any hybrid run is looked at (a number from the config, or the worst seed's final val loss
+of the best baseline arm); time to target is read at the evaluation points the trainer logged (no
+interpolation), and nothing here ever stops or steers a run.
+Standard library, numpy, scipy and matplotlib only (Debian's packages, run with /usr/bin/python3).
+"""
+import json
+import math
+import os
+import sys
+
+import numpy as np
+
+
+class CompareError(Exception):
+    """A user-facing error: printed as one line 'error: ...' and exit status 1."""
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+# ----------------------------------------------------------------------------
+# study configs: JSON, or TOML (tomllib) for people who prefer it
+
+STUDY_KEYS = {"name", "trainer", "results", "seeds", "lr", "args", "baseline", "hybrid", "arms",
+              "target_val_loss", "description"}
+RESERVED_FLAGS = {"-o", "--seed", "-l", "--hybrid", "--predictor", "-y"}  # set per run by the runner
+KINDS = ("baseline", "hybrid", "control")
+
+
+def load_config(path):
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as e:
+        raise CompareError(f"{path}: cannot read config ({e.strerror})")
+    try:
+        if path.endswith(".toml"):
+            import tomllib
+            cfg = tomllib.loads(raw.decode("utf-8"))
+        else:
+            cfg = json.loads(raw.decode("utf-8"))
+    except Exception as e:  # json.JSONDecodeError, tomllib.TOMLDecodeError, UnicodeDecodeError
+        raise CompareError(f"{path}: not a valid {'TOML' if path.endswith('.toml') else 'JSON'} config: {e}")
+    if not isinstance(cfg, dict):
+        raise CompareError(f"{path}: config must be an object")
+    return validate_config(cfg, path)
+
+
+def _check(cond, path, msg):
+    if not cond:
+        raise CompareError(f"{path}: {msg}")
+
+
+def _check_args(args, path, where):
+    _check(isinstance(args, dict), path, f"{where} must be an object of trainer flags")
+    for k, v in args.items():
+        _check(isinstance(k, str) and k.startswith("-"), path, f"{where}: '{k}' is not a flag (must start with '-')")
+        _check(k not in RESERVED_FLAGS, path, f"{where}: flag {k} is set by compare_hybrid per run; remove it")
+        _check(isinstance(v, (str, int, float, bool)) or v is None, path, f"{where}: flag {k} has a bad value {v!r}")
+
+
+def validate_config(cfg, path="config"):
+    unknown = set(cfg) - STUDY_KEYS
+    _check(not unknown, path, f"unknown key(s) {sorted(unknown)}; known: {sorted(STUDY_KEYS)}")
+    _check(isinstance(cfg.get("name"), str) and cfg["name"], path, "'name' (string) is required")
+    seeds = cfg.get("seeds")
+    _check(isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds),
+           path, "'seeds' must be a non-empty list of integers")
+    _check(len(set(seeds)) == len(seeds), path, "'seeds' has duplicates")
+    lr = cfg.get("lr")
+    _check(isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0, path, "'lr' (positive number, the x1 peak LR) is required")
+    cfg.setdefault("trainer", "./train_gpt2")
+    cfg.setdefault("results", os.path.join("results", cfg["name"]))
+    cfg.setdefault("args", {})
+    _check_args(cfg["args"], path, "args")
+    t = cfg.get("target_val_loss")
+    _check(t is None or (isinstance(t, (int, float)) and not isinstance(t, bool)), path, "'target_val_loss' must be a number or null")
+    for sec in ("baseline", "hybrid"):
+        s = cfg.get(sec, {})
+        _check(isinstance(s, dict), path, f"'{sec}' must be an object")
+        allowed = {"lr_mults", "args"} | ({"predictors"} if sec == "hybrid" else set())
+        _check(not (set(s) - allowed), path, f"'{sec}': unknown key(s) {sorted(set(s) - allowed)}")
+        mults = s.get("lr_mults", [])
+        _check(isinstance(mults, list) and all(isinstance(m, (int, float)) and m > 0 for m in mults), path,
+               f"'{sec}.lr_mults' must be a list of positive numbers")
+        _check_args(s.get("args", {}), path, f"{sec}.args")
+        if sec == "hybrid":
+            preds = s.get("predictors", [])
+            _check(isinstance(preds, list) and all(isinstance(p, str) and p for p in preds), path,
+                   "'hybrid.predictors' must be a list of predictor names")
+    for i, a in enumerate(cfg.get("arms", [])):
+        where = f"arms[{i}]"
+        _check(isinstance(a, dict), path, f"{where} must be an object")
+        _check(not (set(a) - {"name", "kind", "lr_mult", "predictor", "args"}), path,
+               f"{where}: unknown key(s) {sorted(set(a) - {'name', 'kind', 'lr_mult', 'predictor', 'args'})}")
+        _check(isinstance(a.get("name"), str) and a["name"].replace("_", "").replace("-", "").replace(".", "").isalnum(),
+               path, f"{where}: 'name' must be letters, digits, '_', '-', '.'")
+        _check(a.get("kind") in KINDS, path, f"{where}: 'kind' must be one of {KINDS}")
+        _check(isinstance(a.get("lr_mult", 1), (int, float)) and a.get("lr_mult", 1) > 0, path, f"{where}: bad 'lr_mult'")
+        _check(a["kind"] == "baseline" or isinstance(a.get("predictor"), str), path, f"{where}: 'predictor' is required for kind {a['kind']}")
+        _check_args(a.get("args", {}), path, f"{where}.args")
+    arms = build_arms(cfg)
+    _check(arms, path, "the study has no arms")
+    names = [a["name"] for a in arms]
+    _check(len(set(names)) == len(names), path, f"duplicate arm names: {sorted(n for n in set(names) if names.count(n) > 1)}")
+    cfg["_arms"] = arms
+    return cfg
+
+
+def fmt_num(v):
+    """Flag values as the trainer reads them: shortest exact-looking form (0.0006, not 0.0006000000000000001)."""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, float):
+        return f"{v:.6g}"
+    return str(v)
+
+
+def flags_to_argv(args):
+    argv = []
+    for k, v in args.items():
+        if v is None or v is False:
+            continue
+        argv.append(k)
+        if v is not True:
+            argv.append(fmt_num(v))
+    return argv
+
+
+def mult_tag(m):
+    return f"{m:g}x"
+
+
+def build_arms(cfg):
+    """The study's arms, each {name, kind, lr_mult, lr, predictor, argv}; argv lacks -o and --seed."""
+    arms = []
+    base_lr = float(cfg["lr"])
+
+    def add(name, kind, mult, predictor, extra):
+        args = dict(cfg.get("args", {}))
+        args.update(extra)
+        args["-l"] = base_lr * mult
+        if kind != "baseline":
+            args["--hybrid"] = 1
+            args["--predictor"] = predictor
+        arms.append({"name": name, "kind": kind, "lr_mult": mult, "lr": base_lr * mult,
+                     "predictor": predictor if kind != "baseline" else None, "argv": flags_to_argv(args)})
+
+    b = cfg.get("baseline", {})
+    for m in b.get("lr_mults", []):
+        add(f"baseline_lr{mult_tag(m)}", "baseline", m, None, b.get("args", {}))
+    h = cfg.get("hybrid", {})
+    for m in h.get("lr_mults", []):
+        for p in h.get("predictors", []):
+            kind = "control" if p == "momentum" else "hybrid"
+            add(f"{kind}_{p}_lr{mult_tag(m)}", kind, m, p, h.get("args", {}))
+    for a in cfg.get("arms", []):
+        extra = dict(cfg.get(a["kind"] if a["kind"] != "control" else "hybrid", {}).get("args", {}))
+        extra.update(a.get("args", {}))
+        add(a["name"], a["kind"], a.get("lr_mult", 1), a.get("predictor"), extra)
+    return arms
+
+
+# ----------------------------------------------------------------------------
+# metrics.jsonl (format in lead/CONTRACT.md) and per-run summaries
+
+def read_metrics(path):
+    """All records of a metrics.jsonl, in file order. Raises CompareError on a malformed line."""
+    recs = []
+    try:
+        f = open(path)
+    except OSError as e:
+        raise CompareError(f"{path}: cannot read ({e.strerror})")
+    with f:
+        for i, line in enumerate(f, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise CompareError(f"{path}:{i}: not JSON ({e.msg})")
+            if not isinstance(r, dict) or not isinstance(r.get("step"), int):
+                raise CompareError(f"{path}:{i}: record without an integer 'step'")
+            recs.append(r)
+    if not recs:
+        raise CompareError(f"{path}: empty")
+    return recs
+
+
+def val_points(recs):
+    """[(step, train_time_s, val_loss)] in step order; the step-0 'init' line counts as time 0."""
+    pts = []
+    for r in recs:
+        v = r.get("val_loss")
+        if v is None:
+            continue
+        t = r.get("train_time_s")
+        pts.append((r["step"], 0.0 if t is None else float(t), float(v)))
+    pts.sort(key=lambda p: p[0])
+    return pts
+
+
+def summarize_run(recs, target=None):
+    steps = [r for r in recs if r["step"] >= 1]
+    if not steps:
+        raise CompareError("no training steps in metrics")
+    last = max(steps, key=lambda r: r["step"])
+    pts = val_points(recs)
+    if not pts:
+        raise CompareError("no val_loss in metrics (run with -v > 0)")
+    fstep, _, fval = pts[-1]
+    phase_steps, phase_time = {}, {}
+    for r in steps:
+        ph = r.get("phase") or "full"
+        phase_steps[ph] = phase_steps.get(ph, 0) + 1
+        phase_time[ph] = phase_time.get(ph, 0.0) + float(r.get("ms") or 0.0) / 1000.0
+    s = {
+        "steps": last["step"],
+        "final_val_loss": fval,
+        "final_val_step": fstep,
+        "train_time_s": float(last.get("train_time_s") or 0.0),
+        "backward": last.get("backward"),
+        "tokens": last.get("tokens"),
+        "predict_steps": phase_steps.get("predict", 0),
+        "phase_steps": phase_steps,
+        "phase_time_s": phase_time,
+        "time_to_target_s": None,
+        "step_to_target": None,
+    }
+    if target is not None:
+        for st, t, v in pts:
+            if v <= target:
+                s["time_to_target_s"], s["step_to_target"] = t, st
+                break
+    return s
+
+
+def mean_std(xs):
+    xs = [float(x) for x in xs if x is not None]
+    if not xs:
+        return None, None, 0
+    a = np.asarray(xs, dtype=np.float64)
+    return float(a.mean()), (float(a.std(ddof=1)) if len(a) > 1 else None), len(a)
+
+
+def welch_p(a, b):
+    """Two-sided Welch t-test p-value; None when either side has < 2 values or both have zero variance."""
+    a = [float(x) for x in a if x is not None]
+    b = [float(x) for x in b if x is not None]
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if np.var(a) == 0 and np.var(b) == 0:
+        return None
+    from scipy import stats
+    p = float(stats.ttest_ind(a, b, equal_var=False).pvalue)
+    return None if math.isnan(p) else p
+
+
+def analyze(arms, runs, fixed_target=None):
+    """arms: study arms (build_arms order); runs: {(arm, seed): {"recs": [...], "wall_s": s}} for finished runs.
+    Returns (target info, per-run rows, per-arm rows)."""
+    pre = {k: summarize_run(v["recs"]) for k, v in runs.items()}
+    best, best_mean = None, None
+    for a in arms:
+        if a["kind"] != "baseline":
+            continue
+        m, _, n = mean_std([pre[k]["final_val_loss"] for k in pre if k[0] == a["name"]])
+        if n and (best_mean is None or m < best_mean):
+            best, best_mean = a["name"], m
+    if fixed_target is not None:
+        target = {"value": float(fixed_target), "rule": "fixed by the config (target_val_loss)", "best_baseline": best}
+    elif best is not None:
+        worst = max(pre[k]["final_val_loss"] for k in pre if k[0] == best)
+        target = {"value": worst, "best_baseline": best,
+                  "rule": f"worst seed's final val loss of the best baseline ({best}), so every seed of it reaches it"}
+    else:
+        target = {"value": None, "best_baseline": None, "rule": "no finished baseline run and no fixed target"}
+    run_rows = []
+    for a in arms:
+        for k in sorted(k for k in runs if k[0] == a["name"]):
+            s = summarize_run(runs[k]["recs"], target["value"])
+            s.update({"arm": a["name"], "kind": a["kind"], "seed": k[1], "lr": a["lr"], "predictor": a["predictor"],
+                      "wall_s": runs[k].get("wall_s")})
+            run_rows.append(s)
+    by_arm = {a["name"]: [r for r in run_rows if r["arm"] == a["name"]] for a in arms}
+    ref = by_arm.get(best, [])
+    arm_rows = []
+    for a in arms:
+        rs = by_arm[a["name"]]
+        row = {"arm": a["name"], "kind": a["kind"], "lr": a["lr"], "predictor": a["predictor"], "n": len(rs),
+               "seeds": [r["seed"] for r in rs], "best_baseline": a["name"] == best}
+        for key in ("final_val_loss", "train_time_s", "backward", "tokens", "wall_s", "predict_steps", "steps"):
+            row[key + "_mean"], row[key + "_std"], _ = mean_std([r[key] for r in rs])
+        ttt = [r["time_to_target_s"] for r in rs if r["time_to_target_s"] is not None]
+        row["time_to_target_mean"], row["time_to_target_std"], row["reached"] = mean_std(ttt)
+        row["p_final_val"] = None if a["name"] == best else welch_p([r["final_val_loss"] for r in rs],
+                                                                     [r["final_val_loss"] for r in ref])
+        row["p_time_to_target"] = None if a["name"] == best else welch_p(
+            ttt, [r["time_to_target_s"] for r in ref if r["time_to_target_s"] is not None])
+        arm_rows.append(row)
+    bref = next((r for r in arm_rows if r["best_baseline"]), None)
+    for row in arm_rows:
+        ok = (bref is not None and bref["time_to_target_mean"] and row["time_to_target_mean"]
+              and row["reached"] == row["n"] and bref["reached"] == bref["n"])
+        row["speedup"] = bref["time_to_target_mean"] / row["time_to_target_mean"] if ok else None
+    return target, run_rows, arm_rows
+
+
+# ----------------------------------------------------------------------------
+# report: CSV, JSON, Markdown
+
+RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "predictor", "steps", "final_val_loss", "final_val_step",
+                "time_to_target_s", "step_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps"]
+ARM_CSV_COLS = ["arm", "kind", "lr", "predictor", "n", "best_baseline", "final_val_loss_mean", "final_val_loss_std",
+                "reached", "time_to_target_mean", "time_to_target_std", "speedup", "p_final_val", "p_time_to_target",
+                "backward_mean", "backward_std", "tokens_mean", "tokens_std", "train_time_s_mean", "train_time_s_std",
+                "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean"]
+
+
+def _csv_val(v):
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return repr(v)
+    return str(v)
+
+
+def write_csv(path, rows, cols):
+    with open(path + ".tmp", "w") as f:
+        f.write(",".join(cols) + "\n")
+        for r in rows:
+            f.write(",".join(_csv_val(r.get(c)) for c in cols) + "\n")
+    os.replace(path + ".tmp", path)
+
+
+def write_json(path, obj):
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+
+
+def fmt_ms(m, s, prec):
+    """'m ± s' with prec decimals; 'm' alone for a single value; '—' for none."""
+    if m is None:
+        return "—"
+    if s is None:
+        return f"{m:.{prec}f}"
+    return f"{m:.{prec}f} ± {s:.{prec}f}"
+
+
+def fmt_speedup(x):
+    return "—" if x is None else f"{x:.2f}x"
+
+
+def fmt_p(p):
+    return "—" if p is None else f"{p:.3g}"
+
+
+def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
+    L = []
+    L.append(f"# Study `{cfg['name']}`: baseline vs hybrid")
+    L.append("")
+    if cfg.get("description"):
+        L += [cfg["description"], ""]
+    L.append(f"Reproduce: `{command}`")
+    L.append("")
+    L.append(f"- Trainer `{cfg['trainer']}`, flags common to every run: `{' '.join(flags_to_argv(cfg.get('args', {})))}`; "
+             f"x1 peak LR {fmt_num(float(cfg['lr']))}; seeds {', '.join(map(str, cfg['seeds']))}.")
+    nexp = len(cfg["_arms"]) * len(cfg["seeds"])
+    L.append(f"- Finished runs: {len(run_rows)}/{nexp}" + (f" (missing: {', '.join(missing)})" if missing else "") + ".")
+    tv = target["value"]
+    L.append(f"- Target val loss: {'—' if tv is None else f'{tv:.4f}'} — {target['rule']}.")
+    L.append("- Time = the trainer's cumulative training time (`train_time_s`: Full, Predict, Correct steps and the "
+             "hybrid controller; no validation, sampling or checkpointing). Time to target = `train_time_s` at the "
+             "first evaluation whose val loss ≤ target (evaluation points only, no interpolation); mean over the "
+             "seeds that reached it (`reached`).")
+    L.append("- mean ± sample std over seeds; p = two-sided Welch t-test against the best baseline "
+             "(final val loss; time to target over the seeds that reached it). Speed-up = best baseline's mean time "
+             "to target / the arm's, shown only when every seed of both reached the target.")
+    L.append("")
+    L.append("| arm | kind | peak LR | final val loss | time to target (s) | reached | speed-up | p (final val) | "
+             "p (time) | backward passes | tokens | train time (s) | wall time (s) | predict steps |")
+    L.append("|" + "---|" * 14)
+    for r in arm_rows:
+        name = f"**{r['arm']}**" if r["best_baseline"] else r["arm"]
+        L.append(f"| {name} | {r['kind']} | {fmt_num(r['lr'])} | {fmt_ms(r['final_val_loss_mean'], r['final_val_loss_std'], 4)} | "
+                 f"{fmt_ms(r['time_to_target_mean'], r['time_to_target_std'], 2)} | {r['reached']}/{r['n']} | "
+                 f"{fmt_speedup(r['speedup'])} | "
+                 f"{fmt_p(r['p_final_val'])} | {fmt_p(r['p_time_to_target'])} | "
+                 f"{fmt_ms(r['backward_mean'], r['backward_std'], 0)} | {fmt_ms(r['tokens_mean'], r['tokens_std'], 0)} | "
+                 f"{fmt_ms(r['train_time_s_mean'], r['train_time_s_std'], 2)} | {fmt_ms(r['wall_s_mean'], r['wall_s_std'], 1)} | "
+                 f"{fmt_ms(r['predict_steps_mean'], None, 1)} |")
+    L.append("")
+    L.append("The best baseline is in **bold**.")
+    L.append("")
+    for title, p in plots:
+        L.append(f"![{title}]({p})")
+        L.append("")
+    phases = [ph for ph in ("init", "warmup", "full", "predict", "correct")
+              if any(ph in r["phase_time_s"] for r in run_rows)]
+    phases += sorted({ph for r in run_rows for ph in r["phase_time_s"]} - set(phases))
+    L.append("## Time per phase")
+    L.append("")
+    L.append("Training seconds spent in each phase (sum of the steps' `ms`), mean over seeds; steps per phase in brackets.")
+    L.append("")
+    L.append("| arm | " + " | ".join(phases) + " |")
+    L.append("|" + "---|" * (len(phases) + 1))
+    for a in cfg["_arms"]:
+        rs = [r for r in run_rows if r["arm"] == a["name"]]
+        if not rs:
+            continue
+        cells = []
+        for ph in phases:
+            t, _, _ = mean_std([r["phase_time_s"].get(ph, 0.0) for r in rs])
+            n, _, _ = mean_std([r["phase_steps"].get(ph, 0) for r in rs])
+            cells.append(f"{t:.2f} ({n:.0f})")
+        L.append(f"| {a['name']} | " + " | ".join(cells) + " |")
+    L.append("")
+    L.append("## Runs")
+    L.append("")
+    L.append("| arm | seed | final val loss (step) | time to target (s) | train time (s) | backward | tokens | predict steps | wall (s) |")
+    L.append("|" + "---|" * 9)
+    for r in run_rows:
+        ttt = "not reached" if r["time_to_target_s"] is None else f"{r['time_to_target_s']:.2f} (step {r['step_to_target']})"
+        wall = "—" if r["wall_s"] is None else f"{r['wall_s']:.1f}"
+        L.append(f"| {r['arm']} | {r['seed']} | {r['final_val_loss']:.4f} ({r['final_val_step']}) | {ttt} | "
+                 f"{r['train_time_s']:.2f} | {r['backward']} | {r['tokens']} | {r['predict_steps']} | {wall} |")
+    L.append("")
+    return "\n".join(L)
+
+
+# ----------------------------------------------------------------------------
+# plots: val loss vs training seconds and vs step, one line per arm (mean over seeds, band = min..max
+# over seeds), with a strip below showing where each hybrid arm took Predict steps (its first seed)
+
+def _arm_curve(recs_by_seed):
+    """Mean curve over seeds at the evaluation steps every seed has: steps, mean time, mean/min/max val."""
+    per_seed = [{st: (t, v) for st, t, v in val_points(recs)} for recs in recs_by_seed]
+    common = sorted(set.intersection(*(set(d) for d in per_seed)))
+    steps = np.array(common, dtype=np.float64)
+    times = np.array([[d[st][0] for st in common] for d in per_seed])
+    vals = np.array([[d[st][1] for st in common] for d in per_seed])
+    return steps, times.mean(0), vals.mean(0), vals.min(0), vals.max(0)
+
+
+def _predict_spans(recs, xkey):
+    """Merged [x0, x1) spans of Predict steps; a step covers (previous step's x, its x]."""
+    recs = sorted((r for r in recs if r["step"] >= 0), key=lambda r: r["step"])
+    spans, prev_x = [], 0.0
+    for r in recs:
+        x = float(r["step"]) if xkey == "step" else float(r.get("train_time_s") or 0.0)
+        if r["step"] >= 1 and r.get("phase") == "predict":
+            if spans and abs(spans[-1][1] - prev_x) < 1e-12:
+                spans[-1][1] = x
+            else:
+                spans.append([prev_x, x])
+        prev_x = x
+    return [(a, b - a) for a, b in spans]
+
+
+def arm_styles(arms):
+    import matplotlib.pyplot as plt
+    base = [a for a in arms if a["kind"] == "baseline"]
+    other = [a for a in arms if a["kind"] != "baseline"]
+    st = {}
+    for i, a in enumerate(base):
+        st[a["name"]] = dict(color=plt.cm.Blues(0.45 + 0.5 * i / max(1, len(base) - 1)), ls="-")
+    palette = ["tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
+    for i, a in enumerate(other):
+        st[a["name"]] = dict(color=palette[i % len(palette)], ls="--" if a["kind"] == "control" else "-")
+    return st
+
+
+def plot_study(arms, runs_recs, target, outdir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    styles = arm_styles(arms)
+    curves = {}
+    for a in arms:
+        seeds = sorted(s for (n, s) in runs_recs if n == a["name"])
+        if seeds:
+            curves[a["name"]] = _arm_curve([runs_recs[(a["name"], s)] for s in seeds])
+    hyb = [a for a in arms if a["kind"] != "baseline" and a["name"] in curves]
+    out = []
+    for xkey, xlabel, fname in (("time", "training time (s, train_time_s)", "val_loss_vs_time.png"),
+                                ("step", "step", "val_loss_vs_step.png")):
+        nstrip = len(hyb)
+        fig, axes = plt.subplots(2 if nstrip else 1, 1, sharex=True, figsize=(9, 5.5 + 0.25 * nstrip),
+                                 gridspec_kw={"height_ratios": [5, max(0.6, 0.3 * nstrip)]} if nstrip else None,
+                                 squeeze=False)
+        ax = axes[0][0]
+        lo, hi = math.inf, -math.inf
+        for a in arms:
+            if a["name"] not in curves:
+                continue
+            steps, t, m, vmin, vmax = curves[a["name"]]
+            x = t if xkey == "time" else steps
+            n = sum(1 for (nm, _) in runs_recs if nm == a["name"])
+            ax.plot(x, m, label=f"{a['name']} (n={n})", lw=1.6, **styles[a["name"]])
+            if n > 1:
+                ax.fill_between(x, vmin, vmax, color=styles[a["name"]]["color"], alpha=0.18, lw=0)
+            lo = min(lo, float(vmin.min()))
+            k = int(np.searchsorted(steps, 0.15 * steps.max()))
+            hi = max(hi, float(m[min(k, len(m) - 1)]))
+        if target.get("value") is not None:
+            ax.axhline(target["value"], color="k", lw=0.8, ls=":", label=f"target {target['value']:.4f}")
+        if math.isfinite(lo) and hi > lo:
+            ax.set_ylim(lo - 0.05 * (hi - lo), hi)
+        ax.set_ylabel("val loss")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        ax.set_title(f"val loss vs {'training time' if xkey == 'time' else 'step'} (mean over seeds; band = min..max)")
+        if nstrip:
+            sx = axes[1][0]
+            for i, a in enumerate(hyb):
+                seed = min(s for (n, s) in runs_recs if n == a["name"])
+                spans = _predict_spans(runs_recs[(a["name"], seed)], xkey)
+                sx.broken_barh(spans, (i + 0.1, 0.8), facecolors=styles[a["name"]]["color"], alpha=0.6)
+            sx.set_yticks([i + 0.5 for i in range(nstrip)])
+            sx.set_yticklabels([a["name"] for a in hyb], fontsize=6)
+            sx.set_ylim(0, nstrip)
+            sx.set_ylabel("Predict", fontsize=7)
+            sx.set_xlabel(xlabel)
+        else:
+            ax.set_xlabel(xlabel)
+        fig.tight_layout()
+        fig.savefig(os.path.join(outdir, fname), dpi=110)
+        plt.close(fig)
+        out.append((f"val loss vs {'training time' if xkey == 'time' else 'step'}", fname))
+    return out

@@ -1,0 +1,53 @@
+#!/usr/bin/python3
+"""
+test/fake_trainer.py — a stand-in for ./train_gpt2 that writes a synthetic metrics.jsonl in the
+contract's format (lead/CONTRACT.md), so that compare_hybrid's runner, statistics, report and plots are
+tested without the real trainer (and compare_pytorch without the PyTorch reference). Curves depend on the seed, the LR and the hybrid flags; nothing else
+about them matters. FAKE_TRAINER_FAIL=<substring of the -o path> makes that run exit with status 3.
+"""
+import json
+import math
+import os
+import random
+import sys
+
+args = dict(zip(sys.argv[1::2], sys.argv[2::2]))
+if "--write-init" in args:  # the PyTorch reference's way to write an init checkpoint
+    with open(args["--write-init"], "wb") as f:
+        f.write(b"fake init")
+    sys.exit(0)
+offset = float(os.environ.get("FAKE_LOSS_OFFSET", "0"))  # added to every loss (compare_pytorch's tests)
+out = args["-o"]
+if os.environ.get("FAKE_TRAINER_FAIL") and os.environ["FAKE_TRAINER_FAIL"] in out:
+    print("fake trainer: failing as asked", file=sys.stderr)
+    sys.exit(3)
+steps, val_every = int(args.get("-x", "30")), int(args.get("-v", "5"))
+lr, seed = float(args.get("-l", "1e-3")), int(args.get("--seed", "1"))
+hybrid = args.get("--hybrid", "0") == "1"
+pred = args.get("--predictor", "")
+rng = random.Random(seed * 1000 + int(lr * 1e6) + len(pred))
+B, T = int(args.get("-b", "4")), int(args.get("-t", "64"))
+rate = 200 * lr * (1.0 - 0.2 * math.log2(max(lr, 1e-9) / 1e-3) ** 2) + (0.002 if pred == "linear" else 0.0)
+os.makedirs(out, exist_ok=True)
+tt, tokens, backward = 0.0, 0, 0
+with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+    f.write(json.dumps({"step": 0, "phase": "init", "val_loss": 10.0 + rng.random() * 0.01}) + "\n")
+    for step in range(1, steps + 1):
+        predict = hybrid and step > 5 and step % 3 == 0 and step < 0.8 * steps
+        ms = (2.0 if predict else 10.0) + rng.random()
+        tt += ms / 1000.0
+        if not predict:
+            tokens += B * T
+            backward += 1
+        phase = "predict" if predict else ("correct" if hybrid and step > 5 and step % 3 == 1 else ("warmup" if hybrid and step <= 5 else "full"))
+        loss = 3.0 + 7.0 * math.exp(-rate * step) + 0.02 * rng.random() + offset
+        r = {"step": step, "phase": phase, "loss": None if predict else loss, "lr": lr, "grad_norm": None if predict else 1.0,
+             "ms": ms, "train_time_s": tt, "tokens": tokens, "backward": backward}
+        if hybrid:
+            r.update({"predicted_loss": loss if predict else None, "horizon": 1 if predict else None, "confidence": None})
+        if step % val_every == 0 or step == steps:
+            r["val_loss"] = 3.1 + 7.0 * math.exp(-rate * step) + 0.05 * rng.random() + offset
+        f.write(json.dumps(r) + "\n")
+with open(os.path.join(out, "summary.json"), "w") as f:
+    json.dump({"steps": steps, "train_time_s": tt, "backward": backward}, f)
+print(f"fake trainer: {steps} steps")

@@ -1,0 +1,409 @@
+#!/usr/bin/python3
+"""
+test/test_compare.py — tests of scripts/compare_hybrid and scripts/compare_pytorch (run by `make test`).
+
+- With test/fake_trainer.py standing in for the trainer: a study runs in parallel, resumes without
+  re-running finished runs, re-runs a run whose command changed, reports failures, and rejects bad configs;
+  compare_pytorch passes on equal losses and fails past --tol.
+- The report's and CSV's numbers are recomputed here from the metrics.jsonl files with code of its own
+  (not comparelib's): final val loss, target, time to target, backward passes, tokens, train time,
+  mean/std, Welch p-values (formula + scipy's t distribution).
+- With the real ./train_gpt2: configs/smoke.json end to end (report, CSV, PNGs, numbers), and
+  compare_pytorch on a tiny model for 20 steps with tol 1e-3 against scripts/train_gpt2.py.
+  A test whose dependency is missing is SKIPPED, naming the missing piece.
+Prints 'N passed, N failed, N skipped'; exits 1 if any failed.
+"""
+import csv
+import glob
+import json
+import math
+import os
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PY = "/usr/bin/python3"
+HYBRID = os.path.join(ROOT, "scripts", "compare_hybrid")
+PYTORCH = os.path.join(ROOT, "scripts", "compare_pytorch")
+FAKE = os.path.join(ROOT, "test", "fake_trainer.py")
+TRAINER = os.path.join(ROOT, "train_gpt2")
+TMP = tempfile.mkdtemp(prefix="test_compare_")
+TESTS = []
+
+
+class Skip(Exception):
+    pass
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def sh(cmd, env=None, timeout=600):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=e, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def check(cond, msg):
+    if not cond:
+        raise AssertionError(msg)
+
+
+# ----------------------------------------------------------------------------
+# independent recomputation of a study's numbers from its metrics.jsonl files
+
+def run_numbers(path, target):
+    recs = [json.loads(line) for line in open(path) if line.strip()]
+    vals = sorted((r["step"], r.get("train_time_s") or 0.0, r["val_loss"]) for r in recs if r.get("val_loss") is not None)
+    last = max((r for r in recs if r["step"] >= 1), key=lambda r: r["step"])
+    ttt = next((t for s, t, v in vals if target is not None and v <= target), None)
+    return {"final": vals[-1][2], "ttt": ttt, "train_time": last["train_time_s"], "backward": last["backward"],
+            "tokens": last["tokens"], "predict": sum(1 for r in recs if r.get("phase") == "predict"),
+            "predict_s": sum(r["ms"] for r in recs if r.get("phase") == "predict") / 1000.0}
+
+
+def welch(a, b):
+    from scipy import stats
+    if len(a) < 2 or len(b) < 2:
+        return None
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    if va + vb == 0:
+        return None
+    t = (statistics.mean(a) - statistics.mean(b)) / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    return 2 * stats.t.sf(abs(t), df)
+
+
+def recompute(results, fixed_target=None):
+    """{arm: {...}} from <results>/runs/*/seed*/ (finished runs only: those with a DONE file)."""
+    finals = {}
+    for d in glob.glob(os.path.join(results, "runs", "*", "seed*")):
+        if os.path.exists(os.path.join(d, "DONE")):
+            arm = os.path.basename(os.path.dirname(d))
+            finals.setdefault(arm, {})[d] = run_numbers(os.path.join(d, "metrics.jsonl"), None)["final"]
+    base = {a: statistics.mean(v.values()) for a, v in finals.items() if a.startswith("baseline")}
+    best = min(base, key=base.get)
+    target = fixed_target if fixed_target is not None else max(finals[best].values())
+    out = {}
+    for arm, dirs in finals.items():
+        rs = [run_numbers(os.path.join(d, "metrics.jsonl"), target) for d in sorted(dirs)]
+        out[arm] = {"runs": rs, "n": len(rs), "best": arm == best}
+    ref = out[best]["runs"]
+    for arm, o in out.items():
+        rs = o["runs"]
+        for k in ("final", "train_time", "backward", "tokens", "predict", "predict_s"):
+            xs = [r[k] for r in rs]
+            o[k] = (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else None)
+        t = [r["ttt"] for r in rs if r["ttt"] is not None]
+        o["reached"] = len(t)
+        o["ttt"] = (statistics.mean(t), statistics.stdev(t) if len(t) > 1 else None) if t else (None, None)
+        o["p_final"] = None if o["best"] else welch([r["final"] for r in rs], [r["final"] for r in ref])
+        o["p_ttt"] = None if o["best"] else welch(t, [r["ttt"] for r in ref if r["ttt"] is not None])
+    return target, best, out
+
+
+def parse_table(md, head_prefix="| arm | kind |"):
+    """A table of report.md (the arm table by default) as {arm: {column: cell}}."""
+    lines = md.split("\n")
+    i = next(i for i, ln in enumerate(lines) if ln.startswith(head_prefix))
+    head = [c.strip() for c in lines[i].strip("|").split("|")]
+    rows = {}
+    for ln in lines[i + 2:]:
+        if not ln.startswith("|"):
+            break
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        rows[cells[0].strip("*")] = dict(zip(head, cells))
+    return rows
+
+
+def close_to_cell(cell, value, what):
+    """cell shows value rounded to its printed decimals (half a unit of the last digit, plus float slack)."""
+    if value is None:
+        check(cell in ("—", ""), f"{what}: expected no value, report shows '{cell}'")
+        return
+    m = re.fullmatch(r"(-?[\d.]+(?:e[-+]?\d+)?)x?", cell)
+    check(m is not None, f"{what}: cannot parse '{cell}'")
+    s = m.group(1)
+    if "e" in s:
+        check(math.isclose(float(s), value, rel_tol=5e-3), f"{what}: report {s}, recomputed {value}")
+        return
+    dec = len(s.split(".")[1]) if "." in s else 0
+    check(abs(float(s) - value) <= 0.5 * 10 ** -dec + 1e-9 * abs(value),
+          f"{what}: report {s}, recomputed {value}")
+
+
+def check_study(results, fixed_target=None, expect_runs=None):
+    for f in ("report.md", "summary.csv", "runs.csv", "summary.json", "val_loss_vs_time.png", "val_loss_vs_step.png"):
+        check(os.path.isfile(os.path.join(results, f)), f"{f} missing in {results}")
+    for f in ("val_loss_vs_time.png", "val_loss_vs_step.png"):
+        with open(os.path.join(results, f), "rb") as fh:
+            check(fh.read(8) == b"\x89PNG\r\n\x1a\n", f"{f} is not a PNG")
+        check(os.path.getsize(os.path.join(results, f)) > 5000, f"{f} is suspiciously small")
+    target, best, arms = recompute(results, fixed_target)
+    if expect_runs is not None:
+        check(sum(o["n"] for o in arms.values()) == expect_runs, f"expected {expect_runs} finished runs")
+    md = open(os.path.join(results, "report.md")).read()
+    check(f"Target val loss: {target:.4f}" in md, f"report's target differs from the recomputed {target:.4f}")
+    table = parse_table(md)
+    check(set(table) == set(arms), f"report arms {sorted(table)} != run folders {sorted(arms)}")
+    phase_table = parse_table(md[md.index("## Time per phase"):], "| arm |")
+    with open(os.path.join(results, "summary.csv")) as f:
+        csv_rows = {r["arm"]: r for r in csv.DictReader(f)}
+    for arm, o in arms.items():
+        row, c = table[arm], csv_rows[arm]
+        check((row["arm"].startswith("**")) == o["best"], f"{arm}: best-baseline marking wrong")
+        for col, key in (("final val loss", "final"), ("backward passes", "backward"), ("tokens", "tokens"),
+                         ("train time (s)", "train_time"), ("time to target (s)", "ttt")):
+            parts = row[col].split(" ± ")
+            close_to_cell(parts[0], o[key][0], f"{arm} {col} mean")
+            if o[key][1] is not None:
+                check(len(parts) == 2, f"{arm} {col}: std missing in '{row[col]}'")
+                close_to_cell(parts[1], o[key][1], f"{arm} {col} std")
+        if "predict" in phase_table[arm]:
+            close_to_cell(phase_table[arm]["predict"].split(" (")[0], o["predict_s"][0], f"{arm} predict seconds")
+            close_to_cell(phase_table[arm]["predict"].split(" (")[1].rstrip(")"), o["predict"][0], f"{arm} predict steps")
+        check(row["reached"] == f"{o['reached']}/{o['n']}", f"{arm}: reached '{row['reached']}' != {o['reached']}/{o['n']}")
+        close_to_cell(row["p (final val)"], o["p_final"], f"{arm} p final")
+        close_to_cell(row["p (time)"], o["p_ttt"], f"{arm} p time")
+        # the CSV holds the full-precision numbers
+        for col, val in (("final_val_loss_mean", o["final"][0]), ("backward_mean", o["backward"][0]),
+                         ("tokens_mean", o["tokens"][0]), ("train_time_s_mean", o["train_time"][0]),
+                         ("time_to_target_mean", o["ttt"][0]), ("p_final_val", o["p_final"]),
+                         ("p_time_to_target", o["p_ttt"])):
+            if val is None:
+                check(c[col] == "", f"{arm} csv {col}: expected empty, got {c[col]}")
+            else:
+                check(math.isclose(float(c[col]), val, rel_tol=1e-9, abs_tol=1e-12),
+                      f"{arm} csv {col}: {c[col]} != recomputed {val}")
+    return target, best, arms
+
+
+def write_config(name, obj):
+    path = os.path.join(TMP, name)
+    with open(path, "w") as f:
+        json.dump(obj, f)
+    return path
+
+
+FAKE_STUDY = {"name": "fake", "trainer": FAKE, "seeds": [1, 2, 3], "lr": 1e-3,
+              "args": {"-x": 30, "-v": 5, "-b": 4, "-t": 32},
+              "baseline": {"lr_mults": [0.5, 1, 2, 4]},
+              "hybrid": {"lr_mults": [1], "predictors": ["momentum", "linear"]}}
+
+
+# ----------------------------------------------------------------------------
+# runner, statistics, report and plots with the fake trainer
+
+@test
+def fake_study_runs_in_parallel_and_report_matches_jsonl():
+    cfg = write_config("fake.json", FAKE_STUDY)
+    res = os.path.join(TMP, "fake")
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
+    check("18 to run" in out and out.count(" done ") == 18, "expected 18 runs to be run")
+    target, best, arms = check_study(res, expect_runs=18)
+    check(best == "baseline_lr2x", f"best baseline {best}")  # the fake's curves are best at 2x
+    check(arms["control_momentum_lr1x"]["predict"][0] > 0, "fake hybrid runs should have predict steps")
+
+
+@test
+def finished_runs_are_not_rerun_and_changed_ones_are():
+    cfg = write_config("fake.json", FAKE_STUDY)
+    res = os.path.join(TMP, "fake")
+    if not os.path.exists(os.path.join(res, "report.md")):
+        sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    done = sorted(glob.glob(os.path.join(res, "runs", "*", "seed*", "DONE")))
+    check(len(done) == 18, f"{len(done)} DONE files")
+    mt = {d: os.path.getmtime(d) for d in done}
+    rc, out, err = sh([HYBRID, cfg, "--results", res])
+    check(rc == 0 and "18 already finished, 0 to run" in out and " start " not in out, f"re-run started runs: {out}")
+    check(all(os.path.getmtime(d) == mt[d] for d in done), "DONE files were rewritten")
+    # a run killed midway (no DONE) and a run whose recorded command differs are run again, nothing else
+    os.remove(os.path.join(res, "runs", "baseline_lr1x", "seed2", "DONE"))
+    dpath = os.path.join(res, "runs", "hybrid_linear_lr1x", "seed3", "DONE")
+    d = json.load(open(dpath))
+    d["cmd"][-1] = "999"
+    json.dump(d, open(dpath, "w"))
+    rc, out, err = sh([HYBRID, cfg, "--results", res])
+    check(rc == 0, f"resume failed: {err}")
+    started = sorted(re.findall(r"start (\S+)", out))
+    check(started == ["baseline_lr1x/seed2", "hybrid_linear_lr1x/seed3"], f"resumed runs {started}")
+    check("config changed" in out, "no note about the changed command")
+    check_study(res, expect_runs=18)
+
+
+@test
+def failed_run_is_reported_and_exit_is_nonzero():
+    cfg = write_config("fake.json", FAKE_STUDY)
+    res = os.path.join(TMP, "fail")
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"], env={"FAKE_TRAINER_FAIL": "hybrid_linear_lr1x/seed2"})
+    check(rc == 1, f"exit status {rc}, expected 1")
+    check("1 run(s) failed: hybrid_linear_lr1x/seed2" in err, f"stderr: {err}")
+    check(os.path.exists(os.path.join(res, "runs", "hybrid_linear_lr1x", "seed2", "FAILED")), "no FAILED marker")
+    md = open(os.path.join(res, "report.md")).read()
+    check("Finished runs: 17/18 (missing: hybrid_linear_lr1x/seed2)" in md, "report does not list the missing run")
+    check_study(res, expect_runs=17)
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
+    check(rc == 0 and " start " not in out, "--report-only must run nothing and succeed")
+
+
+@test
+def fixed_target_from_config():
+    cfg = write_config("fixed.json", dict(FAKE_STUDY, seeds=[1, 2], target_val_loss=3.5))
+    res = os.path.join(TMP, "fixed")
+    rc, out, err = sh([HYBRID, cfg, "--results", res])
+    check(rc == 0, err)
+    target, best, arms = check_study(res, fixed_target=3.5, expect_runs=12)
+    check(arms["baseline_lr1x"]["reached"] == 2, "every 1x run should reach 3.5")
+
+
+@test
+def toml_config_gives_the_same_arms():
+    path = os.path.join(TMP, "fake.toml")
+    with open(path, "w") as f:
+        f.write(f'name = "toml"\ntrainer = "{FAKE}"\nseeds = [1, 2]\nlr = 1e-3\n'
+                '[args]\n"-x" = 10\n"-v" = 5\n[baseline]\nlr_mults = [1, 2]\n'
+                '[hybrid]\nlr_mults = [1]\npredictors = ["momentum"]\n')
+    res = os.path.join(TMP, "toml")
+    rc, out, err = sh([HYBRID, path, "--results", res])
+    check(rc == 0, err)
+    check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "control_momentum_lr1x"],
+          "arms from TOML")
+    check_study(res, expect_runs=6)
+
+
+@test
+def bad_configs_give_one_line_errors():
+    cases = [(dict(FAKE_STUDY, colour="red"), "unknown key"),
+             (dict(FAKE_STUDY, seeds=[]), "seeds"),
+             (dict(FAKE_STUDY, args={"-x": 3, "-l": 0.1}), "-l is set by compare_hybrid"),
+             (dict(FAKE_STUDY, lr="fast"), "'lr'")]
+    for i, (c, want) in enumerate(cases):
+        rc, out, err = sh([HYBRID, write_config(f"bad{i}.json", c), "--results", os.path.join(TMP, "bad")])
+        check(rc == 1 and err.startswith("error: ") and want in err and err.count("\n") == 1,
+              f"case {want}: rc {rc}, stderr {err!r}")
+    with open(os.path.join(TMP, "broken.json"), "w") as f:
+        f.write("{not json")
+    rc, out, err = sh([HYBRID, os.path.join(TMP, "broken.json")])
+    check(rc == 1 and "not a valid JSON config" in err, f"broken JSON: {err!r}")
+    rc, out, err = sh([HYBRID, os.path.join(TMP, "absent.json")])
+    check(rc == 1 and "cannot read config" in err, f"missing file: {err!r}")
+
+
+@test
+def compare_pytorch_detects_differences_with_fakes():
+    ref = os.path.join(TMP, "fake_ref")
+    with open(ref, "w") as f:
+        f.write(f'#!/bin/sh\nFAKE_LOSS_OFFSET="${{REF_OFFSET:-0}}" exec {FAKE} "$@"\n')
+    os.chmod(ref, 0o755)
+    shards = make_shards()
+    base = [PYTORCH, "--trainer", FAKE, "--reference", ref, "-i", shards[0], "-j", shards[1], "-x", "20"]
+    rc, out, err = sh(base + ["--out", os.path.join(TMP, "cmp_same")])
+    check(rc == 0 and "largest |train loss diff| = 0.000e+00" in out and "PASS" in out, f"equal runs: {out}{err}")
+    check(os.path.isfile(os.path.join(TMP, "cmp_same", "compare_pytorch.png")), "no plot")
+    rc, out, err = sh(base + ["--out", os.path.join(TMP, "cmp_off")], env={"REF_OFFSET": "-0.002"})
+    check(rc == 1 and "largest |train loss diff| = 2.000e-03" in out and "exceeds tol" in err, f"offset runs: {out}{err}")
+    rc, out, err = sh(base + ["--out", os.path.join(TMP, "cmp_off2"), "--tol", "3e-3"], env={"REF_OFFSET": "-0.002"})
+    check(rc == 0, f"offset within tol must pass: {out}{err}")
+
+
+# ----------------------------------------------------------------------------
+# with the real trainer
+
+def make_shards():
+    """Small train/val shards (llm.c format) of a repetitive token stream, so that a tiny model learns."""
+    d = os.path.join(TMP, "shards")
+    if not os.path.isdir(d):
+        os.makedirs(d)
+        import random
+        rng = random.Random(5)
+        words = [[rng.randrange(50000) for _ in range(rng.randrange(1, 5))] for _ in range(300)]
+        for name, n in (("train_000000.bin", 40000), ("val_000000.bin", 8000)):
+            toks = []
+            while len(toks) < n:
+                toks += [50256] + [t for _ in range(rng.randrange(5, 40)) for t in rng.choice(words)]
+            toks = toks[:n]
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
+                f.write(struct.pack(f"<{n}H", *toks))
+    return os.path.join(d, "train_*.bin"), os.path.join(d, "val_*.bin")
+
+
+def need_trainer(hybrid=False):
+    if not os.access(TRAINER, os.X_OK):
+        raise Skip("./train_gpt2 is not built (trainer branch not merged, or `make` not run)")
+    if hybrid:
+        rc, out, err = sh([TRAINER, "-h"])
+        if "--hybrid" not in out + err:
+            raise Skip("./train_gpt2 has no --hybrid flag yet (hybrid branch not merged)")
+
+
+@test
+def compare_pytorch_tiny_model_20_steps_tol_1e3():
+    need_trainer()
+    if not os.path.isfile(os.path.join(ROOT, "scripts", "train_gpt2.py")):
+        raise Skip("scripts/train_gpt2.py is missing (ref branch not merged)")
+    tr, va = make_shards()
+    out_dir = os.path.join(TMP, "cmp_real")
+    rc, out, err = sh([PYTORCH, "-i", tr, "-j", va, "--depth", "1", "-b", "4", "-t", "32", "-x", "20",
+                       "--tol", "1e-3", "--out", out_dir], env={"OMP_NUM_THREADS": "2"})
+    print("    " + "\n    ".join(ln for ln in out.split("\n") if ln.startswith("largest")))
+    check(rc == 0 and "PASS" in out, f"compare_pytorch failed ({rc}): {out[-2000:]}{err[-2000:]}")
+    m = re.search(r"largest \|train loss diff\| = (\S+) at step \d+ over 20 steps", out)
+    check(m is not None and float(m.group(1)) <= 1e-3, "the largest difference is not reported over 20 steps")
+
+
+@test
+def smoke_config_end_to_end():
+    need_trainer(hybrid=True)
+    cfg = json.load(open(os.path.join(ROOT, "configs", "smoke.json")))
+    for k in ("-i", "-j"):
+        pat = cfg["args"].get(k, "data/default/train_*.bin" if k == "-i" else "data/default/val_*.bin")
+        if not glob.glob(os.path.join(ROOT, pat)):
+            raise Skip(f"no shard matches {pat} (data branch not merged)")
+    res = os.path.join(TMP, "smoke")
+    t0 = time.time()
+    rc, out, err = sh([HYBRID, os.path.join(ROOT, "configs", "smoke.json"), "--results", res])
+    check(rc == 0, f"smoke study failed ({rc}): {out[-3000:]}{err[-2000:]}")
+    target, best, arms = check_study(res, fixed_target=cfg.get("target_val_loss"),
+                                     expect_runs=len(cfg["seeds"]) * len(os.listdir(os.path.join(res, "runs"))))
+    print(f"    smoke study: {sum(o['n'] for o in arms.values())} runs in {time.time() - t0:.0f}s, target {target:.4f}, "
+          f"best baseline {best}, predict steps per hybrid arm: "
+          + ", ".join(f"{a}={o['predict'][0]:.0f}" for a, o in sorted(arms.items()) if not a.startswith("baseline")))
+    for a, o in arms.items():  # the flag off means no Predict step at all
+        check(not a.startswith("baseline") or o["predict"][0] == 0, f"{a}: a baseline run took Predict steps")
+
+
+def main():
+    passed = failed = skipped = 0
+    for fn in TESTS:
+        t0 = time.time()
+        try:
+            fn()
+            passed += 1
+            print(f"PASS {fn.__name__} ({time.time() - t0:.1f}s)", flush=True)
+        except Skip as e:
+            skipped += 1
+            print(f"SKIP {fn.__name__}: {e}", flush=True)
+        except Exception as e:
+            failed += 1
+            print(f"FAIL {fn.__name__}: {e}", flush=True)
+            if not isinstance(e, AssertionError):
+                traceback.print_exc()
+    shutil.rmtree(TMP, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
