@@ -63,7 +63,7 @@ static float train_step(GPT2* model, const int* x, const int* y, int B, int T, i
     gpt2_reduce_grads(model);
     float norm = gpt2_grad_norm(model);
     float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-    gpt2_update(model, DEBUG_LR, 0.9f, 0.95f, 1e-8f, DEBUG_WD, scale, t);
+    gpt2_update(model, DEBUG_LR, 0.9f, 0.95f, 1e-8f, DEBUG_WD, scale, t, t);
     return loss;
 }
 

@@ -479,18 +479,25 @@ float gpt2_grad_norm(GPT2* model) {
     return sqrtf(sq);
 }
 
-// the seed of the stochastic rounding that produced the weights after step t (t = 0: the initial weights)
-static uint32_t gpt2_step_seed(const GPT2* model, int t) {
-    uint64_t x = ((uint64_t)model->rounding_seed << 32) ^ (uint64_t)(uint32_t)t;
+// the seed of the stochastic rounding of the weights written by training step `step` (1-based; 0: the
+// initial weights). Invariant after every step s, whatever it did (update, Predict, rollback, skipped):
+// params == round(master, seed(s)). So the floatX copy is a pure function of the master weights and the
+// step, and a checkpoint of fp32 master weights is enough to continue bit-exactly.
+static uint32_t gpt2_step_seed(const GPT2* model, int step) {
+    uint64_t x = ((uint64_t)model->rounding_seed << 32) ^ (uint64_t)(uint32_t)step;
     x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
     return (uint32_t)x;
 }
 
-// rebuild the floatX working copy from the master weights as the update of step t rounded it:
-// after init (t = 0) and after loading a checkpoint of step t, bit-identical to an uninterrupted run
-void gpt2_sync_floatX(GPT2* model, int t) {
-    round_to_floatX_range(model->params_memory, model->master_weights, model->num_parameters_padded, 0,
-                          gpt2_step_seed(model, t), model->stream);
+// rebuild the floatX copy from the master weights (this rank's shard, then gathered) with step's seed
+void gpt2_sync_floatX(GPT2* model, int step) {
+    size_t lo = model->shard_offset;
+    round_to_floatX_range(model->params_memory + lo, model->master_weights + lo, model->shard_size, lo,
+                          gpt2_step_seed(model, step), model->stream);
+    if (model->multi_gpu->zero_stage == 1) {
+        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
+                             model->stream);
+    }
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
@@ -498,10 +505,10 @@ void gpt2_sync_floatX(GPT2* model, int t) {
 static const int decayed_tensor[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
 
 // AdamW on this rank's shard, one launch per tensor (the decay differs), then the weights are gathered.
-// t: 1-based step
+// t: AdamW's 1-based update count (bias correction); step: the 1-based training step (rounding seed)
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
-                 float grad_scale, int t) {
-    uint32_t seed = gpt2_step_seed(model, t);
+                 float grad_scale, int t, int step) {
+    uint32_t seed = gpt2_step_seed(model, step);
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size, start = 0;
     for (int i = 0; i <= NUM_PARAMETER_TENSORS; i++) {
         // the padding after the last tensor is one more range (zero gradients: it stays zero)
@@ -900,8 +907,10 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->adam_steps++;
-        gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps);
+        gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps,
+                    tr->step + 1);
     }
+    if (r.skipped) { gpt2_sync_floatX(model, tr->step + 1); }  // keeps params == round(master, seed(step))
     cudaCheck(cudaStreamSynchronize(model->stream));
     tr->tokens += (uint64_t)tr->grad_accum * np * B * T;
     tr->backward += (uint64_t)tr->grad_accum * np;
@@ -1010,8 +1019,8 @@ static void load_state(Trainer* tr, int step) {
     tr->tokens = s.tokens;
     tr->backward = s.backward;
     tr->train_time_s = s.train_time_s;
-    // the floatX copy as the update of this step rounded it: the resumed run continues bit-exactly
-    gpt2_sync_floatX(&tr->model, tr->adam_steps);
+    // the floatX copy as this step left it: the resumed run continues bit-exactly
+    gpt2_sync_floatX(&tr->model, tr->step);
 }
 
 static void print_config(const Trainer* tr, int resume_step) {
