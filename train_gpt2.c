@@ -33,10 +33,12 @@
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
 // otherwise take a fifth of a step. expf_vec: range reduction x = n ln2 + r, |r| <= ln2/2, then a
-// degree-7 polynomial (Cephes' expf coefficients); max error about 2 ulp. Inputs below -87.3 give 0.
+// degree-7 polynomial (Cephes' expf coefficients); max error about 2 ulp. Inputs below -87.3 give 0,
+// NaN gives NaN (the fault detector relies on it).
 
 static inline float expf_vec(float x) {
     float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+    xc = xc == xc ? xc : 0.0f;  // NaN: keep the int conversion below defined; the result is NaN again
     // round(x / ln2) with the 1.5 * 2^23 trick: exact, branch-free, vectorisable
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693359375f;
@@ -51,7 +53,7 @@ static inline float expf_vec(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
-    return x < -87.3f ? 0.0f : p * scale;
+    return x < -87.3f ? 0.0f : (x == x ? p * scale : x);
 }
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): exact limits +-1, absolute error ~1e-7 near 0
