@@ -13,8 +13,38 @@ TESTS =
 .DEFAULT_GOAL := all
 
 # ---- section: CPU trainer (train_gpt2.c) ----
+# -fno-math-errno lets sqrtf vectorise (it is not -ffast-math: NaN/Inf and rounding stay IEEE)
+TRAINER_CFLAGS = -fno-math-errno
+TRAINER_HEADERS = train_gpt2.c llmc/utils.h llmc/rand.h llmc/dataloader.h llmc/schedulers.h \
+                  llmc/tokenizer.h llmc/checkpoint.h llmc/logger.h
+PROGRAMS += train_gpt2
+train_gpt2: $(TRAINER_HEADERS)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
+
+TRAINER_TESTS =
+TESTS += $(TRAINER_TESTS)
+$(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util.h | $(BUILD) train_gpt2
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
 # ---- section: data / tokenizer ----
+# ./tokenize (GPT-2 BPE: encode/decode/ids/vocab), its tests, and `make bench-tokenizer`
+DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h
+PROGRAMS += tokenize
+TESTS += $(BUILD)/test_tokenizer
+
+tokenize: data/tokenize.c $(DATA_HEADERS)
+	$(CC) $(CFLAGS) -o $@ data/tokenize.c
+
+$(BUILD)/test_tokenizer: test/test_tokenizer.c $(DATA_HEADERS) tokenize | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ test/test_tokenizer.c $(TEST_LDLIBS)
+
+$(BUILD)/bench_tokenizer: data/bench_tokenizer.c $(DATA_HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ data/bench_tokenizer.c
+
+.PHONY: bench-tokenizer
+bench: bench-tokenizer
+bench-tokenizer: $(BUILD)/bench_tokenizer
+	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
 
 # ---- section: hybrid ----
 

@@ -1,0 +1,250 @@
+/*
+ * tokenize — GPT-2 BPE tokenizer command: text -> llm.c token shards, shards -> text, and llm.c's
+ * gpt2_tokenizer.bin for the trainers' sampler. See data/README.md for the formats.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/stat.h>
+#include "llmc/utils.h"
+#include "data/bpe.h"
+#include "data/shard.h"
+
+static void usage(FILE* out) {
+    fprintf(out,
+        "usage: ./tokenize [--vocab DIR] COMMAND [options]\n"
+        "GPT-2 byte-level BPE (ids identical to OpenAI's encoder), llm.c shard and tokenizer files.\n"
+        "\n"
+        "commands:\n"
+        "  encode [options] [FILE...]   text -> <out>/train_%%06d.bin and <out>/val_%%06d.bin shards\n"
+        "                               (no FILE or '-' reads stdin); each document is prefixed by\n"
+        "                               <|endoftext|> (%d)\n"
+        "      -o DIR              output directory, must exist (default .)\n"
+        "      --doc-sep LINE      a line equal to LINE separates documents inside a file\n"
+        "                          (default: none, each FILE is one document)\n"
+        "      --val-every K       document k (0-based, over all files) goes to val when k %% K == K-1;\n"
+        "                          0 = no val split (default 10)\n"
+        "      --shard-tokens N    tokens per shard file (default 100000000)\n"
+        "  decode SHARD...              shard tokens -> text on stdout (<|endoftext|> printed as is)\n"
+        "  ids [FILE]                   token ids of the text, space-separated, on stdout\n"
+        "  vocab OUT                    write llm.c's tokenizer file (magic 20240328, version 2)\n"
+        "\n"
+        "  --vocab DIR   directory of GPT-2's encoder.json and vocab.bpe (default data/gpt2)\n"
+        "  -h, --help    this text\n",
+        BPE_EOT);
+}
+
+__attribute__((noreturn)) static void bad_usage(const char* msg, const char* arg) {
+    fprintf(stderr, "error: %s%s%s (see ./tokenize --help)\n", msg, arg ? ": " : "", arg ? arg : "");
+    exit(EXIT_FAILURE);
+}
+
+static size_t parse_count(const char* flag, const char* s, size_t max) {
+    char* end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (s[0] == '\0' || s[0] == '-' || *end != '\0' || errno != 0 || v > max) {
+        fprintf(stderr, "error: flag %s: expected an integer in [0, %zu], got '%s'\n", flag, max, s);
+        exit(EXIT_FAILURE);
+    }
+    return (size_t)v;
+}
+
+// whole file (or stdin for "-") into memory
+static uint8_t* read_input(const char* path, size_t* size) {
+    FILE* fp = strcmp(path, "-") == 0 ? stdin : fopenCheck(path, "rb");
+    size_t cap = 1 << 20, n = 0;
+    uint8_t* buf = (uint8_t*)mallocCheck(cap);
+    for (;;) {
+        if (n == cap) {
+            cap *= 2;
+            uint8_t* grown = (uint8_t*)realloc(buf, cap);
+            if (grown == NULL) { fatal("%s: out of memory reading %zu bytes", path, cap); }
+            buf = grown;
+        }
+        size_t got = fread(buf + n, 1, cap - n, fp);
+        n += got;
+        if (got == 0) {
+            if (ferror(fp)) { fatal("%s: read error (%s)", path, strerror(errno)); }
+            break;
+        }
+    }
+    if (fp != stdin) { fclose(fp); }
+    *size = n;
+    return buf;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// ----------------------------------------------------------------------------
+// encode
+
+typedef struct {
+    BPETokenizer* tok;
+    BPEIds ids;
+    ShardWriter train, val;
+    int val_every;
+    size_t docs[2];      // documents in train, val
+    size_t bytes;
+} Encoder;
+
+static void encode_document(Encoder* e, const uint8_t* text, size_t n) {
+    if (n == 0) { return; }  // nothing between two separators: not a document
+    size_t k = e->docs[0] + e->docs[1];
+    int is_val = e->val_every > 0 && k % (size_t)e->val_every == (size_t)e->val_every - 1;
+    e->ids.n = 0;
+    bpe_ids_reserve(&e->ids, 1);
+    e->ids.ids[e->ids.n++] = BPE_EOT;
+    bpe_encode(e->tok, text, n, &e->ids);
+    shard_writer_push(is_val ? &e->val : &e->train, e->ids.ids, e->ids.n);
+    e->docs[is_val]++;
+    e->bytes += n;
+}
+
+static void encode_file(Encoder* e, const char* path, const char* sep) {
+    size_t n;
+    uint8_t* text = read_input(path, &n);
+    if (sep == NULL) {
+        encode_document(e, text, n);
+    } else {
+        size_t sep_len = strlen(sep), doc_start = 0;
+        for (size_t pos = 0; pos < n;) {
+            uint8_t* nl = (uint8_t*)memchr(text + pos, '\n', n - pos);
+            size_t end = nl ? (size_t)(nl - text) : n;
+            size_t next = nl ? end + 1 : n;
+            if (end - pos == sep_len && memcmp(text + pos, sep, sep_len) == 0) {
+                encode_document(e, text + doc_start, pos - doc_start);
+                doc_start = next;
+            }
+            pos = next;
+        }
+        encode_document(e, text + doc_start, n - doc_start);
+    }
+    free(text);
+}
+
+static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
+    const char* out_dir = ".";
+    const char* sep = NULL;
+    int val_every = 10;
+    size_t shard_tokens = 100000000;
+    int first_file = argc;
+    for (int i = 0; i < argc; i++) {
+        int has_value = i + 1 < argc;
+        if (strcmp(argv[i], "-o") == 0 && has_value) { out_dir = argv[++i]; }
+        else if (strcmp(argv[i], "--doc-sep") == 0 && has_value) { sep = argv[++i]; }
+        else if (strcmp(argv[i], "--val-every") == 0 && has_value) { val_every = (int)parse_count(argv[i], argv[i + 1], INT32_MAX); i++; }
+        else if (strcmp(argv[i], "--shard-tokens") == 0 && has_value) { shard_tokens = parse_count(argv[i], argv[i + 1], INT32_MAX); i++; }
+        else if (argv[i][0] == '-' && argv[i][1] != '\0') { bad_usage("unknown flag or missing value", argv[i]); }
+        else { first_file = i; break; }
+    }
+    if (shard_tokens == 0) { bad_usage("flag --shard-tokens: must be at least 1", NULL); }
+    if (sep != NULL && strchr(sep, '\n') != NULL) { bad_usage("flag --doc-sep: the separator is one line", NULL); }
+    struct stat st;
+    if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) { fatal("%s: output directory does not exist", out_dir); }
+    for (int i = first_file; i < argc; i++) {  // fail on an unreadable input before writing anything
+        if (strcmp(argv[i], "-") != 0) { fcloseCheck(fopenCheck(argv[i], "rb"), argv[i]); }
+    }
+    Encoder e = {0};
+    e.tok = tok;
+    e.val_every = val_every;
+    shard_writer_init(&e.train, out_dir, "train", shard_tokens, tok->vocab_size);
+    shard_writer_init(&e.val, out_dir, "val", shard_tokens, tok->vocab_size);
+    double t0 = now_s();
+    if (first_file == argc) { encode_file(&e, "-", sep); }
+    for (int i = first_file; i < argc; i++) { encode_file(&e, argv[i], sep); }
+    double dt = now_s() - t0;
+    size_t train_tokens = e.train.tokens_written + e.train.n, val_tokens = e.val.tokens_written + e.val.n;
+    if (train_tokens == 0) { fatal("no training documents in the input (empty input, or every document went to val)"); }
+    int train_shards = shard_writer_close(&e.train);
+    int val_shards = shard_writer_close(&e.val);
+    bpe_ids_free(&e.ids);
+    fprintf(stderr, "train: %zu documents, %zu tokens, %d shard(s) %s/train_*.bin\n",
+            e.docs[0], train_tokens, train_shards, out_dir);
+    fprintf(stderr, "val: %zu documents, %zu tokens, %d shard(s)%s%s%s\n", e.docs[1], val_tokens, val_shards,
+            val_shards ? " " : " (no val documents)", val_shards ? out_dir : "", val_shards ? "/val_*.bin" : "");
+    fprintf(stderr, "encoded %.1f MB in %.2f s (%.1f MB/s, including reading and writing)\n",
+            (double)e.bytes / 1e6, dt, dt > 0 ? (double)e.bytes / 1e6 / dt : 0.0);
+    const char* splits[2] = {"train", "val"};
+    int counts[2] = {train_shards, val_shards};
+    for (int k = 0; k < 2; k++) {  // a stale shard from an earlier, longer run would join the trainer's glob
+        char path[4200];
+        shard_path(path, sizeof(path), out_dir, splits[k], counts[k]);
+        if (stat(path, &st) == 0) {
+            fprintf(stderr, "warning: %s is left over from an earlier run; delete it before training\n", path);
+        }
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// decode, ids, vocab
+
+static int cmd_decode(BPETokenizer* tok, int argc, char** argv) {
+    if (argc == 0) { bad_usage("decode needs at least one shard", NULL); }
+    for (int i = 0; i < argc; i++) {
+        Shard s;
+        shard_read(&s, argv[i]);
+        if (s.vocab_size > tok->vocab_size) {
+            fatal("%s: vocabulary of %d tokens, larger than GPT-2's %d", argv[i], s.vocab_size, tok->vocab_size);
+        }
+        for (size_t k = 0; k < s.num_tokens; k++) {
+            size_t len;
+            const uint8_t* bytes = bpe_token_bytes(tok, s.tokens[k], &len);
+            fwrite(bytes, 1, len, stdout);
+        }
+        shard_free(&s);
+    }
+    if (fflush(stdout) != 0 || ferror(stdout)) { fatal("stdout: write failed (%s)", strerror(errno)); }
+    return 0;
+}
+
+static int cmd_ids(BPETokenizer* tok, int argc, char** argv) {
+    if (argc > 1) { bad_usage("ids takes at most one file", NULL); }
+    size_t n;
+    uint8_t* text = read_input(argc == 1 ? argv[0] : "-", &n);
+    BPEIds ids = {0};
+    bpe_encode(tok, text, n, &ids);
+    for (size_t k = 0; k < ids.n; k++) { printf(k ? " %d" : "%d", ids.ids[k]); }
+    printf("\n");
+    free(text);
+    bpe_ids_free(&ids);
+    return 0;
+}
+
+static int cmd_vocab(BPETokenizer* tok, int argc, char** argv) {
+    if (argc != 1) { bad_usage("vocab needs exactly one output path", NULL); }
+    bpe_write_tokenizer_file(tok, argv[0]);
+    fprintf(stderr, "wrote %s (%d tokens, eot %d)\n", argv[0], tok->vocab_size, BPE_EOT);
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    const char* vocab_dir = "data/gpt2";
+    int i = 1;
+    for (; i < argc && argv[i][0] == '-'; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { usage(stdout); return 0; }
+        if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) { vocab_dir = argv[++i]; }
+        else { bad_usage("unknown flag or missing value", argv[i]); }
+    }
+    if (i == argc) { usage(stderr); return 1; }
+    const char* cmd = argv[i];
+    int (*run)(BPETokenizer*, int, char**) =
+        strcmp(cmd, "encode") == 0 ? cmd_encode : strcmp(cmd, "decode") == 0 ? cmd_decode :
+        strcmp(cmd, "ids") == 0 ? cmd_ids : strcmp(cmd, "vocab") == 0 ? cmd_vocab : NULL;
+    if (run == NULL) { bad_usage("unknown command", cmd); }
+    for (int k = i + 1; k < argc; k++) {
+        if (strcmp(argv[k], "-h") == 0 || strcmp(argv[k], "--help") == 0) { usage(stdout); return 0; }
+    }
+    BPETokenizer tok;
+    bpe_init(&tok, vocab_dir);
+    int rc = run(&tok, argc - i - 1, argv + i + 1);
+    bpe_free(&tok);
+    return rc;
+}

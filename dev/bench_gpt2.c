@@ -1,0 +1,65 @@
+/*
+ * dev/bench_gpt2.c — speed of full training steps of train_gpt2.c (forward, backward, grad norm, AdamW),
+ * as `make bench` measures it: a random-init dN model (GPT-2 vocab), random tokens, the median step time
+ * over the steps after `warmup`. tok/s = B*T / median; MFU against the SGEMM peak passed in (GFLOP/s),
+ * with FLOPs per token = 6*N + 6*L*C*T (llm.c's accounting). Prints one JSON line.
+ * usage: bench_gpt2 depth B T [steps=8] [warmup=2] [peak_gflops=0]
+ */
+#define TESTING
+#include "../train_gpt2.c"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+static int cmp_double(const void* a, const void* b) {
+    double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char** argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: %s depth B T [steps=8] [warmup=2] [peak_gflops=0]\n", argv[0]);
+        return 1;
+    }
+    int depth = atoi(argv[1]), B = atoi(argv[2]), T = atoi(argv[3]);
+    int steps = argc > 4 ? atoi(argv[4]) : 8;
+    int warmup = argc > 5 ? atoi(argv[5]) : 2;
+    double peak = argc > 6 ? atof(argv[6]) : 0.0;
+    if (depth <= 0 || B <= 0 || T <= 0 || T > 1024 || steps <= warmup || warmup < 0) {
+        fprintf(stderr, "error: bad arguments (need depth, B > 0, 0 < T <= 1024, steps > warmup >= 0)\n");
+        return 1;
+    }
+    GPT2 model;
+    gpt2_build_from_random(&model, depth, 50257, 1337);
+    gpt2_allocate(&model, B, T);
+    int V = model.config.vocab_size;
+    int* x = (int*)mallocCheck((size_t)(B * T + 1) * sizeof(int));
+    uint64_t rng = 42;
+    double* ms = (double*)mallocCheck(steps * sizeof(double));
+    for (int s = 0; s < steps; s++) {
+        for (int i = 0; i <= B * T; i++) { x[i] = (int)(random_u32(&rng) % (uint32_t)V); }
+        double t0 = now_s();
+        gpt2_forward(&model, x, x + 1, B, T);
+        gpt2_zero_grad(&model);
+        gpt2_backward(&model, x, x + 1, 1.0f);
+        float norm = gpt2_grad_norm(&model);
+        gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, norm > 1.0f ? 1.0f / norm : 1.0f, s + 1);
+        ms[s] = (now_s() - t0) * 1000.0;
+    }
+    int n = steps - warmup;
+    qsort(ms + warmup, n, sizeof(double), cmp_double);
+    double med = n % 2 ? ms[warmup + n / 2] : 0.5 * (ms[warmup + n / 2 - 1] + ms[warmup + n / 2]);
+    const GPT2Config* c = &model.config;
+    double flops_tok = 6.0 * model.num_parameters + 6.0 * c->num_layers * c->channels * T;
+    double tok_s = B * T / (med / 1000.0);
+    double mfu = peak > 0 ? 100.0 * tok_s * flops_tok / (peak * 1e9) : 0.0;
+    printf("{\"depth\": %d, \"B\": %d, \"T\": %d, \"steps\": %d, \"median_ms\": %.3f, \"tok_s\": %.2f, "
+           "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f}\n",
+           depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss);
+    free(ms); free(x);
+    gpt2_free(&model);
+    return 0;
+}

@@ -1,0 +1,312 @@
+/*
+ * llmc/checkpoint.h — the files of a checkpoint, shared by the CPU and CUDA trainers.
+ *   model_%08d.bin        llm.c model (magic 20240326, version 3 = fp32): header then all parameters
+ *   state_%08d_00000.bin  training state (magic 20240527): step, RNGs, loader position, AdamW m and v
+ *   DONE_%08d             empty marker, written last: a checkpoint without it is incomplete and ignored
+ * Every file is written atomically (llmc/utils.h), and every read validates sizes and values, so a resume
+ * either continues bit-exactly or stops with one line naming the file. The GPT-2 config and the parameter
+ * layout live here because they are part of the file format.
+ *
+ * State header slots (int32 [256]): llm.c's [0] magic, [1] version 1, [2] processes, [3] rank,
+ * [4] master weights, [5] shuffle, [10] step, [20..21] sampling rng, [30..31] shard index,
+ * [32..33] batch index in that shard; ours: [40..41] num parameters, [42..43] loader blob bytes,
+ * [44..45] tokens consumed, [46..47] backward passes, [48..49] training seconds (double),
+ * [50..51] init seed, [52..53] AdamW updates applied (its bias-correction step). After the header: m (P fp32), v (P fp32), loader blob (llmc/dataloader.h).
+ */
+#ifndef LLMC_CHECKPOINT_H
+#define LLMC_CHECKPOINT_H
+
+#include <dirent.h>
+#include <math.h>
+#include <stdint.h>
+#include "llmc/utils.h"
+
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5
+#define STATE_MAGIC 20240527
+#define STATE_VERSION 1
+#define NUM_PARAMETER_TENSORS 16
+
+typedef struct {
+    int max_seq_len;        // maxT, e.g. 1024
+    int vocab_size;         // V, e.g. 50257
+    int padded_vocab_size;  // Vp, V rounded up to a multiple of 128
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+} GPT2Config;
+
+// sizes (in floats) of the 16 parameter tensors, in file order
+static inline void gpt2_param_sizes(size_t sizes[NUM_PARAMETER_TENSORS], const GPT2Config* c) {
+    size_t Vp = c->padded_vocab_size, C = c->channels, maxT = c->max_seq_len, L = c->num_layers;
+    sizes[0] = Vp * C;           // wte
+    sizes[1] = maxT * C;         // wpe
+    sizes[2] = L * C;            // ln1w
+    sizes[3] = L * C;            // ln1b
+    sizes[4] = L * (3 * C) * C;  // qkvw
+    sizes[5] = L * (3 * C);      // qkvb
+    sizes[6] = L * C * C;        // attprojw
+    sizes[7] = L * C;            // attprojb
+    sizes[8] = L * C;            // ln2w
+    sizes[9] = L * C;            // ln2b
+    sizes[10] = L * (4 * C) * C; // fcw
+    sizes[11] = L * (4 * C);     // fcb
+    sizes[12] = L * C * (4 * C); // fcprojw
+    sizes[13] = L * C;           // fcprojb
+    sizes[14] = C;               // lnfw
+    sizes[15] = C;               // lnfb
+}
+
+static inline size_t gpt2_num_parameters(const GPT2Config* c) {
+    size_t sizes[NUM_PARAMETER_TENSORS], n = 0;
+    gpt2_param_sizes(sizes, c);
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
+// ----------------------------------------------------------------------------
+// model file
+
+// reads and validates the header of an llm.c model file; returns the number of parameters
+static inline size_t model_read_header(const char* path, GPT2Config* config) {
+    FILE* fp = fopenCheck(path, "rb");
+    int header[256];
+    size_t bytes = file_size_check(fp, path);
+    if (bytes < sizeof(header)) {
+        fatal("%s: truncated model file (%zu bytes, smaller than the 1024-byte header)", path, bytes);
+    }
+    freadCheck(header, sizeof(int), 256, fp, path);
+    fcloseCheck(fp, path);
+    if (header[0] != MODEL_MAGIC) {
+        fatal("%s: not an llm.c model file (magic %d, expected %d)", path, header[0], MODEL_MAGIC);
+    }
+    if (header[1] == MODEL_VERSION_BF16) {
+        fatal("%s: model file is version 5 (bf16); this trainer reads version 3 (fp32) only", path);
+    }
+    if (header[1] != MODEL_VERSION_FP32) {
+        fatal("%s: unsupported model file version %d (expected 3, fp32)", path, header[1]);
+    }
+    config->max_seq_len = header[2];
+    config->vocab_size = header[3];
+    config->num_layers = header[4];
+    config->num_heads = header[5];
+    config->channels = header[6];
+    config->padded_vocab_size = header[7];
+    if (config->max_seq_len <= 0 || config->max_seq_len > (1 << 20) || config->vocab_size <= 0 ||
+        config->vocab_size > (1 << 24) || config->num_layers <= 0 || config->num_layers > 1024 ||
+        config->num_heads <= 0 || config->channels <= 0 || config->channels > (1 << 16) ||
+        config->channels % config->num_heads != 0 || config->padded_vocab_size < config->vocab_size ||
+        config->padded_vocab_size > (1 << 24)) {
+        fatal("%s: corrupt model header (maxT %d, V %d, L %d, NH %d, C %d, Vp %d)", path, config->max_seq_len,
+              config->vocab_size, config->num_layers, config->num_heads, config->channels,
+              config->padded_vocab_size);
+    }
+    size_t n = gpt2_num_parameters(config);
+    if (bytes != sizeof(header) + n * sizeof(float)) {
+        fatal("%s: model file is %zu bytes, its header implies %zu%s", path, bytes, sizeof(header) + n * sizeof(float),
+              bytes < sizeof(header) + n * sizeof(float) ? " (truncated)" : "");
+    }
+    return n;
+}
+
+// reads the parameters (n floats, from model_read_header) and rejects NaN/Inf weights
+static inline void model_read_params(const char* path, float* params, size_t n) {
+    FILE* fp = fopenCheck(path, "rb");
+    fseekCheck(fp, 256 * sizeof(int), SEEK_SET, path);
+    freadCheck(params, sizeof(float), n, fp, path);
+    fcloseCheck(fp, path);
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(params[i])) { fatal("%s: parameter %zu is %f (NaN/Inf weights)", path, i, params[i]); }
+    }
+}
+
+static inline void model_write(const char* path, const GPT2Config* config, const float* params, size_t n) {
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = MODEL_VERSION_FP32;
+    header[2] = config->max_seq_len;
+    header[3] = config->vocab_size;
+    header[4] = config->num_layers;
+    header[5] = config->num_heads;
+    header[6] = config->channels;
+    header[7] = config->padded_vocab_size;
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, header, sizeof(int), 256);
+    atomic_write(&af, params, sizeof(float), n);
+    atomic_commit(&af);
+}
+
+// ----------------------------------------------------------------------------
+// state file
+
+typedef struct {
+    int step;                 // steps completed
+    int shuffle;
+    uint64_t sample_rng;      // sampling stream
+    size_t shard_index;       // informational (llm.c slots); the loader blob is authoritative
+    size_t batch_index;
+    size_t num_parameters;
+    uint64_t tokens;          // train tokens consumed so far
+    uint64_t backward;        // backward passes (micro batches) so far
+    double train_time_s;      // cumulative training seconds
+    uint64_t init_seed;
+    uint64_t adam_steps;      // AdamW updates applied so far
+} TrainState;
+
+static inline void put_u64(int* h, int slot, uint64_t v) { memcpy(h + slot, &v, 8); }
+static inline uint64_t get_u64(const int* h, int slot) { uint64_t v; memcpy(&v, h + slot, 8); return v; }
+
+// m, v: (num_parameters) AdamW moments; blob: the data loader position
+static inline void state_write(const char* path, const TrainState* s, const float* m, const float* v,
+                               const void* blob, size_t blob_bytes) {
+    int header[256] = {0};
+    header[0] = STATE_MAGIC;
+    header[1] = STATE_VERSION;
+    header[2] = 1;
+    header[3] = 0;
+    header[4] = 0;
+    header[5] = s->shuffle;
+    header[10] = s->step;
+    put_u64(header, 20, s->sample_rng);
+    put_u64(header, 30, s->shard_index);
+    put_u64(header, 32, s->batch_index);
+    put_u64(header, 40, s->num_parameters);
+    put_u64(header, 42, blob_bytes);
+    put_u64(header, 44, s->tokens);
+    put_u64(header, 46, s->backward);
+    memcpy(header + 48, &s->train_time_s, 8);
+    put_u64(header, 50, s->init_seed);
+    put_u64(header, 52, s->adam_steps);
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_write(&af, header, sizeof(int), 256);
+    atomic_write(&af, m, sizeof(float), s->num_parameters);
+    atomic_write(&af, v, sizeof(float), s->num_parameters);
+    atomic_write(&af, blob, 1, blob_bytes);
+    atomic_commit(&af);
+}
+
+// reads a state file for a model of `num_parameters`; m and v are filled, *blob is malloc'd (free it).
+// Runs only at start-up (resume), so the blob allocation is not in the training loop.
+static inline void state_read(const char* path, TrainState* s, size_t num_parameters, float* m, float* v,
+                              unsigned char** blob, size_t* blob_bytes) {
+    FILE* fp = fopenCheck(path, "rb");
+    int header[256];
+    size_t bytes = file_size_check(fp, path);
+    if (bytes < sizeof(header)) { fatal("%s: truncated state file (%zu bytes)", path, bytes); }
+    freadCheck(header, sizeof(int), 256, fp, path);
+    if (header[0] != STATE_MAGIC) {
+        fatal("%s: not a state file (magic %d, expected %d)", path, header[0], STATE_MAGIC);
+    }
+    if (header[1] != STATE_VERSION) { fatal("%s: unsupported state file version %d", path, header[1]); }
+    if (header[2] != 1 || header[4] != 0) {
+        fatal("%s: state file from a %d-process run with master weights %d; this trainer resumes 1-process fp32 state",
+              path, header[2], header[4]);
+    }
+    memset(s, 0, sizeof(*s));
+    s->shuffle = header[5];
+    s->step = header[10];
+    s->sample_rng = get_u64(header, 20);
+    s->shard_index = get_u64(header, 30);
+    s->batch_index = get_u64(header, 32);
+    s->num_parameters = get_u64(header, 40);
+    size_t nb = get_u64(header, 42);
+    s->tokens = get_u64(header, 44);
+    s->backward = get_u64(header, 46);
+    memcpy(&s->train_time_s, header + 48, 8);
+    s->init_seed = get_u64(header, 50);
+    s->adam_steps = get_u64(header, 52);
+    if (s->num_parameters != num_parameters) {
+        fatal("%s: state is for %zu parameters, the model has %zu", path, s->num_parameters, num_parameters);
+    }
+    if (s->step < 0 || nb > (1u << 30) || bytes != sizeof(header) + 2 * num_parameters * sizeof(float) + nb) {
+        fatal("%s: state file is %zu bytes, its header implies %zu (truncated or corrupt)", path, bytes,
+              sizeof(header) + 2 * num_parameters * sizeof(float) + nb);
+    }
+    freadCheck(m, sizeof(float), num_parameters, fp, path);
+    freadCheck(v, sizeof(float), num_parameters, fp, path);
+    *blob = (unsigned char*)mallocCheck(nb > 0 ? nb : 1);
+    if (nb > 0) { freadCheck(*blob, 1, nb, fp, path); }
+    *blob_bytes = nb;
+    fcloseCheck(fp, path);
+    for (size_t i = 0; i < num_parameters; i++) {
+        if (!isfinite(m[i]) || !isfinite(v[i]) || v[i] < 0.0f) {
+            fatal("%s: optimizer state %zu is not finite (m %f, v %f)", path, i, m[i], v[i]);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// checkpoint names, DONE markers, latest complete checkpoint, pruning
+
+static inline void checkpoint_path(char* out, size_t size, const char* dir, const char* kind, int step) {
+    int n;
+    if (strcmp(kind, "state") == 0) {
+        n = snprintf(out, size, "%s/state_%08d_00000.bin", dir, step);
+    } else if (strcmp(kind, "DONE") == 0) {
+        n = snprintf(out, size, "%s/DONE_%08d", dir, step);
+    } else {
+        n = snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);  // model, hybrid
+    }
+    if (n < 0 || (size_t)n >= size) { fatal("%s: output path too long", dir); }
+}
+
+// the DONE marker: written after every other file of the checkpoint is committed
+static inline void checkpoint_write_done(const char* dir, int step) {
+    char path[4096];
+    checkpoint_path(path, sizeof(path), dir, "DONE", step);
+    AtomicFile af;
+    atomic_open(&af, path);
+    atomic_commit(&af);
+}
+
+// steps of every DONE_%08d in dir, sorted ascending, into steps (capacity max); returns the count
+static inline int checkpoint_list_done(const char* dir, int* steps, int max) {
+    DIR* d = opendir(dir);
+    if (d == NULL) { return 0; }
+    int count = 0;
+    struct dirent* e;
+    while ((e = readdir(d)) != NULL) {
+        int step;
+        char extra;
+        if (strlen(e->d_name) == 13 && sscanf(e->d_name, "DONE_%8d%c", &step, &extra) == 1 && step >= 0) {
+            if (count < max) { steps[count++] = step; }
+        }
+    }
+    closedir(d);
+    for (int i = 1; i < count; i++) {  // insertion sort: a handful of entries
+        int x = steps[i], j = i - 1;
+        while (j >= 0 && steps[j] > x) { steps[j + 1] = steps[j]; j--; }
+        steps[j + 1] = x;
+    }
+    return count;
+}
+
+// the step of the latest complete checkpoint in dir (DONE marker present), or -1
+static inline int checkpoint_find_latest(const char* dir) {
+    int steps[4096];
+    int n = checkpoint_list_done(dir, steps, 4096);
+    return n > 0 ? steps[n - 1] : -1;
+}
+
+// keeps the newest `keep` complete checkpoints (0 = all). The DONE marker goes first, so a checkpoint
+// interrupted half-way through deletion is never mistaken for a complete one.
+static inline void checkpoint_prune(const char* dir, int keep) {
+    if (keep <= 0) { return; }
+    int steps[4096];
+    int n = checkpoint_list_done(dir, steps, 4096);
+    static const char* kinds[] = {"DONE", "model", "state", "hybrid"};
+    for (int i = 0; i < n - keep; i++) {
+        for (int k = 0; k < 4; k++) {
+            char path[4096];
+            checkpoint_path(path, sizeof(path), dir, kinds[k], steps[i]);
+            if (unlink(path) != 0 && errno != ENOENT) {
+                fprintf(stderr, "warning: %s: cannot delete old checkpoint file (%s)\n", path, strerror(errno));
+            }
+        }
+    }
+}
+
+#endif // LLMC_CHECKPOINT_H
