@@ -488,6 +488,8 @@ def arm_styles(arms):
 
 
 def plot_study(arms, runs_recs, target, outdir):
+    """Two PNGs (x = training seconds, x = step), each with the whole run on the left and its last 40% zoomed
+    on the right; below each, one row per hybrid arm shading its Predict steps."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -498,50 +500,66 @@ def plot_study(arms, runs_recs, target, outdir):
         if seeds:
             curves[a["name"]] = _arm_curve([runs_recs[(a["name"], s)] for s in seeds])
     hyb = [a for a in arms if a["kind"] != "baseline" and a["name"] in curves]
+    nstrip = len(hyb)
     out = []
     for xkey, xlabel, fname in (("time", "training time (s, train_time_s)", "val_loss_vs_time.png"),
                                 ("step", "step", "val_loss_vs_step.png")):
-        nstrip = len(hyb)
-        fig, axes = plt.subplots(2 if nstrip else 1, 1, sharex=True, figsize=(9, 5.5 + 0.25 * nstrip),
+        fig, axes = plt.subplots(2 if nstrip else 1, 2, sharex="col", figsize=(13, 5.5 + 0.25 * nstrip),
                                  gridspec_kw={"height_ratios": [5, max(0.6, 0.3 * nstrip)]} if nstrip else None,
                                  squeeze=False)
-        ax = axes[0][0]
-        lo, hi = math.inf, -math.inf
-        for a in arms:
-            if a["name"] not in curves:
-                continue
-            steps, t, m, vmin, vmax = curves[a["name"]]
-            x = t if xkey == "time" else steps
-            n = sum(1 for (nm, _) in runs_recs if nm == a["name"])
-            ax.plot(x, m, label=f"{a['name']} (n={n})", lw=1.6, **styles[a["name"]])
-            if n > 1:
-                ax.fill_between(x, vmin, vmax, color=styles[a["name"]]["color"], alpha=0.18, lw=0)
-            lo = min(lo, float(vmin.min()))
-            k = int(np.searchsorted(steps, 0.15 * steps.max()))
-            hi = max(hi, float(m[min(k, len(m) - 1)]))
-        if target.get("value") is not None:
-            ax.axhline(target["value"], color="k", lw=0.8, ls=":", label=f"target {target['value']:.4f}")
-        if math.isfinite(lo) and hi > lo:
-            ax.set_ylim(lo - 0.05 * (hi - lo), hi)
-        ax.set_ylabel("val loss")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        ax.set_title(f"val loss vs {'training time' if xkey == 'time' else 'step'} (mean over seeds; band = min..max)")
-        if nstrip:
-            sx = axes[1][0]
-            for i, a in enumerate(hyb):
-                seed = min(s for (n, s) in runs_recs if n == a["name"])
-                spans = _predict_spans(runs_recs[(a["name"], seed)], xkey)
-                sx.broken_barh(spans, (i + 0.1, 0.8), facecolors=styles[a["name"]]["color"], alpha=0.6)
-            sx.set_yticks([i + 0.5 for i in range(nstrip)])
-            sx.set_yticklabels([a["name"] for a in hyb], fontsize=6)
-            sx.set_ylim(0, nstrip)
-            sx.set_ylabel("Predict", fontsize=7)
-            sx.set_xlabel(xlabel)
-        else:
-            ax.set_xlabel(xlabel)
+        xmax = max(float((c[1] if xkey == "time" else c[0]).max()) for c in curves.values())
+        for col, x0 in ((0, None), (1, 0.6 * xmax)):
+            ax = axes[0][col]
+            lo, hi = math.inf, -math.inf
+            for a in arms:
+                if a["name"] not in curves:
+                    continue
+                steps, t, m, vmin, vmax = curves[a["name"]]
+                x = t if xkey == "time" else steps
+                n = sum(1 for (nm, _) in runs_recs if nm == a["name"])
+                ax.plot(x, m, label=f"{a['name']} (n={n})", lw=1.6, marker="." if col else None, **styles[a["name"]])
+                if n > 1:
+                    ax.fill_between(x, vmin, vmax, color=styles[a["name"]]["color"], alpha=0.18, lw=0)
+                if x0 is None:
+                    lo = min(lo, float(vmin.min()))
+                    k = int(np.searchsorted(steps, 0.15 * steps.max()))
+                    hi = max(hi, float(m[min(k, len(m) - 1)]))
+                else:
+                    sel = x >= x0
+                    if sel.any():
+                        lo = min(lo, float(vmin[sel].min()))
+            if x0 is not None:  # zoom on the better arms: up to the upper quartile of the final values
+                q3 = float(np.percentile([c[2][-1] for c in curves.values()], 75))
+                hi = q3 + 0.5 * (q3 - lo)
+            if target.get("value") is not None:
+                ax.axhline(target["value"], color="k", lw=0.8, ls=":", label=f"target {target['value']:.4f}")
+            if math.isfinite(lo) and hi > lo:
+                ax.set_ylim(lo - 0.05 * (hi - lo), hi + (0.05 * (hi - lo) if x0 is not None else 0.0))
+            if x0 is not None:
+                ax.set_xlim(x0, xmax * 1.02)
+            ax.grid(alpha=0.3)
+            what = "training time" if xkey == "time" else "step"
+            ax.set_title(f"val loss vs {what} (mean over seeds; band = min..max)" if col == 0 else "last 40%, zoomed",
+                         fontsize=10)
+            if col == 0:
+                ax.set_ylabel("val loss")
+                ax.legend(fontsize=7, ncol=2)
+            if nstrip:
+                sx = axes[1][col]
+                for i, a in enumerate(hyb):
+                    seed = min(s for (n, s) in runs_recs if n == a["name"])
+                    spans = _predict_spans(runs_recs[(a["name"], seed)], xkey)
+                    sx.broken_barh(spans, (i + 0.1, 0.8), facecolors=styles[a["name"]]["color"], alpha=0.6)
+                sx.set_yticks([i + 0.5 for i in range(nstrip)])
+                sx.set_yticklabels([a["name"] for a in hyb] if col == 0 else [], fontsize=6)
+                sx.set_ylim(0, nstrip)
+                if col == 0:
+                    sx.set_ylabel("Predict steps\n(first seed)", fontsize=7)
+                sx.set_xlabel(xlabel)
+            else:
+                ax.set_xlabel(xlabel)
         fig.tight_layout()
-        fig.savefig(os.path.join(outdir, fname), dpi=110)
+        fig.savefig(os.path.join(outdir, fname), dpi=100)
         plt.close(fig)
         out.append((f"val loss vs {'training time' if xkey == 'time' else 'step'}", fname))
     return out
