@@ -350,6 +350,7 @@ void crossentropy_forward(float* losses, float* lse, const float* logits, const 
     for (int n = 0; n < N; n++) {
         const float* x = logits + (size_t)n * Vp;
         float maxval = -FLT_MAX;
+        #pragma omp simd reduction(max:maxval)
         for (int i = 0; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
         float sum = 0.0f;
         #pragma omp simd reduction(+:sum)

@@ -54,10 +54,4 @@ static inline void random_permute(int* a, size_t n, uint64_t* state) {
     }
 }
 
-// a[i] = i, then shuffled
-static inline void random_permutation(int* a, size_t n, uint64_t* state) {
-    for (size_t i = 0; i < n; i++) { a[i] = (int)i; }
-    random_permute(a, n, state);
-}
-
 #endif // LLMC_RAND_H
