@@ -831,7 +831,7 @@ static const ArgSpec ARGS[] = {
     ARG("-v", ARG_INT, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
     ARG("-m", ARG_INT, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
     ARG("-s", ARG_INT, sample_every, 0, 1 << 30, 0, "sample text every N steps (0: off)"),
-    ARG("-g", ARG_INT, sample_tokens, 1, 1 << 20, 0, "tokens per sample (at most T)"),
+    ARG("-g", ARG_INT, sample_tokens, 1, 1 << 20, 0, "tokens per sample (past T, the model sees the last T)"),
     ARG("-n", ARG_INT, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
     ARG("-nk", ARG_INT, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
     ARG("-y", ARG_INT, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
@@ -912,9 +912,6 @@ static void parse_args(TrainConfig* c, int argc, char** argv) {
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
-    if (c->sample_tokens > c->T && c->sample_every > 0) {
-        fatal("flag -g: %d sample tokens exceed the sequence length -t %d", c->sample_tokens, c->T);
-    }
     if (c->total_batch != -1 && c->total_batch % (c->B * c->T) != 0) {
         fatal("flag -d: total batch %d is not a multiple of B*T = %d", c->total_batch, c->B * c->T);
     }
@@ -958,7 +955,7 @@ typedef struct {
     // hybrid mode (--hybrid): its state and the direction buffer (P floats, --direction ema only)
     HybridState hybrid;
     float* direction;
-    int* gen_tokens;          // (T) sampling buffer
+    int* gen_tokens;          // (-g) sampling buffer
     double flops_per_token;
 } Trainer;
 
@@ -1083,7 +1080,8 @@ static float evaluate(Trainer* tr) {
     return (float)(sum / n);
 }
 
-// -g tokens from an EOT prompt, sampled at temperature 1 with the sampling stream; printed decoded
+// -g tokens from an EOT prompt, sampled at temperature 1 with the sampling stream; printed decoded.
+// The context is the last T tokens at most (a sliding window), so -g is not bounded by -t.
 static void sample_text(Trainer* tr) {
     GPT2* model = &tr->model;
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
@@ -1092,8 +1090,9 @@ static void sample_text(Trainer* tr) {
     tr->gen_tokens[0] = eot;
     printf("generating:\n---\n");
     for (int t = 1; t < tr->cfg.sample_tokens; t++) {
-        gpt2_forward(model, tr->gen_tokens, NULL, 1, t);
-        const float* logits = model->acts.logits + (size_t)(t - 1) * Vp;
+        int ctx = t < tr->cfg.T ? t : tr->cfg.T;
+        gpt2_forward(model, tr->gen_tokens + (t - ctx), NULL, 1, ctx);
+        const float* logits = model->acts.logits + (size_t)(ctx - 1) * Vp;
         float maxval = -FLT_MAX;
         for (int i = 0; i < V; i++) { maxval = logits[i] > maxval ? logits[i] : maxval; }
         double sum = 0.0;
@@ -1292,7 +1291,7 @@ int main(int argc, char** argv) {
     lr_scheduler_init(&tr.scheduler, kind, cfg->lr, cfg->warmup, tr.total_steps, cfg->final_frac);
     tr.sample_rng = random_state((uint64_t)cfg->seed, RNG_SAMPLE_SALT);
     tr.loader_blob = (unsigned char*)mallocCheck(dataloader_state_max_size(&tr.train_loader));
-    tr.gen_tokens = (int*)mallocCheck((size_t)cfg->T * sizeof(int));
+    tr.gen_tokens = (int*)mallocCheck((size_t)cfg->sample_tokens * sizeof(int));
     tr.last_val_loss = -1.0f;
     if (cfg->hybrid.enabled) {
         int L = tr.model.config.num_layers, nblocks = 12 * L + 4;

@@ -70,7 +70,18 @@ Test(cli, unknown_schedule) { expect_error("-k cosin", "flag -k"); }
 Test(cli, resume_flag_not_boolean) { expect_error("-y 2", "flag -y"); }
 Test(cli, resume_without_output_dir) { expect_error("-y 1", "flag -y"); }
 Test(cli, total_batch_not_a_multiple) { expect_error("-d 40", "flag -d"); }
-Test(cli, sample_longer_than_sequence) { expect_error("-s 1 -g 17", "flag -g"); }
+Test(cli, sample_longer_than_sequence_uses_a_sliding_window) {
+    char out[512];
+    join_path(out, sizeof(out), dir, "sample.txt");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s -s 1 -g 40", base);
+    RunResult r = run_cmd(cmd, out);
+    cr_assert(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+    char* text = read_text(out);
+    cr_assert_not_null(strstr(text, "generating:"));
+    free(text);
+}
+Test(cli, zero_sample_tokens) { expect_error("-s 1 -g 0", "flag -g"); }
 Test(cli, bad_depth) { expect_error("-e d0", "flag -e"); }
 Test(cli, sequence_longer_than_model) { expect_error("-e d1 -t 1025", "flag -t"); }
 Test(cli, bad_seed) { expect_error("--seed -1", "flag --seed"); }
