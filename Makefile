@@ -21,10 +21,38 @@ PROGRAMS += train_gpt2
 train_gpt2: $(TRAINER_HEADERS)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
-TRAINER_TESTS =
+TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
+                $(BUILD)/test_trainer_cli $(BUILD)/test_resume
 TESTS += $(TRAINER_TESTS)
 $(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util.h | $(BUILD) train_gpt2
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
+
+# ---- section: PyTorch reference, gradient checks, benchmark (scripts/train_gpt2.py, test/test_gpt2.c,
+#      test/test_gradcheck.c, dev/bench_*.c, scripts/bench.py) ----
+PYTHON = /usr/bin/python3
+REF_THREADS ?= 2
+TESTS += $(BUILD)/test_gpt2 $(BUILD)/test_gradcheck
+
+# the comparison fixture: a random-init d2 checkpoint and the reference's float64 debug state for it
+$(BUILD)/ref_d2.bin: scripts/train_gpt2.py | $(BUILD)
+	$(PYTHON) scripts/train_gpt2.py --write-init $@ --depth 2 --seed 42 --threads $(REF_THREADS)
+$(BUILD)/ref_d2_state.bin: $(BUILD)/ref_d2.bin
+	$(PYTHON) scripts/train_gpt2.py --write-debug-state $@ -e $< -b 4 -t 64 --double --seed 42 --threads $(REF_THREADS)
+
+$(BUILD)/test_gpt2: test/test_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) $(BUILD)/ref_d2_state.bin | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
+$(BUILD)/test_gradcheck: test/test_gradcheck.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
+
+$(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+$(BUILD)/bench_gpt2: dev/bench_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS)
+
+# tok/s and MFU of train_gpt2 vs PyTorch vs the SGEMM peak (BENCH_THREADS threads; see scripts/bench.py)
+BENCH_THREADS ?= 2
+bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
+	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
 
 # ---- section: data / tokenizer ----
 # ./tokenize (GPT-2 BPE: encode/decode/ids/vocab), its tests, and `make bench-tokenizer`
