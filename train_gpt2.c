@@ -33,10 +33,12 @@
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
 // otherwise take a fifth of a step. expf_vec: range reduction x = n ln2 + r, |r| <= ln2/2, then a
-// degree-7 polynomial (Cephes' expf coefficients); max error about 2 ulp. Inputs below -87.3 give 0.
+// degree-7 polynomial (Cephes' expf coefficients); max error about 2 ulp. Inputs below -87.3 give 0,
+// NaN gives NaN (the fault detector relies on it).
 
 static inline float expf_vec(float x) {
     float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+    xc = xc == xc ? xc : 0.0f;  // NaN: keep the int conversion below defined; the result is NaN again
     // round(x / ln2) with the 1.5 * 2^23 trick: exact, branch-free, vectorisable
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693359375f;
@@ -51,7 +53,7 @@ static inline float expf_vec(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
-    return x < -87.3f ? 0.0f : p * scale;
+    return x < -87.3f ? 0.0f : (x == x ? p * scale : x);
 }
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): exact limits +-1, absolute error ~1e-7 near 0
@@ -1208,6 +1210,14 @@ static void write_summary(Trainer* tr) {
 }
 
 int main(int argc, char** argv) {
+    // Idle OpenMP workers must sleep, not spin: between parallel regions OpenBLAS's own threads need the
+    // cores, and on a small shared machine a spinning worker costs a time slice at every barrier (10-20x
+    // slower steps measured on 2 cores). libgomp reads the policy at load time, hence the re-exec.
+    // An explicit OMP_WAIT_POLICY in the environment wins.
+    if (getenv("OMP_WAIT_POLICY") == NULL) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
+    }
     Trainer tr;
     memset(&tr, 0, sizeof(tr));
     parse_args(&tr.cfg, argc, argv);
@@ -1334,17 +1344,6 @@ int main(int argc, char** argv) {
                    tokens_per_step / (r.ms / 1000.0), cfg->hybrid.enabled ? " | " : "",
                    cfg->hybrid.enabled ? phase : "");
         }
-        if (r.skipped) {
-            tr.faults++;
-            printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
-                   tr.step, r.loss, r.grad_norm, tr.faults, MAX_FAULTS);
-            if (tr.faults >= MAX_FAULTS) {
-                fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
-                      "of the last good step (lower -l?)", MAX_FAULTS, tr.step);
-            }
-        } else {
-            tr.faults = 0;
-        }
         // per-step metrics: val loss (after the update) joins the step's line
         StepMetrics m = {0};
         m.step = tr.step;
@@ -1367,6 +1366,18 @@ int main(int argc, char** argv) {
             m.val_loss = tr.last_val_loss;
         }
         logger_log_step(&tr.logger, &m);
+        if (r.skipped) {
+            tr.faults++;
+            printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
+                   tr.step, r.loss, r.grad_norm, tr.faults, MAX_FAULTS);
+            fflush(stdout);
+            if (tr.faults >= MAX_FAULTS) {
+                fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
+                      "of the last good step (lower -l?)", MAX_FAULTS, tr.step);
+            }
+        } else {
+            tr.faults = 0;
+        }
         if (cfg->sample_every > 0 && tr.step % cfg->sample_every == 0) { sample_text(&tr); }
         int last = tr.step == tr.total_steps;
         if (cfg->output_dir != NULL &&
