@@ -1327,6 +1327,8 @@ int main(int argc, char** argv) {
             tr.train_time_s += hybrid_ms / 1000.0;
             phase = hybrid_phase_name(&tr.hybrid);
             hybrid_step_json(&tr.hybrid, hybrid_json, sizeof(hybrid_json));
+            char event[160];
+            if (hybrid_take_event(&tr.hybrid, event, sizeof(event))) { printf("%s\n", event); }
         } else {
             r = train_full_step(&tr, lr);
         }
