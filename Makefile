@@ -21,14 +21,42 @@ PROGRAMS += train_gpt2
 train_gpt2: $(TRAINER_HEADERS)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
-TRAINER_TESTS =
+TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
+                $(BUILD)/test_trainer_cli $(BUILD)/test_resume
 TESTS += $(TRAINER_TESTS)
 $(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util.h | $(BUILD) train_gpt2
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
+# ---- section: PyTorch reference, gradient checks, benchmark (scripts/train_gpt2.py, test/test_gpt2.c,
+#      test/test_gradcheck.c, dev/bench_*.c, scripts/bench.py) ----
+PYTHON = /usr/bin/python3
+REF_THREADS ?= 2
+TESTS += $(BUILD)/test_gpt2 $(BUILD)/test_gradcheck
+
+# the comparison fixture: a random-init d2 checkpoint and the reference's float64 debug state for it
+$(BUILD)/ref_d2.bin: scripts/train_gpt2.py | $(BUILD)
+	$(PYTHON) scripts/train_gpt2.py --write-init $@ --depth 2 --seed 42 --threads $(REF_THREADS)
+$(BUILD)/ref_d2_state.bin: $(BUILD)/ref_d2.bin
+	$(PYTHON) scripts/train_gpt2.py --write-debug-state $@ -e $< -b 4 -t 64 --double --seed 42 --threads $(REF_THREADS)
+
+$(BUILD)/test_gpt2: test/test_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) $(BUILD)/ref_d2_state.bin | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
+$(BUILD)/test_gradcheck: test/test_gradcheck.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
+
+$(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+$(BUILD)/bench_gpt2: dev/bench_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS)
+
+# tok/s and MFU of train_gpt2 vs PyTorch vs the SGEMM peak (BENCH_THREADS threads; see scripts/bench.py)
+BENCH_THREADS ?= 2
+bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
+	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
+
 # ---- section: data / tokenizer ----
 # ./tokenize (GPT-2 BPE: encode/decode/ids/vocab), its tests, and `make bench-tokenizer`
-DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h
+DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h llmc/dataloader.h llmc/rand.h llmc/tokenizer.h
 PROGRAMS += tokenize
 TESTS += $(BUILD)/test_tokenizer
 
@@ -46,7 +74,30 @@ bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
 
+# libFuzzer (clang) on the tokenizer for FUZZ_SECONDS; the corpus of found inputs stays in build/
+FUZZ_SECONDS ?= 60
+$(BUILD)/fuzz_tokenizer: test/fuzz_tokenizer.c $(DATA_HEADERS) | $(BUILD)
+	clang -O2 -g -fsanitize=fuzzer,address,undefined -I. -o $@ test/fuzz_tokenizer.c
+
+.PHONY: fuzz-tokenizer
+fuzz: fuzz-tokenizer
+fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
+	mkdir -p $(BUILD)/fuzz_tokenizer_corpus
+	./$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz_tokenizer_corpus
+
 # ---- section: hybrid ----
+# hybrid/ is header-only; each header has its own Criterion test binary
+HYBRID_HEADERS = $(wildcard hybrid/*.h)
+HYBRID_TESTS = $(BUILD)/test_hybrid_controller $(BUILD)/test_hybrid_predictor $(BUILD)/test_hybrid_residual \
+               $(BUILD)/test_hybrid_monitor $(BUILD)/test_hybrid_bandit $(BUILD)/test_hybrid_apply \
+               $(BUILD)/test_hybrid_state
+TESTS += $(HYBRID_TESTS)
+
+$(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c $(HYBRID_HEADERS) | $(BUILD)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS)
+
+# the CPU trainer compiles hybrid/ in (--hybrid)
+train_gpt2: $(HYBRID_HEADERS)
 
 # ---- section: CUDA ----
 # GPU trainer train_gpt2cu and its test test_gpt2cu. Everything is found by its header and library;
