@@ -1556,8 +1556,9 @@ int main(int argc, char** argv) {
         logger_log_step(&tr.logger, &m);
         if (cfg->sample_every > 0 && tr.step % cfg->sample_every == 0) { sample_text(&tr); }
         int last = tr.step == tr.total_steps;
-        // a signal reaches ranks at different moments: rank 0's decision is everyone's
-        int stop = (int)gpt2_sum_over_ranks(&tr.model, tr.rank0 && stop_signal ? 1.0f : 0.0f);
+        // a signal reaches ranks at different moments: rank 0's decision is everyone's. Predict steps
+        // communicate nothing, so the decision waits for the next measured step (a run is at most 16 steps)
+        int stop = predict && !last ? 0 : (int)gpt2_sum_over_ranks(&tr.model, tr.rank0 && stop_signal ? 1.0f : 0.0f);
         if (cfg->output_dir != NULL && ((cfg->ckpt_every > 0 && (tr.step % cfg->ckpt_every == 0 || last)) || stop)) {
             save_checkpoint(&tr);
         }
