@@ -120,7 +120,7 @@ else
 endif
 PRECISION ?= BF16
 USE_MPI ?= 0
-NVCC_FLAGS = -O3 -std=c++17 -lineinfo $(NVCC_ARCH) -I. -Xcompiler -Wall,-Wno-unknown-pragmas
+NVCC_FLAGS = -O3 -std=c++17 -lineinfo $(NVCC_ARCH) -I. -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas
 NVCC_LDLIBS = -lcublas -lcublasLt
 NVCC_DEFS = -DENABLE_$(PRECISION)
 # no --use_fast_math: the kernels must match the CPU path's expf/tanhf to test tolerances
