@@ -8,6 +8,7 @@ and the fuzz seed corpora. Standard library only.
   statehash PATH                     md5 of a state file without its wall-clock slot (header ints 48..49)
   set-int32 PATH INDEX VALUE         overwrite the int32 at INDEX (e.g. a header slot)
   set-f32 PATH BYTE_OFFSET VALUE     overwrite the float at BYTE_OFFSET (nan, inf, -inf or a number)
+  blob-index PATH                    int32 index where a state file's data-loader blob starts
 """
 import hashlib
 import random
@@ -67,9 +68,17 @@ def set_f32(path, offset, value):
         f.write(struct.pack("<f", float(value)))
 
 
+def blob_index(path):
+    data = open(path, "rb").read()
+    P, nb = struct.unpack_from("<QQ", data, 40 * 4)
+    assert len(data) == 1024 + 8 * P + nb, "not a state file of this trainer"
+    print((1024 + 8 * P) // 4)
+
+
 if __name__ == "__main__":
     commands = {"shard": shard, "model": model, "tokenizer": tokenizer, "statehash": statehash,
-                "set-int32": set_int32, "set-f32": set_f32}
+                "set-int32": set_int32, "set-f32": set_f32,
+                "blob-index": blob_index}
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](*sys.argv[2:])

@@ -81,6 +81,11 @@ fresh; truncate -s -1 "$ST"; resume_case "state truncated" "$ST"
 fresh; mkf set-int32 "$ST" 40 12345; resume_case "state for another model size" "$ST"
 fresh; mkf set-f32 "$ST" 2000 nan; resume_case "NaN in AdamW m" "$ST"
 fresh; mkf set-f32 "$ST" $(( $(stat -c %s "$ST") - 200 )) -1; resume_case "corrupt loader position" "$ST"
+fresh; mkf set-int32 "$ST" 52 -1; resume_case "more AdamW steps than steps (bias correction 1/0)" "$ST"
+fresh; B0=$($PY "$HERE/mkfiles.py" blob-index "$ST")
+mkf set-int32 "$ST" $((B0 + 9)) 0; mkf set-int32 "$ST" $((B0 + 8)) 0; resume_case "shard order not a permutation" "$ST"
+fresh; mkf set-int32 "$ST" $((B0 + 10)) 5; mkf set-int32 "$ST" $((B0 + 11)) 5; resume_case "batch order not a permutation" "$ST"
+fresh; mkf set-int32 "$ST" $((B0 + 2)) -3; resume_case "negative epoch" "$ST"
 fresh; rm "$MO"; resume_case "model file missing" "$MO"
 fresh; truncate -s 2000 "$MO"; resume_case "model truncated" "$MO"
 fresh; mkf set-f32 "$MO" 4096 inf; resume_case "Inf weight in the checkpoint" "$MO"
@@ -97,6 +102,8 @@ mkf tokenizer "$T" 8192; mkf set-int32 "$T" 1 3; tok_case "version 3"
 mkf tokenizer "$T" 8192; mkf set-int32 "$T" 2 -1; tok_case "negative vocab"
 mkf tokenizer "$T" 8192; truncate -s -3 "$T"; tok_case "truncated token table"
 head -c 100 "$WORK/tok.bin" > "$T.short" && mv "$T.short" "$T"; tok_case "truncated header"
+mkf tokenizer "$T" 8192; printf 'zz' >> "$T"; tok_case "trailing bytes"
+mkf tokenizer "$T" 100; mkf set-int32 "$T" 2 16000000; tok_case "16M tokens claimed by a 500-byte file"
 
 # ---- flags
 bad "flag: -b not a number" "-b" $TRAINER -b x
