@@ -235,11 +235,13 @@ def summarize_run(recs, target=None):
         "phase_time_s": phase_time,
         "time_to_target_s": None,
         "step_to_target": None,
+        "backward_to_target": None,
     }
     if target is not None:
         for st, t, v in pts:
             if v <= target:
                 s["time_to_target_s"], s["step_to_target"] = t, st
+                s["backward_to_target"] = next((r.get("backward") for r in recs if r["step"] == st), None) if st else 0
                 break
     return s
 
@@ -302,6 +304,8 @@ def analyze(arms, runs, fixed_target=None):
             row[key + "_mean"], row[key + "_std"], _ = mean_std([r[key] for r in rs])
         ttt = [r["time_to_target_s"] for r in rs if r["time_to_target_s"] is not None]
         row["time_to_target_mean"], row["time_to_target_std"], row["reached"] = mean_std(ttt)
+        row["backward_to_target_mean"], row["backward_to_target_std"], _ = mean_std(
+            [r["backward_to_target"] for r in rs if r["time_to_target_s"] is not None])
         row["p_final_val"] = None if a["name"] == best else welch_p([r["final_val_loss"] for r in rs],
                                                                      [r["final_val_loss"] for r in ref])
         row["p_time_to_target"] = None if a["name"] == best else welch_p(
@@ -319,9 +323,9 @@ def analyze(arms, runs, fixed_target=None):
 # report: CSV, JSON, Markdown
 
 RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "predictor", "steps", "final_val_loss", "final_val_step",
-                "time_to_target_s", "step_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps"]
+                "time_to_target_s", "step_to_target", "backward_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps"]
 ARM_CSV_COLS = ["arm", "kind", "lr", "predictor", "n", "best_baseline", "final_val_loss_mean", "final_val_loss_std",
-                "reached", "time_to_target_mean", "time_to_target_std", "speedup", "p_final_val", "p_time_to_target",
+                "reached", "time_to_target_mean", "time_to_target_std", "backward_to_target_mean", "backward_to_target_std", "speedup", "p_final_val", "p_time_to_target",
                 "backward_mean", "backward_std", "tokens_mean", "tokens_std", "train_time_s_mean", "train_time_s_std",
                 "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean"]
 
@@ -386,17 +390,19 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
              "seeds that reached it (`reached`).")
     L.append("- mean ± sample std over seeds; p = two-sided Welch t-test against the best baseline "
              "(final val loss; time to target over the seeds that reached it). Speed-up = best baseline's mean time "
-             "to target / the arm's, shown only when every seed of both reached the target.")
+             "to target / the arm's, shown only when every seed of both reached the target. Backward to target = backward "
+             "passes (micro batches) done by then: a measure of compute that the shared machine's timing noise does not touch.")
     L.append("")
     L.append("| arm | kind | peak LR | final val loss | time to target (s) | reached | speed-up | p (final val) | "
-             "p (time) | backward passes | tokens | train time (s) | wall time (s) | predict steps |")
-    L.append("|" + "---|" * 14)
+             "p (time) | backward to target | backward passes | tokens | train time (s) | wall time (s) | predict steps |")
+    L.append("|" + "---|" * 15)
     for r in arm_rows:
         name = f"**{r['arm']}**" if r["best_baseline"] else r["arm"]
         L.append(f"| {name} | {r['kind']} | {fmt_num(r['lr'])} | {fmt_ms(r['final_val_loss_mean'], r['final_val_loss_std'], 4)} | "
                  f"{fmt_ms(r['time_to_target_mean'], r['time_to_target_std'], 2)} | {r['reached']}/{r['n']} | "
                  f"{fmt_speedup(r['speedup'])} | "
                  f"{fmt_p(r['p_final_val'])} | {fmt_p(r['p_time_to_target'])} | "
+                 f"{fmt_ms(r['backward_to_target_mean'], r['backward_to_target_std'], 0)} | "
                  f"{fmt_ms(r['backward_mean'], r['backward_std'], 0)} | {fmt_ms(r['tokens_mean'], r['tokens_std'], 0)} | "
                  f"{fmt_ms(r['train_time_s_mean'], r['train_time_s_std'], 2)} | {fmt_ms(r['wall_s_mean'], r['wall_s_std'], 1)} | "
                  f"{fmt_ms(r['predict_steps_mean'], None, 1)} |")
@@ -482,6 +488,8 @@ def arm_styles(arms):
 
 
 def plot_study(arms, runs_recs, target, outdir):
+    """Two PNGs (x = training seconds, x = step), each with the whole run on the left and its last 40% zoomed
+    on the right; below each, one row per hybrid arm shading its Predict steps."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -492,50 +500,66 @@ def plot_study(arms, runs_recs, target, outdir):
         if seeds:
             curves[a["name"]] = _arm_curve([runs_recs[(a["name"], s)] for s in seeds])
     hyb = [a for a in arms if a["kind"] != "baseline" and a["name"] in curves]
+    nstrip = len(hyb)
     out = []
     for xkey, xlabel, fname in (("time", "training time (s, train_time_s)", "val_loss_vs_time.png"),
                                 ("step", "step", "val_loss_vs_step.png")):
-        nstrip = len(hyb)
-        fig, axes = plt.subplots(2 if nstrip else 1, 1, sharex=True, figsize=(9, 5.5 + 0.25 * nstrip),
+        fig, axes = plt.subplots(2 if nstrip else 1, 2, sharex="col", figsize=(13, 5.5 + 0.25 * nstrip),
                                  gridspec_kw={"height_ratios": [5, max(0.6, 0.3 * nstrip)]} if nstrip else None,
                                  squeeze=False)
-        ax = axes[0][0]
-        lo, hi = math.inf, -math.inf
-        for a in arms:
-            if a["name"] not in curves:
-                continue
-            steps, t, m, vmin, vmax = curves[a["name"]]
-            x = t if xkey == "time" else steps
-            n = sum(1 for (nm, _) in runs_recs if nm == a["name"])
-            ax.plot(x, m, label=f"{a['name']} (n={n})", lw=1.6, **styles[a["name"]])
-            if n > 1:
-                ax.fill_between(x, vmin, vmax, color=styles[a["name"]]["color"], alpha=0.18, lw=0)
-            lo = min(lo, float(vmin.min()))
-            k = int(np.searchsorted(steps, 0.15 * steps.max()))
-            hi = max(hi, float(m[min(k, len(m) - 1)]))
-        if target.get("value") is not None:
-            ax.axhline(target["value"], color="k", lw=0.8, ls=":", label=f"target {target['value']:.4f}")
-        if math.isfinite(lo) and hi > lo:
-            ax.set_ylim(lo - 0.05 * (hi - lo), hi)
-        ax.set_ylabel("val loss")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, ncol=2)
-        ax.set_title(f"val loss vs {'training time' if xkey == 'time' else 'step'} (mean over seeds; band = min..max)")
-        if nstrip:
-            sx = axes[1][0]
-            for i, a in enumerate(hyb):
-                seed = min(s for (n, s) in runs_recs if n == a["name"])
-                spans = _predict_spans(runs_recs[(a["name"], seed)], xkey)
-                sx.broken_barh(spans, (i + 0.1, 0.8), facecolors=styles[a["name"]]["color"], alpha=0.6)
-            sx.set_yticks([i + 0.5 for i in range(nstrip)])
-            sx.set_yticklabels([a["name"] for a in hyb], fontsize=6)
-            sx.set_ylim(0, nstrip)
-            sx.set_ylabel("Predict", fontsize=7)
-            sx.set_xlabel(xlabel)
-        else:
-            ax.set_xlabel(xlabel)
+        xmax = max(float((c[1] if xkey == "time" else c[0]).max()) for c in curves.values())
+        for col, x0 in ((0, None), (1, 0.6 * xmax)):
+            ax = axes[0][col]
+            lo, hi = math.inf, -math.inf
+            for a in arms:
+                if a["name"] not in curves:
+                    continue
+                steps, t, m, vmin, vmax = curves[a["name"]]
+                x = t if xkey == "time" else steps
+                n = sum(1 for (nm, _) in runs_recs if nm == a["name"])
+                ax.plot(x, m, label=f"{a['name']} (n={n})", lw=1.6, marker="." if col else None, **styles[a["name"]])
+                if n > 1:
+                    ax.fill_between(x, vmin, vmax, color=styles[a["name"]]["color"], alpha=0.18, lw=0)
+                if x0 is None:
+                    lo = min(lo, float(vmin.min()))
+                    k = int(np.searchsorted(steps, 0.15 * steps.max()))
+                    hi = max(hi, float(m[min(k, len(m) - 1)]))
+                else:
+                    sel = x >= x0
+                    if sel.any():
+                        lo = min(lo, float(vmin[sel].min()))
+            if x0 is not None:  # zoom on the better arms: up to the upper quartile of the final values
+                q3 = float(np.percentile([c[2][-1] for c in curves.values()], 75))
+                hi = q3 + 0.5 * (q3 - lo)
+            if target.get("value") is not None:
+                ax.axhline(target["value"], color="k", lw=0.8, ls=":", label=f"target {target['value']:.4f}")
+            if math.isfinite(lo) and hi > lo:
+                ax.set_ylim(lo - 0.05 * (hi - lo), hi + (0.05 * (hi - lo) if x0 is not None else 0.0))
+            if x0 is not None:
+                ax.set_xlim(x0, xmax * 1.02)
+            ax.grid(alpha=0.3)
+            what = "training time" if xkey == "time" else "step"
+            ax.set_title(f"val loss vs {what} (mean over seeds; band = min..max)" if col == 0 else "last 40%, zoomed",
+                         fontsize=10)
+            if col == 0:
+                ax.set_ylabel("val loss")
+                ax.legend(fontsize=7, ncol=2)
+            if nstrip:
+                sx = axes[1][col]
+                for i, a in enumerate(hyb):
+                    seed = min(s for (n, s) in runs_recs if n == a["name"])
+                    spans = _predict_spans(runs_recs[(a["name"], seed)], xkey)
+                    sx.broken_barh(spans, (i + 0.1, 0.8), facecolors=styles[a["name"]]["color"], alpha=0.6)
+                sx.set_yticks([i + 0.5 for i in range(nstrip)])
+                sx.set_yticklabels([a["name"] for a in hyb] if col == 0 else [], fontsize=6)
+                sx.set_ylim(0, nstrip)
+                if col == 0:
+                    sx.set_ylabel("Predict steps\n(first seed)", fontsize=7)
+                sx.set_xlabel(xlabel)
+            else:
+                ax.set_xlabel(xlabel)
         fig.tight_layout()
-        fig.savefig(os.path.join(outdir, fname), dpi=110)
+        fig.savefig(os.path.join(outdir, fname), dpi=100)
         plt.close(fig)
         out.append((f"val loss vs {'training time' if xkey == 'time' else 'step'}", fname))
     return out

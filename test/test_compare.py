@@ -66,8 +66,10 @@ def run_numbers(path, target):
     recs = [json.loads(line) for line in open(path) if line.strip()]
     vals = sorted((r["step"], r.get("train_time_s") or 0.0, r["val_loss"]) for r in recs if r.get("val_loss") is not None)
     last = max((r for r in recs if r["step"] >= 1), key=lambda r: r["step"])
-    ttt = next((t for s, t, v in vals if target is not None and v <= target), None)
-    return {"final": vals[-1][2], "ttt": ttt, "train_time": last["train_time_s"], "backward": last["backward"],
+    hit = next(((s, t) for s, t, v in vals if target is not None and v <= target), None)
+    ttt = hit[1] if hit else None
+    btt = None if hit is None else (0 if hit[0] == 0 else next(r["backward"] for r in recs if r["step"] == hit[0]))
+    return {"final": vals[-1][2], "ttt": ttt, "btt": btt, "train_time": last["train_time_s"], "backward": last["backward"],
             "tokens": last["tokens"], "predict": sum(1 for r in recs if r.get("phase") == "predict"),
             "predict_s": sum(r["ms"] for r in recs if r.get("phase") == "predict") / 1000.0}
 
@@ -107,6 +109,8 @@ def recompute(results, fixed_target=None):
         t = [r["ttt"] for r in rs if r["ttt"] is not None]
         o["reached"] = len(t)
         o["ttt"] = (statistics.mean(t), statistics.stdev(t) if len(t) > 1 else None) if t else (None, None)
+        bt = [r["btt"] for r in rs if r["btt"] is not None]
+        o["btt"] = (statistics.mean(bt), statistics.stdev(bt) if len(bt) > 1 else None) if bt else (None, None)
         o["p_final"] = None if o["best"] else welch([r["final"] for r in rs], [r["final"] for r in ref])
         o["p_ttt"] = None if o["best"] else welch(t, [r["ttt"] for r in ref if r["ttt"] is not None])
     return target, best, out
@@ -163,7 +167,8 @@ def check_study(results, fixed_target=None, expect_runs=None):
         row, c = table[arm], csv_rows[arm]
         check((row["arm"].startswith("**")) == o["best"], f"{arm}: best-baseline marking wrong")
         for col, key in (("final val loss", "final"), ("backward passes", "backward"), ("tokens", "tokens"),
-                         ("train time (s)", "train_time"), ("time to target (s)", "ttt")):
+                         ("train time (s)", "train_time"), ("time to target (s)", "ttt"),
+                         ("backward to target", "btt")):
             parts = row[col].split(" ± ")
             close_to_cell(parts[0], o[key][0], f"{arm} {col} mean")
             if o[key][1] is not None:
@@ -178,7 +183,7 @@ def check_study(results, fixed_target=None, expect_runs=None):
         # the CSV holds the full-precision numbers
         for col, val in (("final_val_loss_mean", o["final"][0]), ("backward_mean", o["backward"][0]),
                          ("tokens_mean", o["tokens"][0]), ("train_time_s_mean", o["train_time"][0]),
-                         ("time_to_target_mean", o["ttt"][0]), ("p_final_val", o["p_final"]),
+                         ("time_to_target_mean", o["ttt"][0]), ("backward_to_target_mean", o["btt"][0]), ("p_final_val", o["p_final"]),
                          ("p_time_to_target", o["p_ttt"])):
             if val is None:
                 check(c[col] == "", f"{arm} csv {col}: expected empty, got {c[col]}")
