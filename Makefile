@@ -234,7 +234,7 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(BUILD)/fuzz/corpus_$$t test/fuzz/crashers/$$t; \
 	  ASAN_OPTIONS=quarantine_size_mb=64 OMP_NUM_THREADS=1 ./$(BUILD)/fuzz/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) \
-	    -timeout=10 -rss_limit_mb=2048 -max_len=65536 -close_fd_mask=2 -print_final_stats=1 \
+	    -timeout=10 -rss_limit_mb=2048 -max_len=131072 -close_fd_mask=2 -print_final_stats=1 \
 	    -artifact_prefix=test/fuzz/crashers/$$t/ $(BUILD)/fuzz/corpus_$$t test/fuzz/corpus/$$t \
 	    > $(BUILD)/fuzz/$$t.log 2>&1; rc=$$?; \
 	  echo "fuzz $$t: $$(grep -o 'Done [0-9]* runs in [0-9]* second(s)' $(BUILD)/fuzz/$$t.log)," \
@@ -245,7 +245,7 @@ fuzz: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 # folds new coverage from build/ into the committed corpus (keep it small: review before committing)
 fuzz-merge: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
-	  ./$(BUILD)/fuzz/fuzz_$$t -merge=1 -max_len=65536 -close_fd_mask=2 test/fuzz/corpus/$$t $(BUILD)/fuzz/corpus_$$t; \
+	  ./$(BUILD)/fuzz/fuzz_$$t -merge=1 -max_len=131072 -close_fd_mask=2 test/fuzz/corpus/$$t $(BUILD)/fuzz/corpus_$$t; \
 	done
 
 # ---- section: experiments (scripts/compare_hybrid, scripts/compare_pytorch) ----
