@@ -93,6 +93,24 @@ fresh; cp "$D/train_000000.bin" "$D/train_000002.bin"
 resume_case "data changed (3 shards, state for 2)" "$ST"
 rm -f "$D/train_000002.bin"
 
+# ---- hybrid state on resume (--hybrid 1)
+HY="--hybrid 1 --hybrid-warmup 2 --full-steps 1"
+$TRAINER -i "$D/train_*.bin" -e d1 $ARGS $HY -o "$C.hgood" -n 1 -x 4 > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "hybrid checkpoint run failed"; }
+HF=$C/hybrid_00000004.bin
+hybrid_case() {   # hybrid_case LABEL EXTRA_FLAGS...: $C was prepared from $C.hgood and damaged
+    local label=$1
+    shift
+    bad "resume: hybrid $label" "$HF" $TRAINER -i "$D/train_*.bin" -e d1 $ARGS $HY -o "$C" -y 1 -x 4 "$@"
+}
+hfresh() { rm -rf "$C"; cp -r "$C.hgood" "$C"; }
+hfresh; mkf set-int32 "$HF" 40 12345; hybrid_case "state with a flipped word (checksum)"
+hfresh; truncate -s -9 "$HF"; hybrid_case "state truncated"
+hfresh; printf 'x' >> "$HF"; hybrid_case "state with trailing bytes"
+hfresh; mkf set-int32 "$HF" 0 7; hybrid_case "state wrong magic"
+hfresh; rm "$HF"; hybrid_case "state missing"
+hfresh; hybrid_case "state for another predictor" --predictor rssm
+hfresh; hybrid_case "state for another schedule length" -x 6
+
 # ---- tokenizer file (read when sampling, -s > 0)
 T=$WORK/tok.bin
 mkf tokenizer "$T" 8192
