@@ -5,6 +5,7 @@
 # every resume continued bit-exactly; a run that reaches the last step must match the reference's end.
 # A second series (HYBRID_KILLS, default 10) does the same in hybrid mode, where a checkpoint also has
 # hybrid_%08d.bin (its bytes hold wall-clock timings, so there the model and state files are compared).
+# At the end, metrics.jsonl must list every step once: logs are cut back to the checkpoint on resume.
 source "$(dirname "$0")/lib.sh"
 KILLS=${KILLS:-30}
 HYBRID_KILLS=${HYBRID_KILLS:-10}
@@ -77,6 +78,9 @@ kill_series() {   # kill_series LABEL KILLS EXTRA_FLAGS...
     # finish the interrupted run: it must reach the reference's last step
     $TRAINER $ARGS -o "$run" -n 1 -nk 2 -x $STEPS -y 1 > "$WORK/run.log" 2>&1 || { cat "$WORK/run.log"; fail "final resume failed"; }
     [ "$(ckpt_hash "$run" $STEPS)" = "${REF[$STEPS]}" ] || fail "final checkpoint differs from the reference"
+    # the logs were cut back to the checkpoint at every resume: each step exactly once, in order
+    [ "$(grep -o '^{"step": [0-9]*' "$run/metrics.jsonl" | cut -d' ' -f2 | tr '\n' ' ')" = "$(seq -s ' ' 1 $STEPS) " ] ||
+        fail "metrics.jsonl does not hold steps 1..$STEPS once each: $(grep -o '^{"step": [0-9]*' "$run/metrics.jsonl" | cut -d' ' -f2 | tr '\n' ' ')"
     note "ok ($label): $kills kills ($during_write while a checkpoint file was being written), $completions runs completed" \
          "between kills, $resumes resumes seen starting at the newest complete checkpoint, all bit-exact ($(( $(date +%s) - start )) s)"
 }
