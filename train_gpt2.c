@@ -28,14 +28,17 @@
 #include "llmc/tokenizer.h"
 #include "llmc/checkpoint.h"
 #include "llmc/logger.h"
+#include "hybrid/hybrid.h"
 
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
 // otherwise take a fifth of a step. expf_vec: range reduction x = n ln2 + r, |r| <= ln2/2, then a
-// degree-7 polynomial (Cephes' expf coefficients); max error about 2 ulp. Inputs below -87.3 give 0.
+// degree-7 polynomial (Cephes' expf coefficients); max error about 2 ulp. Inputs below -87.3 give 0,
+// NaN gives NaN (the fault detector relies on it).
 
 static inline float expf_vec(float x) {
     float xc = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+    xc = xc == xc ? xc : 0.0f;  // NaN: keep the int conversion below defined; the result is NaN again
     // round(x / ln2) with the 1.5 * 2^23 trick: exact, branch-free, vectorisable
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = xc - n * 0.693359375f;
@@ -50,7 +53,7 @@ static inline float expf_vec(float x) {
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
-    return x < -87.3f ? 0.0f : p * scale;
+    return x < -87.3f ? 0.0f : (x == x ? p * scale : x);
 }
 
 // tanh(u) = 1 - 2 / (exp(2u) + 1): exact limits +-1, absolute error ~1e-7 near 0
@@ -743,6 +746,7 @@ typedef struct {
     int overfit;               // -a
     long long seed;            // --seed
     const char* tokenizer;     // --tokenizer
+    HybridConfig hybrid;       // --hybrid, --predictor, ... (hybrid/hybrid.h)
 } TrainConfig;
 
 static TrainConfig default_config(void) {
@@ -770,6 +774,7 @@ static TrainConfig default_config(void) {
     c.overfit = 0;
     c.seed = 1337;
     c.tokenizer = "data/gpt2_tokenizer.bin";
+    hybrid_config_default(&c.hybrid);
     return c;
 }
 
@@ -831,6 +836,7 @@ static void print_usage(FILE* out) {
                 ARGS[i].type == ARG_STR ? "<string>" : ARGS[i].type == ARG_FLOAT ? "<float>" : "<int>",
                 ARGS[i].help, def);
     }
+    hybrid_usage(out);
     fprintf(out, "  -h, --help            this text\n");
     fprintf(out, "Example: ./train_gpt2 -e d6 -b 8 -t 256 -x 50 -o out/d6\n");
 }
@@ -867,6 +873,7 @@ static void parse_args(TrainConfig* c, int argc, char** argv) {
         if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { print_usage(stdout); exit(EXIT_SUCCESS); }
         // hybrid mode's flags (--hybrid, --predictor, ...) are matched here, by hybrid/hybrid.h's parser,
         // before the trainer's own table
+        if (hybrid_parse_flag(&c->hybrid, argc, argv, &i)) { continue; }
         const ArgSpec* spec = NULL;
         for (int k = 0; k < NUM_ARGS; k++) {
             if (strcmp(flag, ARGS[k].flag) == 0) { spec = &ARGS[k]; break; }
@@ -923,6 +930,9 @@ typedef struct {
     float last_val_loss;      // -1 until computed
     float last_train_loss;
     unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
+    // hybrid mode (--hybrid): its state and the direction buffer (P floats, --direction ema only)
+    HybridState hybrid;
+    float* direction;
     int* gen_tokens;          // (T) sampling buffer
     double flops_per_token;
 } Trainer;
@@ -945,17 +955,31 @@ static void on_stop_signal(int sig) { stop_signal = sig; }
 
 // one Full step: forward and backward over grad_accum micro batches, global norm, clip, AdamW.
 // A non-finite loss or norm never reaches the weights: the update is skipped.
+// Hybrid mode: a Correct step first checks the loss at the predicted point (the first micro batch's)
+// and may roll the Predict run back, while the gradient buffer still holds the pre-Predict weights;
+// after the update, the hybrid pass measures the update against the direction (and updates it).
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r = {0};
     double t0 = now_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->train_loader;
     int B = tr->cfg.B, T = tr->cfg.T;
-    gpt2_zero_grad(model);
+    int hybrid = tr->cfg.hybrid.enabled;
+    int correct = hybrid && tr->hybrid.phase == PHASE_CORRECT;
+    if (!correct) { gpt2_zero_grad(model); }
     double loss_sum = 0.0;
     for (int k = 0; k < tr->grad_accum; k++) {
         if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
         gpt2_forward(model, loader->inputs, loader->targets, B, T);
+        if (correct && k == 0) {
+            if (hybrid_correct_check(&tr->hybrid, model->mean_loss) == ACTION_ROLLBACK) {
+                printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->step + 1,
+                       model->mean_loss, tr->hybrid.predicted_loss);
+                hybrid_rollback(&tr->hybrid, model->params_memory, model->grads_memory);
+                gpt2_forward(model, loader->inputs, loader->targets, B, T);
+            }
+            gpt2_zero_grad(model);
+        }
         gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->grad_accum);
         loss_sum += model->mean_loss;
     }
@@ -963,16 +987,60 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     r.grad_norm = gpt2_grad_norm(model);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
+        if (hybrid) { memset(tr->hybrid.stats, 0, (size_t)tr->hybrid.nblocks * 3 * sizeof(double)); }
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->adam_steps++;
         gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps);
+        if (hybrid) {
+            hybrid_observe(&tr->hybrid, tr->direction, model->params_memory, model->m_memory, model->v_memory,
+                           model->grads_memory, grad_scale, tr->adam_steps);
+        }
     }
     tr->tokens += (uint64_t)tr->grad_accum * B * T;
     tr->backward += (uint64_t)tr->grad_accum;
     r.ms = (now_seconds() - t0) * 1000.0;
     tr->train_time_s += r.ms / 1000.0;
     return r;
+}
+
+// one Predict step (hybrid mode): the predicted update, written in place; no forward, no backward,
+// no batch. The run's first step keeps the weights in the gradient buffer (idle until the Correct
+// step's backward) for an exact rollback. With --correction-interval, a forward-only check on the
+// last batch may end the run early.
+static StepResult train_predict_step(Trainer* tr) {
+    StepResult r = {0};
+    double t0 = now_seconds();
+    GPT2* model = &tr->model;
+    ApplyDirection dir = hybrid_direction(&tr->hybrid, tr->direction, model->m_memory, model->v_memory);
+    hybrid_apply_predict(&tr->hybrid, model->params_memory, model->grads_memory, &dir);
+    r.loss = NAN;
+    r.grad_norm = NAN;
+    if (hybrid_micro_due(&tr->hybrid)) {
+        DataLoader* loader = &tr->train_loader;
+        gpt2_forward(model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
+        hybrid_micro_result(&tr->hybrid, model->mean_loss);
+    }
+    r.ms = (now_seconds() - t0) * 1000.0;
+    tr->train_time_s += r.ms / 1000.0;
+    return r;
+}
+
+// hybrid mode's parameter blocks: each tensor of each layer (12 L + 4), offsets in floats
+static void hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
+    int L = model->config.num_layers, nb = 0;
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
+        int parts = per_layer ? L : 1;
+        for (int l = 0; l < parts; l++) {
+            offsets[nb] = off;
+            weight_decay[nb] = PARAM_DECAYS[k] ? wd : 0.0f;
+            off += model->param_sizes[k] / parts;
+            nb++;
+        }
+    }
+    offsets[nb] = off;
 }
 
 // mean loss over the first -m val batches (all with -m -1), always the same batches
@@ -1041,6 +1109,18 @@ static void save_checkpoint(Trainer* tr) {
     state_write(path, &s, tr->model.m_memory, tr->model.v_memory, tr->loader_blob,
                 dataloader_state_size(&tr->train_loader));
     // extra state of other modes (hybrid_%08d.bin) is written here, before the DONE marker
+    if (tr->cfg.hybrid.enabled) {
+        checkpoint_path(path, sizeof(path), dir, "hybrid", tr->step);
+        AtomicFile af;
+        atomic_open(&af, path);
+        char err[200];
+        if (hybrid_save(&tr->hybrid, af.fp, tr->direction, tr->model.grads_memory, err, sizeof(err)) != 0) {
+            fclose(af.fp);
+            unlink(af.tmp_path);
+            fatal("%s: %s", path, err);
+        }
+        atomic_commit(&af);
+    }
     checkpoint_write_done(dir, tr->step);
     checkpoint_prune(dir, tr->cfg.ckpt_keep);
     printf("checkpoint: step %d written to %s\n", tr->step, dir);
@@ -1064,6 +1144,16 @@ static void load_state(Trainer* tr, int step) {
     tr->backward = s.backward;
     tr->train_time_s = s.train_time_s;
     // extra state of other modes (hybrid_%08d.bin) is read here
+    if (tr->cfg.hybrid.enabled) {
+        checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "hybrid", step);
+        FILE* fp = fopen(path, "rb");
+        if (fp == NULL) { fatal("%s: cannot open (%s); was the run saved without --hybrid?", path, strerror(errno)); }
+        char err[200];
+        if (hybrid_load(&tr->hybrid, fp, tr->direction, tr->model.grads_memory, err, sizeof(err)) != 0) {
+            fatal("%s: %s", path, err);
+        }
+        fcloseCheck(fp, path);
+    }
 }
 
 static void print_config(const Trainer* tr, int resume_step) {
@@ -1091,23 +1181,42 @@ static void print_config(const Trainer* tr, int resume_step) {
     printf("| %-20s | %-50d |\n", "threads", omp_get_max_threads());
     printf("| %-20s | %-50.0f |\n", "MFU peak GFLOP/s", CPU_PEAK_GFLOPS_PER_THREAD * omp_get_max_threads());
     printf("| %-20s | %-50.1f |\n", "activation MiB", tr->model.num_activations * 4.0 / 1048576.0);
+    hybrid_config_table(&tr->cfg.hybrid, stdout, 20, 50);
     if (resume_step >= 0) { printf("| %-20s | %-50d |\n", "resumed from step", resume_step); }
     printf("+----------------------+----------------------------------------------------+\n");
 }
 
 static void write_summary(Trainer* tr) {
-    char body[1024];
+    char body[4096];
     char val[64];
     if (tr->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", tr->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
-    snprintf(body, sizeof(body),
+    int n = snprintf(body, sizeof(body),
              "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"train_loss\": %.9g, \"backward\": %llu, "
-             "\"tokens\": %llu, \"phase_steps\": {\"full\": %d}",
+             "\"tokens\": %llu",
              tr->step, tr->train_time_s, val, tr->last_train_loss, (unsigned long long)tr->backward,
-             (unsigned long long)tr->tokens, tr->step);
+             (unsigned long long)tr->tokens);
+    if (tr->cfg.hybrid.enabled) {
+        const int* ps = tr->hybrid.metrics.steps;
+        n += snprintf(body + n, sizeof(body) - n,
+                      ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
+                      ps[PHASE_WARMUP], ps[PHASE_FULL], ps[PHASE_PREDICT], ps[PHASE_CORRECT]);
+        n += hybrid_summary_fields(&tr->hybrid, body + n, sizeof(body) - n - 2);
+        snprintf(body + n, sizeof(body) - n, "}");
+    } else {
+        snprintf(body + n, sizeof(body) - n, ", \"phase_steps\": {\"full\": %d}", tr->step);
+    }
     logger_write_summary(&tr->logger, body);
 }
 
 int main(int argc, char** argv) {
+    // Idle OpenMP workers must sleep, not spin: between parallel regions OpenBLAS's own threads need the
+    // cores, and on a small shared machine a spinning worker costs a time slice at every barrier (10-20x
+    // slower steps measured on 2 cores). libgomp reads the policy at load time, hence the re-exec.
+    // An explicit OMP_WAIT_POLICY in the environment wins.
+    if (getenv("OMP_WAIT_POLICY") == NULL) {
+        setenv("OMP_WAIT_POLICY", "passive", 1);
+        execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
+    }
     Trainer tr;
     memset(&tr, 0, sizeof(tr));
     parse_args(&tr.cfg, argc, argv);
@@ -1160,6 +1269,19 @@ int main(int argc, char** argv) {
     tr.loader_blob = (unsigned char*)mallocCheck(dataloader_state_max_size(&tr.train_loader));
     tr.gen_tokens = (int*)mallocCheck((size_t)cfg->T * sizeof(int));
     tr.last_val_loss = -1.0f;
+    if (cfg->hybrid.enabled) {
+        int L = tr.model.config.num_layers, nblocks = 12 * L + 4;
+        size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
+        float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
+        hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
+        hybrid_init(&tr.hybrid, &cfg->hybrid, offsets, nblocks, tr.total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
+                    ADAM_EPS, block_wd, (uint64_t)cfg->seed);
+        free(offsets);
+        free(block_wd);
+        if (cfg->hybrid.direction == DIRECTION_EMA) {
+            tr.direction = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
+        }
+    }
     if (resume_step >= 0) { load_state(&tr, resume_step); }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
         dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
@@ -1187,37 +1309,50 @@ int main(int argc, char** argv) {
     }
     double peak_flops = CPU_PEAK_GFLOPS_PER_THREAD * 1e9 * omp_get_max_threads();
     while (tr.step < tr.total_steps) {
-        // the phase of this step: every step is a Full step (hybrid mode decides here)
+        // the phase of this step: Full, or in hybrid mode whatever the controller decides
         const char* phase = "full";
         float lr = lr_scheduler_get(&tr.scheduler, tr.step);
-        StepResult r = train_full_step(&tr, lr);
-        tr.step++;
-        tr.last_train_loss = r.loss;
-        double tokens_per_step = (double)tr.grad_accum * cfg->B * cfg->T;
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s\n",
-               tr.step, tr.total_steps, r.loss, r.grad_norm, lr, r.ms,
-               100.0 * tr.flops_per_token * tokens_per_step / (r.ms / 1000.0) / peak_flops,
-               tokens_per_step / (r.ms / 1000.0));
-        if (r.skipped) {
-            tr.faults++;
-            printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
-                   tr.step, r.loss, r.grad_norm, tr.faults, MAX_FAULTS);
-            if (tr.faults >= MAX_FAULTS) {
-                fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
-                      "of the last good step (lower -l?)", MAX_FAULTS, tr.step);
-            }
+        StepResult r;
+        char hybrid_json[256] = "";
+        if (cfg->hybrid.enabled) {
+            double h0 = now_seconds();
+            HybridPhase ph = hybrid_begin_step(&tr.hybrid, tr.step, lr);
+            double decide_ms = (now_seconds() - h0) * 1000.0;
+            r = ph == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
+            h0 = now_seconds();
+            hybrid_end_step(&tr.hybrid, r.skipped ? NAN : r.loss, r.skipped ? NAN : r.grad_norm, r.ms + decide_ms);
+            double hybrid_ms = decide_ms + (now_seconds() - h0) * 1000.0;  // the controller's own work is training time
+            r.ms += hybrid_ms;
+            tr.train_time_s += hybrid_ms / 1000.0;
+            phase = hybrid_phase_name(&tr.hybrid);
+            hybrid_step_json(&tr.hybrid, hybrid_json, sizeof(hybrid_json));
         } else {
-            tr.faults = 0;
+            r = train_full_step(&tr, lr);
+        }
+        int predict = cfg->hybrid.enabled && tr.hybrid.phase == PHASE_PREDICT;
+        tr.step++;
+        if (!predict) { tr.last_train_loss = r.loss; }
+        double tokens_per_step = (double)tr.grad_accum * cfg->B * cfg->T;
+        if (predict) {
+            printf("step %4d/%d | predict | predicted loss %.6f | lr %.2e | %.2f ms\n",
+                   tr.step, tr.total_steps, tr.hybrid.metrics.predicted_loss, lr, r.ms);
+        } else {
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s%s%s\n",
+                   tr.step, tr.total_steps, r.loss, r.grad_norm, lr, r.ms,
+                   100.0 * tr.flops_per_token * tokens_per_step / (r.ms / 1000.0) / peak_flops,
+                   tokens_per_step / (r.ms / 1000.0), cfg->hybrid.enabled ? " | " : "",
+                   cfg->hybrid.enabled ? phase : "");
         }
         // per-step metrics: val loss (after the update) joins the step's line
         StepMetrics m = {0};
         m.step = tr.step;
         m.phase = phase;
-        m.has_loss = 1;
+        m.has_loss = !predict;
         m.loss = r.loss;
         m.lr = lr;
-        m.has_norm = 1;
+        m.has_norm = !predict;
         m.grad_norm = r.grad_norm;
+        m.extra = cfg->hybrid.enabled ? hybrid_json : NULL;
         m.ms = r.ms;
         m.train_time_s = tr.train_time_s;
         m.tokens = tr.tokens;
@@ -1230,6 +1365,18 @@ int main(int argc, char** argv) {
             m.val_loss = tr.last_val_loss;
         }
         logger_log_step(&tr.logger, &m);
+        if (r.skipped) {
+            tr.faults++;
+            printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
+                   tr.step, r.loss, r.grad_norm, tr.faults, MAX_FAULTS);
+            fflush(stdout);
+            if (tr.faults >= MAX_FAULTS) {
+                fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
+                      "of the last good step (lower -l?)", MAX_FAULTS, tr.step);
+            }
+        } else {
+            tr.faults = 0;
+        }
         if (cfg->sample_every > 0 && tr.step % cfg->sample_every == 0) { sample_text(&tr); }
         int last = tr.step == tr.total_steps;
         if (cfg->output_dir != NULL &&
@@ -1252,8 +1399,13 @@ int main(int argc, char** argv) {
         }
     }
     write_summary(&tr);
+    if (cfg->hybrid.enabled) { hybrid_print_summary(&tr.hybrid, stdout); }
     printf("done: %d steps, %.2f s training time, %llu backward passes\n", tr.step, tr.train_time_s,
            (unsigned long long)tr.backward);
+    if (cfg->hybrid.enabled) {
+        hybrid_free(&tr.hybrid);
+        free(tr.direction);
+    }
 
     logger_free(&tr.logger);
     tokenizer_free(&tr.tokenizer);

@@ -13,10 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/utils.h"
-
-#define SHARD_MAGIC 20240520
-#define SHARD_VERSION 1
-#define SHARD_HEADER_INTS 256
+#include "llmc/dataloader.h"
 
 // ----------------------------------------------------------------------------
 // writer: tokens accumulate in a buffer of one shard; a full buffer becomes the next file
@@ -97,30 +94,12 @@ typedef struct {
 
 static inline void shard_read(Shard* s, const char* path) {
     FILE* fp = fopenCheck(path, "rb");
-    size_t size = file_size_check(fp, path);
-    int header[SHARD_HEADER_INTS];
-    if (size < sizeof(header)) { fatal("%s: not a token shard (%zu bytes, shorter than its header)", path, size); }
-    freadCheck(header, sizeof(int), SHARD_HEADER_INTS, fp, path);
-    if (header[0] != SHARD_MAGIC) {
-        fatal("%s: not a token shard (magic %d, expected %d)", path, header[0], SHARD_MAGIC);
-    }
-    if (header[1] != SHARD_VERSION) {
-        fatal("%s: unsupported shard version %d (expected %d: uint16 tokens)", path, header[1], SHARD_VERSION);
-    }
-    if (header[2] < 0 || size != sizeof(header) + 2 * (size_t)header[2]) {
-        fatal("%s: header says %d tokens but the file has %zu bytes (truncated?)", path, header[2], size);
-    }
-    s->num_tokens = (size_t)header[2];
-    s->vocab_size = header[3] != 0 ? header[3] : 50257;
-    if (s->vocab_size < 0 || s->vocab_size > 65536) { fatal("%s: bad vocabulary size %d", path, header[3]); }
+    s->num_tokens = shard_read_header(fp, path, &s->vocab_size);
+    shard_check_tokens(fp, path, s->num_tokens, s->vocab_size);
+    fseekCheck(fp, SHARD_HEADER_INTS * sizeof(int), SEEK_SET, path);
     s->tokens = (uint16_t*)mallocCheck(s->num_tokens * sizeof(uint16_t));
     if (s->num_tokens > 0) { freadCheck(s->tokens, sizeof(uint16_t), s->num_tokens, fp, path); }
     fcloseCheck(fp, path);
-    for (size_t i = 0; i < s->num_tokens; i++) {
-        if (s->tokens[i] >= s->vocab_size) {
-            fatal("%s: token %zu is %d, outside the vocabulary of %d", path, i, s->tokens[i], s->vocab_size);
-        }
-    }
 }
 
 static inline void shard_free(Shard* s) { free(s->tokens); s->tokens = NULL; s->num_tokens = 0; }

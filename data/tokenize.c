@@ -233,7 +233,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--vocab") == 0 && i + 1 < argc) { vocab_dir = argv[++i]; }
         else { bad_usage("unknown flag or missing value", argv[i]); }
     }
-    if (i == argc) { usage(stderr); return 1; }
+    if (i == argc) { bad_usage("no command given", NULL); }
     const char* cmd = argv[i];
     int (*run)(BPETokenizer*, int, char**) =
         strcmp(cmd, "encode") == 0 ? cmd_encode : strcmp(cmd, "decode") == 0 ? cmd_decode :

@@ -2,7 +2,8 @@
 """
 scripts/bench.py — `make bench`: tokens/s and MFU of full training steps of train_gpt2.c next to the PyTorch
 reference (scripts/train_gpt2.py --bench, same model, batch and threads; its best of 1 and 2 threads) and the
-OpenBLAS SGEMM peak (2048^3), all measured in this one run, for d12 4x64, d12 8x256 and d6 8x256.
+OpenBLAS SGEMM peak (2048^3; the best of a measurement before and one after), all in this one run, for d12 4x64,
+d12 8x256 and d6 8x256.
 Random-init models and random tokens (speed only). FLOPs/token = 6N + 6LCT; MFU = tok/s * FLOPs/token / peak.
 usage: scripts/bench.py [--threads 2] [--steps 6] [--warmup 2] [--configs d12:4:64,d12:8:256,d6:8:256]
 """
@@ -31,8 +32,7 @@ def main():
     p.add_argument("--configs", default="d12:4:64,d12:8:256,d6:8:256")
     a = p.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
-    sgemm = run_json(["build/bench_sgemm", "2048", "5"], env)
-    peak = sgemm["gflops"]
+    peak = run_json(["build/bench_sgemm", "2048", "5"], env)["gflops"]
     print(f"OpenBLAS SGEMM 2048^3, {a.threads} threads: {peak:.1f} GFLOP/s", flush=True)
     rows = []
     for spec in a.configs.split(","):
@@ -50,6 +50,12 @@ def main():
                      c["tok_s"] / best["tok_s"]))
         pt = " / ".join("%.1f (%d threads)" % (r["tok_s"], r["threads"]) for r in torch_runs)
         print(f"  {rows[-1][0]}: train_gpt2 {c['tok_s']:.1f} tok/s, PyTorch {pt}", flush=True)
+    # the peak again at the end: on a shared machine the best of the two is the closer estimate
+    peak_end = run_json(["build/bench_sgemm", "2048", "5"], env)["gflops"]
+    print(f"OpenBLAS SGEMM 2048^3 again: {peak_end:.1f} GFLOP/s", flush=True)
+    if peak_end > peak:
+        rows = [r[:2] + (r[2] * peak / peak_end,) + r[3:5] + (r[5] * peak / peak_end,) + r[6:] for r in rows]
+        peak = peak_end
     print()
     print("| config | train_gpt2 tok/s | MFU (% of SGEMM peak) | PyTorch tok/s (best threads) | PyTorch MFU | C / PyTorch |")
     print("|---|---|---|---|---|---|")

@@ -426,7 +426,7 @@ def cmd_train(a):
         out = open(os.path.join(a.o, "metrics.jsonl"), "w")
     if val is not None and out:
         out.write(json.dumps({"step": 0, "phase": "init", "val_loss": evaluate(model, val, a.m)}) + "\n")
-    fixed = [train.next_batch() for _ in range(accum)] if a.a else None
+    fixed = [train.next_batch()] * accum if a.a else None  # the first batch, every micro step (as C)
     train_time, tokens = 0.0, 0
     for step in range(steps):
         lr = get_lr(a.k, a.l, step, a.u, steps, a.q)

@@ -12,6 +12,8 @@
  *   grads, per tensor: max|c - r| <= 1e-5 * max|r|           [<= 1.0e-6]
  *          and |c - r| <= 1e-3 * |r| for every element with |r| >= 1e-3 * max|r|   [<= 2e-4]
  *   steps:  |c - r| <= 1e-5 for each of the 10 losses        [<= 1e-6]
+ * and the same gradient tolerance for the sum of two backward passes with dloss_scale 1/2.
+ * Also: llmc/dataloader.h gives the reference loader's batches in the same order (3 shards, 40 batches, 3 epochs).
  */
 #define TESTING
 #include "../train_gpt2.c"
@@ -141,6 +143,29 @@ Test(gpt2_vs_pytorch, every_gradient_tensor_matches) {
         off += n;
     }
     cr_assert_eq(off, model.num_parameters);
+}
+
+// gradient accumulation: two backward passes of the same batch with dloss_scale 1/2 each must add up to
+// the reference gradient (the backward accumulates into the parameter gradients, scaled by dloss_scale)
+Test(gpt2_vs_pytorch, accumulated_half_gradients_match) {
+    gpt2_zero_grad(&model);
+    for (int k = 0; k < 2; k++) {
+        gpt2_forward(&model, ref.x, ref.y, ref.B, ref.T);
+        gpt2_backward(&model, ref.x, ref.y, 0.5f);
+    }
+    size_t off = 0;
+    for (int t = 0; t < 16; t++) {
+        size_t n = model.param_sizes[t];
+        double max_ref = 0.0, max_abs = 0.0;
+        for (size_t i = off; i < off + n; i++) {
+            max_ref = fmax(max_ref, fabs(ref.grads[i]));
+            double d = fabs((double)model.grads_memory[i] - ref.grads[i]);
+            if (!(d <= max_abs)) { max_abs = d; }
+        }
+        cr_expect(max_abs <= GRAD_NORMWISE_RTOL * max_ref, "grad %s after 2 x 0.5: max abs err %.3e, max|ref| %.3e",
+                  tensor_names[t], max_abs, max_ref);
+        off += n;
+    }
 }
 
 Test(gpt2_vs_pytorch, ten_adamw_steps_match) {

@@ -12,6 +12,8 @@
 #include <sys/wait.h>
 #include "data/bpe.h"
 #include "data/shard.h"
+#include "llmc/dataloader.h"
+#include "llmc/tokenizer.h"
 
 static BPETokenizer tok;
 
@@ -298,6 +300,63 @@ Test(shards, decode_prints_the_original_text, .init = make_tmpdir, .fini = remov
     cr_assert(memcmp(out, eot, strlen(eot)) == 0 && memcmp(out + strlen(eot), text, strlen(text)) == 0);
 }
 
+Test(shards, trainer_dataloader_reads_what_encode_writes, .init = make_tmpdir, .fini = remove_tmpdir) {
+    // several shards of 100 tokens; the val loader (no shuffle) must yield batch k of shard s as
+    // tokens[k*B*T .. k*B*T + B*T] (inputs) shifted by one (targets), shard by shard in glob order
+    char path[256], cmd[1024], err[4096];
+    int lines;
+    snprintf(path, sizeof(path), "%s/in.txt", tmpdir);
+    FILE* fp = fopen(path, "wb");
+    for (int d = 0; d < 40; d++) { fprintf(fp, "Document %d: it's a truth universally acknowledged.\n--\n", d); }
+    fclose(fp);
+    snprintf(cmd, sizeof(cmd), "./tokenize encode -o %s --doc-sep -- --val-every 0 --shard-tokens 100 %s", tmpdir, path);
+    cr_assert_eq(run(cmd, err, sizeof(err), &lines), 0, "%s", err);
+    int B = 2, T = 8;
+    char pattern[256];
+    snprintf(pattern, sizeof(pattern), "%s/train_*.bin", tmpdir);
+    glob_t g;
+    cr_assert_eq(glob(pattern, 0, NULL, &g), 0);
+    size_t expected_batches = 0;
+    for (size_t s = 0; s < g.gl_pathc; s++) {
+        Shard shard;
+        shard_read(&shard, g.gl_pathv[s]);
+        if (s == 0) { cr_assert_eq(shard.tokens[0], GPT2_EOT, "the first token is a document start"); }
+        if (shard.num_tokens >= (size_t)(B * T + 1)) { expected_batches += (shard.num_tokens - 1) / (size_t)(B * T); }
+        shard_free(&shard);
+    }
+    cr_assert_geq(g.gl_pathc, 3);
+    // drop a too-short last shard: the trainer requires every shard to hold one batch
+    Shard last;
+    shard_read(&last, g.gl_pathv[g.gl_pathc - 1]);
+    if (last.num_tokens < (size_t)(B * T + 1)) { unlink(g.gl_pathv[g.gl_pathc - 1]); }
+    shard_free(&last);
+    globfree(&g);
+    DataLoader loader;
+    dataloader_init(&loader, pattern, B, T, GPT2_VOCAB, 0, 1337);
+    cr_assert_eq(loader.total_batches, expected_batches);
+    for (int s = 0; s < loader.num_shards; s++) {
+        Shard shard;
+        shard_read(&shard, loader.glob_result.gl_pathv[s]);
+        for (size_t k = 0; k < loader.shard_batches[s]; k++) {
+            dataloader_next_batch(&loader);
+            for (int i = 0; i < B * T; i++) {
+                cr_assert_eq(loader.inputs[i], shard.tokens[k * B * T + i], "shard %d batch %zu input %d", s, k, i);
+                cr_assert_eq(loader.targets[i], shard.tokens[k * B * T + i + 1], "shard %d batch %zu target %d", s, k, i);
+            }
+        }
+        shard_free(&shard);
+    }
+    dataloader_free(&loader);
+    // the default corpus opens with the trainer's defaults (B=4, T=64), and val starts at a document
+    dataloader_init(&loader, "data/default/val_*.bin", 4, 64, GPT2_VOCAB, 0, 1337);
+    dataloader_next_batch(&loader);
+    cr_assert_eq(loader.inputs[0], GPT2_EOT);
+    dataloader_free(&loader);
+    dataloader_init(&loader, "data/default/train_*.bin", 4, 64, GPT2_VOCAB, 1, 1337);
+    cr_assert_gt(loader.total_batches, 7000);
+    dataloader_free(&loader);
+}
+
 // ----------------------------------------------------------------------------
 // llm.c's tokenizer file
 
@@ -329,6 +388,18 @@ Test(tokenizer_file, matches_llmc_layout, .init = make_tmpdir, .fini = remove_tm
     snprintf(cmd, sizeof(cmd), "cmp %s data/gpt2_tokenizer.bin", path);
     cr_assert_eq(run(cmd, err, sizeof(err), &lines), 0, "data/gpt2_tokenizer.bin differs from a fresh one: %s", err);
     size_t len;
+    // and the trainer's reader (llmc/tokenizer.h) gets every token back
+    Tokenizer reader;
+    tokenizer_init(&reader, "data/gpt2_tokenizer.bin");
+    cr_assert_eq(reader.init_ok, 1);
+    cr_assert_eq(reader.vocab_size, 50257);
+    cr_assert_eq(reader.eot_token, 50256);
+    for (int id = 0; id < 50257; id++) {
+        size_t want_len;
+        const uint8_t* want = bpe_token_bytes(&tok, id, &want_len);
+        cr_assert(memcmp(tokenizer_decode(&reader, (uint32_t)id), want, want_len) == 0, "token %d", id);
+    }
+    tokenizer_free(&reader);
     cr_assert(memcmp(bpe_token_bytes(&tok, 15496, &len), "Hello", 5) == 0 && len == 5);
     cr_assert(memcmp(bpe_token_bytes(&tok, 995, &len), " world", 6) == 0 && len == 6);
 }

@@ -1,0 +1,131 @@
+/*
+ * hybrid/controller.h — the phase machine: Warmup -> Full -> Predict (H steps) -> Correct -> ...
+ * It decides, before each step, which kind of step it is. It knows nothing of models: it is told
+ * the confidence, the horizon wanted, and what the monitor demanded (shorten, force Full), and it
+ * enforces the rules of HYBRID.md §2: no Predict before the warm-up ends, at least `full_steps`
+ * Full/Correct steps between Predict runs, no Predict run reaching into the cool-down (the last
+ * fraction of the LR schedule), and back-off: every harmful Correct doubles the Full steps
+ * required before the next run, every harmless one halves them back toward the configured value.
+ */
+#ifndef HYBRID_CONTROLLER_H
+#define HYBRID_CONTROLLER_H
+
+#include <math.h>
+#include "hybrid/hio.h"
+
+typedef enum { PHASE_WARMUP = 0, PHASE_FULL = 1, PHASE_PREDICT = 2, PHASE_CORRECT = 3 } HybridPhase;
+#define PHASE_COUNT 4
+
+static inline const char* phase_name(HybridPhase p) {
+    static const char* names[PHASE_COUNT] = {"warmup", "full", "predict", "correct"};
+    return (p >= 0 && p < PHASE_COUNT) ? names[p] : "?";
+}
+
+typedef struct {
+    // configuration
+    int warmup;            // Full steps of statistics only at the start
+    int full_steps;        // configured minimum Full/Correct steps between Predict runs
+    int max_horizon;       // longest Predict run
+    int cooldown_start;    // first step (0-based) at which no Predict step may run
+    int max_full_steps;    // back-off ceiling for full_required
+    // state
+    HybridPhase phase;     // phase of the current (or last decided) step
+    int full_required;     // current minimum of Full steps between runs (>= full_steps)
+    int full_done;         // Full/Correct steps since the last Predict run
+    int forced_full;       // remaining steps forced to Full by the monitor
+    int horizon_cap;       // monitor-shortened cap on the horizon (<= max_horizon)
+    int run_length;        // length H of the current Predict run
+    int run_done;          // Predict steps done in the current run
+    int runs;              // Predict runs started
+} Controller;
+
+static inline void phase_init(Controller* c, int warmup, int full_steps, int max_horizon,
+                              int total_steps, float cooldown) {
+    memset(c, 0, sizeof(*c));
+    c->warmup = warmup;
+    c->full_steps = full_steps < 1 ? 1 : full_steps;
+    c->max_horizon = max_horizon;
+    c->cooldown_start = (int)floor((1.0 - (double)cooldown) * (double)total_steps + 0.5);
+    c->max_full_steps = 64 * c->full_steps;
+    c->phase = PHASE_WARMUP;
+    c->full_required = c->full_steps;
+    c->horizon_cap = max_horizon;
+}
+
+// decide the phase of step `step` (0-based). `confident`: the predictor's confidence passed the
+// threshold; `horizon`: the run length wanted (bandit or confidence), used only if a run starts.
+static inline HybridPhase phase_next(Controller* c, int step, int confident, int horizon) {
+    if (step < c->warmup) {
+        c->phase = PHASE_WARMUP;
+        return c->phase;
+    }
+    if (c->phase == PHASE_PREDICT) {
+        c->phase = c->run_done < c->run_length ? PHASE_PREDICT : PHASE_CORRECT;
+        if (c->phase == PHASE_PREDICT) { c->run_done++; }
+        return c->phase;
+    }
+    if (c->forced_full > 0) {
+        c->forced_full--;
+        c->phase = PHASE_FULL;
+        return c->phase;
+    }
+    int h = horizon < c->horizon_cap ? horizon : c->horizon_cap;
+    if (h > c->cooldown_start - step) { h = c->cooldown_start - step; } // the run's Predict steps end before the cool-down
+    if (confident && c->full_done >= c->full_required && h >= 1 && c->max_horizon > 0) {
+        c->phase = PHASE_PREDICT;
+        c->run_length = h;
+        c->run_done = 1;
+        c->full_done = 0;
+        c->runs++;
+        return c->phase;
+    }
+    c->phase = PHASE_FULL;
+    return c->phase;
+}
+
+// the step decided by phase_next ran its backward (Warmup/Full/Correct): count it
+static inline void phase_full_done(Controller* c) { c->full_done++; }
+
+// end a Predict run early (micro-correction mismatch): the next step is its Correct
+static inline void phase_stop_run(Controller* c) {
+    if (c->phase == PHASE_PREDICT) { c->run_length = c->run_done; }
+}
+
+// outcome of a Correct step: harmful runs double the Full steps between runs, harmless ones relax it
+static inline void phase_correct_outcome(Controller* c, int harmful) {
+    if (harmful) {
+        c->full_required = c->full_required * 2 > c->max_full_steps ? c->max_full_steps : c->full_required * 2;
+    } else {
+        c->full_required = c->full_required / 2 < c->full_steps ? c->full_steps : c->full_required / 2;
+        if (c->horizon_cap < c->max_horizon) { c->horizon_cap++; } // shortened horizons recover slowly
+    }
+}
+
+static inline void phase_force_full(Controller* c, int steps) {
+    if (steps > c->forced_full) { c->forced_full = steps; }
+    if (c->phase == PHASE_PREDICT) { phase_stop_run(c); }
+}
+
+static inline void phase_shorten(Controller* c) {
+    c->horizon_cap = c->horizon_cap > 1 ? c->horizon_cap / 2 : 1;
+}
+
+static inline void phase_io(HybridIO* io, Controller* c) {
+    hio_expect_i32(io, c->warmup, "hybrid warmup");
+    hio_expect_i32(io, c->full_steps, "hybrid full steps");
+    hio_expect_i32(io, c->max_horizon, "hybrid max predict steps");
+    hio_expect_i32(io, c->cooldown_start, "hybrid cooldown start step");
+    int phase = (int)c->phase;
+    hio_i32(io, &phase);
+    c->phase = (HybridPhase)phase;
+    if (phase < 0 || phase >= PHASE_COUNT) { hio_fail(io, "bad controller phase"); }
+    hio_i32(io, &c->full_required);
+    hio_i32(io, &c->full_done);
+    hio_i32(io, &c->forced_full);
+    hio_i32(io, &c->horizon_cap);
+    hio_i32(io, &c->run_length);
+    hio_i32(io, &c->run_done);
+    hio_i32(io, &c->runs);
+}
+
+#endif // HYBRID_CONTROLLER_H

@@ -1,0 +1,59 @@
+/*
+ * llmc/adamw.cuh — AdamW on fp32 master weights, writing the floatX working copy with stochastic rounding.
+ * Math as the CPU path (bias-corrected moments, decoupled weight decay):
+ *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+ *   p -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd * p )
+ * Works on any contiguous range [offset, offset+n) of the flat parameters (ZeRO-1 shards); `idx_base`
+ * is the global index of the first element, so the rounding noise does not depend on the sharding.
+ */
+#ifndef LLMC_ADAMW_CUH
+#define LLMC_ADAMW_CUH
+
+#include "llmc/cuda_common.cuh"
+
+__global__ void adamw_kernel(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem,
+                             size_t n, size_t idx_base, float lr, float beta1, float beta2,
+                             float beta1_correction, float beta2_correction, float eps, float weight_decay,
+                             float grad_scale, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    float g = grads[i] * grad_scale;
+    float m = beta1 * m_mem[i] + (1.0f - beta1) * g;
+    float v = beta2 * v_mem[i] + (1.0f - beta2) * g * g;
+    m_mem[i] = m;
+    v_mem[i] = v;
+    float m_hat = m / beta1_correction;
+    float v_hat = v / beta2_correction;
+    float p = master[i];
+    p -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
+    master[i] = p;
+    params[i] = round_to_floatX(p, idx_base + i, seed);
+}
+
+void adamw_update(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem, size_t n,
+                  size_t idx_base, float lr, float beta1, float beta2, int t, float eps, float weight_decay,
+                  float grad_scale, uint32_t seed, cudaStream_t stream) {
+    // master/params/grads/m/v: (n) slices of the flat parameter buffers; t: 1-based step
+    float beta1_correction = 1.0f - powf(beta1, (float)t);
+    float beta2_correction = 1.0f - powf(beta2, (float)t);
+    const int block = 512;
+    adamw_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(master, params, grads, m_mem, v_mem, n, idx_base,
+        lr, beta1, beta2, beta1_correction, beta2_correction, eps, weight_decay, grad_scale, seed);
+    cudaCheck(cudaGetLastError());
+}
+
+// dst = round(src) with the rounding AdamW used for `seed`: the floatX copy is a pure function of the
+// master weights and the step's seed, so it can be rebuilt bit-exactly after loading a checkpoint
+__global__ void round_to_floatX_kernel(floatX* dst, const float* src, size_t n, size_t idx_base, uint32_t seed) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { dst[i] = round_to_floatX(src[i], idx_base + i, seed); }
+}
+
+void round_to_floatX_range(floatX* dst, const float* src, size_t n, size_t idx_base, uint32_t seed,
+                           cudaStream_t stream) {
+    const int block = 512;
+    round_to_floatX_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(dst, src, n, idx_base, seed);
+    cudaCheck(cudaGetLastError());
+}
+
+#endif // LLMC_ADAMW_CUH

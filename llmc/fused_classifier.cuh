@@ -1,0 +1,55 @@
+/*
+ * llmc/fused_classifier.cuh — softmax + cross-entropy (+ its backward) per row of logits, fused.
+ * loss[row] = logsumexp(logits[row, :V]) - logits[row, target]; with dloss != 0 the logits row is then
+ * overwritten in place by dlogits = (softmax - onehot(target)) * dloss, and the padded columns [V, Vp)
+ * by 0. The probabilities are never stored: the backward recomputes them from the max and the sum.
+ * One block per row; the max and the sum are block reductions in a fixed order.
+ */
+#ifndef LLMC_FUSED_CLASSIFIER_CUH
+#define LLMC_FUSED_CLASSIFIER_CUH
+
+#include "llmc/cuda_common.cuh"
+
+#define CLASSIFIER_THREADS 512
+
+__global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss,
+                                        int accumulate, int V, int Vp) {
+    __shared__ float shared[32];
+    size_t row = blockIdx.x;
+    floatX* x = logits + row * Vp;
+    // online max/sum per thread, then combined across the block
+    float m = -INFINITY, s = 0.0f;
+    for (int v = threadIdx.x; v < V; v += blockDim.x) {
+        float z = to_float(x[v]);
+        if (z > m) { s *= expf(m - z); m = z; }
+        s += expf(z - m);
+    }
+    float row_max = block_max(m, shared);
+    float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), shared);
+    int target = targets[row];
+    float lse = row_max + logf(sum);
+    if (threadIdx.x == 0) {
+        float loss = lse - to_float(x[target]);
+        losses[row] = accumulate ? losses[row] + loss : loss;
+    }
+    if (dloss == 0.0f) { return; }
+    __syncthreads();  // x[target] is read above before anyone overwrites it
+    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
+        float d = 0.0f;
+        if (v < V) {
+            float p = expf(to_float(x[v]) - lse);
+            d = (p - (v == target ? 1.0f : 0.0f)) * dloss;
+        }
+        x[v] = (floatX)d;
+    }
+}
+
+void fused_classifier(floatX* logits, float* losses, const int* targets, float dloss, int accumulate,
+                      int N, int V, int Vp, cudaStream_t stream) {
+    // logits: (N,Vp), overwritten by dlogits when dloss != 0; losses: (N) fp32, added to when accumulate;
+    // targets: (N)
+    fused_classifier_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, dloss, accumulate, V, Vp);
+    cudaCheck(cudaGetLastError());
+}
+
+#endif // LLMC_FUSED_CLASSIFIER_CUH

@@ -1,0 +1,130 @@
+/*
+ * llmc/layernorm.cuh — LayerNorm over the last dimension C, fused with the residual addition.
+ * Same math as the CPU path: mean, then var = mean((x-mean)^2), rstd = 1/sqrt(var + 1e-5),
+ * y = (x-mean)*rstd*w + b; mean and rstd (fp32) are saved per row for the backward pass.
+ * One warp per row; statistics in fp32. Weight/bias gradients use fixed-order chunk sums (reduce.cuh).
+ */
+#ifndef LLMC_LAYERNORM_CUH
+#define LLMC_LAYERNORM_CUH
+
+#include "llmc/cuda_common.cuh"
+#include "llmc/reduce.cuh"
+
+// residual_out = a + b (when a != NULL; else the input is `b` as is), then out = LN(residual)
+__global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, floatX* residual_out,
+                                         const floatX* a, const floatX* b, const floatX* weight,
+                                         const floatX* bias, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) { return; }
+    const floatX* x = b + (size_t)row * C;
+    if (a != NULL) {
+        // the sum is rounded to floatX first: the statistics describe the stored residual exactly
+        const floatX* xa = a + (size_t)row * C;
+        floatX* r = residual_out + (size_t)row * C;
+        for (int c = lane; c < C; c += 32) { r[c] = (floatX)(to_float(xa[c]) + to_float(x[c])); }
+        __syncwarp();
+        x = r;
+    }
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += 32) { sum += to_float(x[c]); }
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
+    float s = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
+    floatX* o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += 32) {
+        o[c] = (floatX)((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    }
+    if (lane == 0) {
+        if (mean != NULL) { mean[row] = m; }
+        rstd[row] = s;
+    }
+}
+
+void layernorm_forward(floatX* out, float* mean, float* rstd, const floatX* inp, const floatX* weight,
+                       const floatX* bias, int N, int C, cudaStream_t stream) {
+    // out: (N,C), mean/rstd: (N), inp: (N,C), weight/bias: (C); N = B*T
+    const int block = 256;
+    layernorm_forward_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, NULL, NULL, inp,
+                                                                            weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean, float* rstd,
+                                      const floatX* a, const floatX* b, const floatX* weight,
+                                      const floatX* bias, int N, int C, cudaStream_t stream) {
+    // residual = a + b: (N,C); out = LN(residual): (N,C)
+    const int block = 256;
+    layernorm_forward_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, residual, a, b,
+                                                                            weight, bias, N, C);
+    cudaCheck(cudaGetLastError());
+}
+
+// dinp += (w*dout - mean(w*dout) - norm*mean(w*dout*norm)) * rstd, one warp per row
+__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
+                                               const float* mean, const float* rstd, const floatX* weight,
+                                               int N, int C) {
+    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    int lane = threadIdx.x % 32;
+    if (row >= N) { return; }
+    const floatX* x = inp + (size_t)row * C;
+    const floatX* dy = dout + (size_t)row * C;
+    floatX* dx = dinp + (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (to_float(x[c]) - m) * s;
+        float dnorm = to_float(weight[c]) * to_float(dy[c]);
+        dnorm_mean += dnorm;
+        dnorm_norm_mean += dnorm * norm;
+    }
+    dnorm_mean = warp_sum(dnorm_mean) / C;
+    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+    for (int c = lane; c < C; c += 32) {
+        float norm = (to_float(x[c]) - m) * s;
+        float dnorm = to_float(weight[c]) * to_float(dy[c]);
+        float d = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+        dx[c] = (floatX)(to_float(dx[c]) + d);
+    }
+}
+
+// stage 1 of dweight/dbias: partial[k,0,c] = sum dout*norm, partial[k,1,c] = sum dout over chunk k
+__global__ void layernorm_backward_params_kernel(float* partial, const floatX* dout, const floatX* inp,
+                                                 const float* mean, const float* rstd, int N, int C,
+                                                 int rows_per_chunk) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int k = blockIdx.y;
+    if (c >= C) { return; }
+    int r0 = k * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float dw = 0.0f, db = 0.0f;
+    for (int r = r0; r < r1; r++) {
+        float dy = to_float(dout[(size_t)r * C + c]);
+        float norm = (to_float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
+        dw += dy * norm;
+        db += dy;
+    }
+    partial[(size_t)k * 2 * C + c] = dw;
+    partial[(size_t)k * 2 * C + C + c] = db;
+}
+
+void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
+                        const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
+                        int N, int C, cudaStream_t stream) {
+    // dinp: (N,C) accumulated into, dweight/dbias: (C) fp32 accumulated into, scratch: REDUCE_CHUNKS*2*C
+    const int block = 256;
+    layernorm_backward_dinp_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean, rstd,
+                                                                                  weight, N, C);
+    cudaCheck(cudaGetLastError());
+    int rows_per_chunk = ceil_div(N, REDUCE_CHUNKS);
+    int chunks = ceil_div(N, rows_per_chunk);
+    layernorm_backward_params_kernel<<<dim3(ceil_div(C, block), chunks), block, 0, stream>>>(
+        scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+    cudaCheck(cudaGetLastError());
+    chunk_sum_kernel<<<ceil_div(C, block), block, 0, stream>>>(dweight, scratch, C, 2 * C, chunks);
+    cudaCheck(cudaGetLastError());
+    chunk_sum_kernel<<<ceil_div(C, block), block, 0, stream>>>(dbias, scratch + C, C, 2 * C, chunks);
+    cudaCheck(cudaGetLastError());
+}
+
+#endif // LLMC_LAYERNORM_CUH

@@ -1,0 +1,198 @@
+// Bit-exact resume and determinism of ./train_gpt2, on tiny generated shards and a d1 model:
+// a run resumed from a checkpoint logs the same losses, grad norms and val losses, bit for bit, and ends
+// with the same weights as an uninterrupted run; SIGINT checkpoints and exits 0; -nk prunes; loss falls.
+#include "trainer_test_util.h"
+
+static char dir[256], flags[2048];
+
+static void setup(void) {
+    make_temp_dir(dir, sizeof(dir));
+    char path[512];
+    for (int s = 0; s < 2; s++) {
+        snprintf(path, sizeof(path), "%s/train_%06d.bin", dir, s);
+        write_learnable_shard(path, 3000 + 1000 * s, 256, 10 + s);
+    }
+    join_path(path, sizeof(path), dir, "val_000000.bin");
+    write_learnable_shard(path, 2000, 256, 99);
+    // cosine with warm-up, weight decay, 2 micro batches per step, val every 4 steps: all the state
+    snprintf(flags, sizeof(flags), "./train_gpt2 -i %s/train_*.bin -j %s/val_*.bin -e d1 -b 4 -t 32 -d 256 "
+             "-l 3e-3 -u 3 -q 0.1 -c 0.1 -v 4 -m 3 -s 0", dir, dir);
+}
+static void teardown(void) { rm_rf(dir); }
+TestSuite(resume, .init = setup, .fini = teardown);
+
+static void train(const char* extra, const char* out_dir) {
+    char cmd[4096], log[600];
+    snprintf(cmd, sizeof(cmd), "%s %s -o %s", flags, extra, out_dir);
+    snprintf(log, sizeof(log), "%s.stdout", out_dir);
+    RunResult r = run_cmd(cmd, log);
+    cr_assert(r.exited && r.status == 0, "%s failed (%d): %s", cmd, r.status, r.err);
+}
+
+// metrics.jsonl without the wall-clock fields ("ms" and "train_time_s" sit between grad_norm and tokens)
+static char* metrics_without_times(const char* out_dir) {
+    char path[600];
+    join_path(path, sizeof(path), out_dir, "metrics.jsonl");
+    char* text = read_text(path);
+    cr_assert_not_null(text, "no %s", path);
+    char* out = malloc(strlen(text) + 1);
+    char* o = out;
+    for (char* p = text; *p;) {
+        char* ms = strstr(p, ", \"ms\": ");
+        char* nl = strchr(p, '\n');
+        if (ms != NULL && (nl == NULL || ms < nl)) {
+            char* tok = strstr(ms, ", \"tokens\"");
+            memcpy(o, p, (size_t)(ms - p));
+            o += ms - p;
+            p = tok;
+        } else {
+            size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+            memcpy(o, p, n);
+            o += n;
+            p += n;
+        }
+    }
+    *o = '\0';
+    free(text);
+    return out;
+}
+
+static void assert_same_file(const char* a, const char* b) {
+    char* x = read_text(a);
+    char* y = read_text(b);
+    cr_assert_not_null(x, "missing %s", a);
+    cr_assert_not_null(y, "missing %s", b);
+    FILE* fa = fopen(a, "rb"); fseek(fa, 0, SEEK_END); long na = ftell(fa); fclose(fa);
+    FILE* fb = fopen(b, "rb"); fseek(fb, 0, SEEK_END); long nb = ftell(fb); fclose(fb);
+    cr_assert_eq(na, nb, "%s and %s differ in size", a, b);
+    cr_assert_eq(memcmp(x, y, (size_t)na), 0, "%s and %s differ", a, b);
+    free(x);
+    free(y);
+}
+
+Test(resume, resume_from_a_middle_checkpoint_is_bit_exact) {
+    char a[512], b[512], path[700], pa[700], pb[700];
+    join_path(a, sizeof(a), dir, "straight");
+    join_path(b, sizeof(b), dir, "resumed");
+    train("-x 12 -n 6", a);
+    train("-x 12 -n 6", b);
+    // forget the end of run b: it resumes from step 6 and must redo steps 7..12 exactly
+    join_path(path, sizeof(path), b, "DONE_00000012");
+    cr_assert_eq(unlink(path), 0);
+    train("-x 12 -n 6 -y 1", b);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_eq(count_lines(ma), 13, "step 0 (val) + 12 steps");
+    cr_assert_str_eq(ma, mb);
+    join_path(pa, sizeof(pa), a, "model_00000012.bin");
+    join_path(pb, sizeof(pb), b, "model_00000012.bin");
+    assert_same_file(pa, pb);
+    snprintf(pb, sizeof(pb), "%s.stdout", b);
+    char* out = read_text(pb);
+    cr_assert_not_null(strstr(out, "resumed from step"), "the config table names the resumed step");
+    free(ma); free(mb); free(out);
+}
+
+Test(resume, ten_steps_then_ten_more_equal_twenty) {
+    char a[512], b[512], pa[700], pb[700];
+    join_path(a, sizeof(a), dir, "twenty");
+    join_path(b, sizeof(b), dir, "ten_ten");
+    // the schedule depends on -x, so this split uses the constant schedule (with warm-up)
+    // (val every 5 steps, so that the first run's final val at step 10 is also one of the long run's)
+    train("-x 20 -k constant -v 5", a);
+    train("-x 10 -k constant -v 5 -n 10", b);
+    train("-x 20 -k constant -v 5 -n 10 -y 1", b);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb);
+    join_path(pa, sizeof(pa), b, "model_00000010.bin");
+    join_path(pb, sizeof(pb), b, "model_00000020.bin");
+    cr_assert_eq(access(pa, F_OK), 0);
+    cr_assert_eq(access(pb, F_OK), 0);
+    // and the loss fell
+    double first, last;
+    char* p1 = strstr(ma, "\"step\": 1,");
+    char* p20 = strstr(ma, "\"step\": 20,");
+    cr_assert(p1 && p20);
+    cr_assert_eq(sscanf(strstr(p1, "\"loss\": ") + 8, "%lf", &first), 1);
+    cr_assert_eq(sscanf(strstr(p20, "\"loss\": ") + 8, "%lf", &last), 1);
+    cr_assert_lt(last, first - 0.5, "loss %f -> %f", first, last);
+    free(ma); free(mb);
+}
+
+Test(resume, same_flags_give_identical_runs_and_another_seed_differs) {
+    char a[512], b[512], c[512];
+    join_path(a, sizeof(a), dir, "r1");
+    join_path(b, sizeof(b), dir, "r2");
+    join_path(c, sizeof(c), dir, "r3");
+    train("-x 6", a);
+    train("-x 6", b);
+    train("-x 6 --seed 7", c);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    char* mc = metrics_without_times(c);
+    cr_assert_str_eq(ma, mb);
+    cr_assert_str_neq(ma, mc);
+    free(ma); free(mb); free(mc);
+}
+
+Test(resume, keep_last_k_checkpoints) {
+    char a[512], path[700];
+    join_path(a, sizeof(a), dir, "keep");
+    train("-x 12 -n 3 -nk 2", a);
+    int steps[] = {3, 6, 9, 12};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof(path), "%s/DONE_%08d", a, steps[i]);
+        int present = access(path, F_OK) == 0;
+        snprintf(path, sizeof(path), "%s/model_%08d.bin", a, steps[i]);
+        int model_present = access(path, F_OK) == 0;
+        cr_assert_eq(present, i >= 2, "DONE for step %d", steps[i]);
+        cr_assert_eq(model_present, i >= 2, "model for step %d", steps[i]);
+    }
+}
+
+Test(resume, sigint_checkpoints_exits_zero_and_resumes_exactly) {
+    char a[512], b[512], metrics[700], cmd[4096], log[700];
+    join_path(a, sizeof(a), dir, "straight");
+    join_path(b, sizeof(b), dir, "interrupted");
+    train("-x 300 -v 100", a);
+    snprintf(cmd, sizeof(cmd), "%s -x 300 -v 100 -o %s", flags, b);
+    snprintf(log, sizeof(log), "%s.stdout", b);
+    join_path(metrics, sizeof(metrics), b, "metrics.jsonl");
+    char buf[8192], *argv[128];
+    int argc = 0;
+    snprintf(buf, sizeof(buf), "%s", cmd);
+    for (char* t = strtok(buf, " "); t; t = strtok(NULL, " ")) { argv[argc++] = t; }
+    argv[argc] = NULL;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE* out = fopen(log, "w");
+        dup2(fileno(out), 1);
+        execv(argv[0], argv);
+        _exit(127);
+    }
+    // interrupt once a few steps are logged
+    for (int i = 0; i < 20000; i++) {
+        char* text = read_text(metrics);
+        int lines = text ? count_lines(text) : 0;
+        free(text);
+        if (lines >= 4) { break; }
+        usleep(1000);
+    }
+    kill(pid, SIGINT);
+    int st;
+    waitpid(pid, &st, 0);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "interrupted run must exit 0");
+    char* out = read_text(log);
+    // 296 steps were left when the signal came: the run stopped early, with a checkpoint
+    cr_assert_not_null(strstr(out, "stopped by signal"), "%s", out);
+    cr_assert_not_null(strstr(out, "-y 1"), "prints how to resume: %s", out);
+    cr_assert_not_null(strstr(out, "checkpoint: step"), "%s", out);
+    free(out);
+    train("-x 300 -v 100 -y 1", b);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb);
+    free(ma); free(mb);
+}

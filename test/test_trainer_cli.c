@@ -1,0 +1,176 @@
+// Tests of ./train_gpt2's command line and inputs, run as a child process: every bad flag value, unknown
+// flag, missing/empty/truncated/corrupt model file and bad shard gives one stderr line naming the flag or
+// file and exit status 1 (never a crash); -h lists every flag with its default; NaN losses never reach
+// the weights and stop the run after 5 in a row.
+#include <math.h>
+#include "llmc/checkpoint.h"
+#include "trainer_test_util.h"
+
+static char dir[256], train[512], val[512], base[2048];
+
+static void setup(void) {
+    make_temp_dir(dir, sizeof(dir));
+    join_path(train, sizeof(train), dir, "train_000000.bin");
+    join_path(val, sizeof(val), dir, "val_000000.bin");
+    write_learnable_shard(train, 4000, 256, 1);
+    write_learnable_shard(val, 1000, 256, 2);
+    snprintf(base, sizeof(base), "./train_gpt2 -i %s -j %s -b 2 -t 16 -x 2 -v 0 -s 0", train, val);
+}
+static void teardown(void) { rm_rf(dir); }
+TestSuite(cli, .init = setup, .fini = teardown);
+
+static RunResult run_with(const char* extra) {
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s %s", base, extra);
+    return run_cmd(cmd, NULL);
+}
+
+static void expect_error(const char* extra, const char* needle) {
+    RunResult r = run_with(extra);
+    assert_one_line_error(&r, needle);
+}
+
+Test(cli, help_lists_every_flag_with_its_default) {
+    char out[512];
+    join_path(out, sizeof(out), dir, "help.txt");
+    RunResult r = run_cmd("./train_gpt2 -h", out);
+    cr_assert(r.exited && r.status == 0);
+    char* text = read_text(out);
+    const char* flags[] = {"-i ", "-j ", "-e ", "-o ", "-b ", "-t ", "-d ", "-x ", "-l ", "-u ", "-q ", "-k ",
+                           "-c ", "-v ", "-m ", "-s ", "-g ", "-n ", "-nk ", "-y ", "-a ", "--seed ", "--tokenizer "};
+    for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
+        char needle[32];
+        snprintf(needle, sizeof(needle), "  %s", flags[i]);
+        cr_assert_not_null(strstr(text, needle), "usage lacks %s", flags[i]);
+    }
+    // every flag line states its default
+    int flag_lines = 0, default_lines = 0;
+    for (char* line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "  -", 3) == 0 && strncmp(line, "  -h,", 5) != 0) {
+            flag_lines++;
+            default_lines += strstr(line, "(default ") != NULL;
+        }
+    }
+    cr_assert_eq(flag_lines, 23 + 12);  // the trainer's table and the hybrid flags
+    cr_assert_eq(default_lines, flag_lines);
+    free(text);
+}
+
+Test(cli, unknown_flag) { expect_error("--bogus 1", "'--bogus'"); }
+Test(cli, flag_without_value) { expect_error("-b", "flag -b: missing value"); }
+Test(cli, non_integer_value) { expect_error("-b x", "flag -b"); }
+Test(cli, zero_batch) { expect_error("-b 0", "flag -b"); }
+Test(cli, trailing_garbage) { expect_error("-t 16abc", "flag -t"); }
+Test(cli, negative_steps) { expect_error("-x -5", "flag -x"); }
+Test(cli, non_numeric_lr) { expect_error("-l fast", "flag -l"); }
+Test(cli, nan_lr) { expect_error("-l nan", "flag -l"); }
+Test(cli, negative_weight_decay) { expect_error("-c -0.1", "flag -c"); }
+Test(cli, final_fraction_above_one) { expect_error("-q 1.5", "flag -q"); }
+Test(cli, unknown_schedule) { expect_error("-k cosin", "flag -k"); }
+Test(cli, resume_flag_not_boolean) { expect_error("-y 2", "flag -y"); }
+Test(cli, resume_without_output_dir) { expect_error("-y 1", "flag -y"); }
+Test(cli, total_batch_not_a_multiple) { expect_error("-d 40", "flag -d"); }
+Test(cli, sample_longer_than_sequence) { expect_error("-s 1 -g 17", "flag -g"); }
+Test(cli, bad_depth) { expect_error("-e d0", "flag -e"); }
+Test(cli, sequence_longer_than_model) { expect_error("-e d1 -t 1025", "flag -t"); }
+Test(cli, bad_seed) { expect_error("--seed -1", "flag --seed"); }
+
+Test(cli, missing_model_file) {
+    char extra[1024], path[512];
+    join_path(path, sizeof(path), dir, "nope.bin");
+    snprintf(extra, sizeof(extra), "-e %s", path);
+    expect_error(extra, path);
+}
+
+static void write_model(const char* path, GPT2Config c, float fill, size_t cut_bytes, int magic, int version) {
+    size_t n = gpt2_num_parameters(&c);
+    float* p = malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { p[i] = fill * (float)((int)(i % 7) - 3); }
+    model_write(path, &c, p, n);
+    FILE* fp = fopen(path, "r+b");
+    int hv[2] = {magic, version};
+    fwrite(hv, sizeof(int), 2, fp);
+    fclose(fp);
+    if (cut_bytes > 0) { cr_assert_eq(truncate(path, (off_t)(1024 + n * 4 - cut_bytes)), 0); }
+    free(p);
+}
+
+static GPT2Config tiny(int vocab) {
+    GPT2Config c = {.max_seq_len = 32, .vocab_size = vocab, .padded_vocab_size = (vocab + 127) / 128 * 128,
+                    .num_layers = 1, .num_heads = 2, .channels = 16};
+    return c;
+}
+
+static void expect_model_error(GPT2Config c, float fill, size_t cut, int magic, int version, const char* needle) {
+    char path[512], extra[1024];
+    join_path(path, sizeof(path), dir, "model.bin");
+    write_model(path, c, fill, cut, magic, version);
+    snprintf(extra, sizeof(extra), "-e %s", path);
+    RunResult r = run_with(extra);
+    assert_one_line_error(&r, path);
+    assert_one_line_error(&r, needle);
+}
+
+Test(cli, empty_model_file) {
+    char path[512], extra[1024];
+    join_path(path, sizeof(path), dir, "empty.bin");
+    write_bytes(path, "", 0);
+    snprintf(extra, sizeof(extra), "-e %s", path);
+    RunResult r = run_with(extra);
+    assert_one_line_error(&r, path);
+}
+Test(cli, truncated_model_file) { expect_model_error(tiny(256), 0.01f, 100, 20240326, 3, "truncated"); }
+Test(cli, model_wrong_magic) { expect_model_error(tiny(256), 0.01f, 0, 1234, 3, "magic"); }
+Test(cli, model_bf16_version) { expect_model_error(tiny(256), 0.01f, 0, 20240326, 5, "version 5"); }
+Test(cli, model_nan_weights) { expect_model_error(tiny(256), NAN, 0, 20240326, 3, "NaN"); }
+Test(cli, model_sequence_too_short) {
+    GPT2Config c = tiny(256);
+    c.max_seq_len = 8;
+    char path[512], extra[1024];
+    join_path(path, sizeof(path), dir, "short.bin");
+    write_model(path, c, 0.01f, 0, 20240326, 3);
+    snprintf(extra, sizeof(extra), "-e %s", path);
+    expect_error(extra, "flag -t");
+}
+
+Test(cli, token_at_or_above_model_vocab) {
+    // the shard holds ids up to ~160; a model with 100 rows cannot embed them
+    char extra[1024], path[512];
+    join_path(path, sizeof(path), dir, "model.bin");
+    write_model(path, tiny(100), 0.01f, 0, 20240326, 3);
+    snprintf(extra, sizeof(extra), "-e %s", path);
+    expect_error(extra, train);
+}
+
+Test(cli, shard_smaller_than_one_batch) { expect_error("-b 16 -t 256", train); }
+
+Test(cli, train_pattern_without_match) {
+    char extra[1024];
+    snprintf(extra, sizeof(extra), "-i %s/none_*.bin", dir);
+    expect_error(extra, "none_*.bin");
+}
+
+Test(cli, truncated_val_shard) {
+    uint16_t tok[100] = {0};
+    write_shard_raw(val, 20240520, 1, 200, 256, tok, 100);
+    expect_error("-v 1", val);
+}
+
+Test(cli, nan_loss_never_reaches_the_weights_and_stops_after_five) {
+    // weights of 1e30 are finite, but the logits overflow: every step's loss is NaN/Inf
+    char path[512], out[512], extra[2048], metrics[600];
+    join_path(path, sizeof(path), dir, "huge.bin");
+    join_path(out, sizeof(out), dir, "out");
+    write_model(path, tiny(256), 1e30f, 0, 20240326, 3);
+    snprintf(extra, sizeof(extra), "-e %s -x 20 -o %s", path, out);
+    RunResult r = run_with(extra);
+    assert_one_line_error(&r, "5 consecutive");
+    join_path(metrics, sizeof(metrics), out, "metrics.jsonl");
+    char* text = read_text(metrics);
+    cr_assert_not_null(text);
+    cr_assert_eq(count_lines(text), 5, "five skipped steps logged: %s", text);
+    int skipped = 0;
+    for (const char* p = text; (p = strstr(p, "\"skipped\": true")) != NULL; p++) { skipped++; }
+    cr_assert_eq(skipped, 5);
+    free(text);
+}

@@ -1,0 +1,1263 @@
+/*
+ * train_gpt2.cu — GPT-2 training on NVIDIA GPUs: the CUDA twin of train_gpt2.c.
+ * Same CLI, data order, schedules, checkpoint files and outputs as the CPU trainer; the math of every
+ * kernel mirrors the CPU path (see the llmc/ kernel headers), so the CPU tests pin down what the GPU computes.
+ * Weights and activations in floatX (bf16 by default), fp32 master weights, gradients and AdamW state;
+ * the working bf16 copy is written with stochastic rounding. Multi-GPU: one process per GPU, NCCL,
+ * optional ZeRO-1. Everything is allocated before the first step; the training loop allocates nothing.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <time.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include "llmc/utils.h"
+#include "llmc/rand.h"
+#include "llmc/dataloader.h"
+#include "llmc/schedulers.h"
+#include "llmc/tokenizer.h"
+#include "llmc/checkpoint.h"
+#include "llmc/logger.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/encoder.cuh"
+#include "llmc/layernorm.cuh"
+#include "llmc/matmul.cuh"
+#include "llmc/attention.cuh"
+#include "llmc/fused_classifier.cuh"
+#include "llmc/adamw.cuh"
+#include "llmc/reduce.cuh"
+#include "llmc/zero.cuh"
+
+// ----------------------------------------------------------------------------
+// GPT-2 model definition: GPT2Config and the parameter layout (llm.c order) come from llmc/checkpoint.h
+
+
+// the 16 tensors of the flat parameter buffer, for weights (floatX) and for gradients (float)
+template <typename T>
+struct ParamSet {
+    T* wte;       // (Vp, C)
+    T* wpe;       // (maxT, C)
+    T* ln1w;      // (L, C)
+    T* ln1b;      // (L, C)
+    T* qkvw;      // (L, 3*C, C)
+    T* qkvb;      // (L, 3*C)
+    T* attprojw;  // (L, C, C)
+    T* attprojb;  // (L, C)
+    T* ln2w;      // (L, C)
+    T* ln2b;      // (L, C)
+    T* fcw;       // (L, 4*C, C)
+    T* fcb;       // (L, 4*C)
+    T* fcprojw;   // (L, C, 4*C)
+    T* fcprojb;   // (L, C)
+    T* lnfw;      // (C)
+    T* lnfb;      // (C)
+};
+typedef ParamSet<floatX> ParameterTensors;
+typedef ParamSet<float> GradTensors;
+
+template <typename T>
+void point_parameters(ParamSet<T>* p, T* base, const size_t* sizes) {
+    T** ptrs[NUM_PARAMETER_TENSORS] = {
+        &p->wte, &p->wpe, &p->ln1w, &p->ln1b, &p->qkvw, &p->qkvb, &p->attprojw, &p->attprojb,
+        &p->ln2w, &p->ln2b, &p->fcw, &p->fcb, &p->fcprojw, &p->fcprojb, &p->lnfw, &p->lnfb};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        *ptrs[i] = base;
+        base += sizes[i];
+    }
+}
+
+// activations for one micro batch (B,T); per-layer tensors are what the backward pass reads back.
+// With recompute >= 1 the GELU output, with recompute >= 2 also the LayerNorm outputs, keep one layer's
+// worth and are recomputed in the backward pass.
+typedef struct {
+    floatX* encoded;    // (B,T,C)
+    floatX* ln1;        // (L,B,T,C), (B,T,C) with recompute >= 2
+    float* ln1_mean;    // (L,B,T)
+    float* ln1_rstd;    // (L,B,T)
+    floatX* qkv;        // (L,B,T,3C)
+    floatX* atty;       // (L,B,T,C)
+    float* att_lse;     // (L,B,NH,T) softmax log-sum-exp per query
+    floatX* residual2;  // (L,B,T,C)
+    floatX* ln2;        // (L,B,T,C), (B,T,C) with recompute >= 2
+    float* ln2_mean;    // (L,B,T)
+    float* ln2_rstd;    // (L,B,T)
+    floatX* fch;        // (L,B,T,4C) pre-GELU
+    floatX* fch_gelu;   // (L,B,T,4C), (B,T,4C) with recompute >= 1
+    floatX* residual3;  // (L,B,T,C)
+    floatX* lnf;        // (B,T,C)
+    float* lnf_mean;    // (B,T)
+    float* lnf_rstd;    // (B,T)
+    floatX* logits;     // (B,T,Vp), dlogits after the backward classifier
+    float* losses;      // (B,T) per-position loss, summed over the micro batches of a step
+    // backward scratch (also used as forward scratch for the projection outputs)
+    floatX* bt4c;       // (B,T,4C)
+    floatX* btc;        // (B,T,C)
+    floatX* dresidual;  // (B,T,C)
+    float* att_delta;   // (B,NH,T)
+} ActivationTensors;
+
+typedef struct {
+    GPT2Config config;
+    ParameterTensors params;      // device, floatX working copy
+    GradTensors grads;            // device, fp32
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;        // P
+    size_t num_parameters_padded; // P rounded up so that it splits into equal, aligned ZeRO shards
+    floatX* params_memory;        // (Ppad) device
+    float* master_weights;        // (Ppad) device fp32
+    float* grads_memory;          // (Ppad) device fp32
+    float* m_memory;              // (shard) device fp32 AdamW first moment
+    float* v_memory;              // (shard) device fp32 AdamW second moment
+    size_t shard_offset, shard_size;  // this rank's range of the flat parameters
+    ActivationTensors acts;
+    int batch_size, seq_len;      // what acts were allocated for
+    int recompute;                // 0, 1 (GELU), 2 (GELU + LayerNorm)
+    float mean_loss;              // of the last forward with targets, or of the last step
+    uint32_t rounding_seed;       // base of the per-step stochastic-rounding seeds (from --seed)
+    // inputs: device copies and host scratch for the wte gradient buckets
+    int* inputs;                  // (B,T) device
+    int* targets;                 // (B,T) device
+    int* bucket_memory;           // device: token (B*T) | start (B*T+1) | pos (B*T)
+    int* bucket_host;             // host, same layout
+    int* bucket_count;            // host (Vp) scratch
+    int num_buckets;
+    float* scratch;               // device fp32: REDUCE_CHUNKS * 2 * 4C (column reductions), norm partials
+    float* norm_out;              // device, 1 float
+    float* host_losses;           // (B,T) pinned host
+    int micro_steps;              // micro batches accumulated since the last zero_grad
+    MultiGpuConfig* multi_gpu;
+    cudaStream_t stream;
+} GPT2;
+
+// ----------------------------------------------------------------------------
+// building the model: from fp32 parameters on the host (llm.c v3 checkpoint or a random init)
+
+static void gpt2_validate_config(const GPT2Config* c, const char* what) {
+    if (c->max_seq_len <= 0 || c->vocab_size <= 0 || c->padded_vocab_size < c->vocab_size ||
+        c->num_layers <= 0 || c->num_heads <= 0 || c->channels <= 0 || c->channels % c->num_heads != 0) {
+        fatal("%s: bad model config (maxT %d, V %d, Vp %d, L %d, NH %d, C %d)", what, c->max_seq_len,
+              c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels);
+    }
+    if (c->channels / c->num_heads != ATT_HS) {
+        fatal("%s: head size %d; the CUDA attention kernels support head size %d", what,
+              c->channels / c->num_heads, ATT_HS);
+    }
+}
+
+void gpt2_sync_floatX(GPT2* model, int t);
+
+// allocates parameters, gradients and the optimizer state (this rank's shard) and uploads `host_params`
+// (P fp32 values, llm.c order) as the master weights of step `step`
+void gpt2_init_params(GPT2* model, GPT2Config config, const float* host_params, MultiGpuConfig* multi_gpu,
+                      uint32_t rounding_seed, int step) {
+    memset(model, 0, sizeof(*model));
+    gpt2_validate_config(&config, "model");
+    model->config = config;
+    model->multi_gpu = multi_gpu;
+    model->rounding_seed = rounding_seed;
+    cudaCheck(cudaStreamCreate(&model->stream));
+    gpt2_param_sizes(model->param_sizes, &config);
+    size_t P = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { P += model->param_sizes[i]; }
+    model->num_parameters = P;
+    size_t quantum = (size_t)multi_gpu->num_processes * 1024;  // 1024: 2 KiB-aligned bf16 shards
+    model->num_parameters_padded = (P + quantum - 1) / quantum * quantum;
+    size_t Ppad = model->num_parameters_padded;
+    if (multi_gpu->zero_stage == 1) {
+        model->shard_size = Ppad / multi_gpu->num_processes;
+        model->shard_offset = model->shard_size * multi_gpu->process_rank;
+    } else {
+        model->shard_size = Ppad;
+        model->shard_offset = 0;
+    }
+    model->params_memory = (floatX*)cudaMallocCheck(Ppad * sizeof(floatX));
+    model->master_weights = (float*)cudaMallocCheck(Ppad * sizeof(float));
+    model->grads_memory = (float*)cudaMallocCheck(Ppad * sizeof(float));
+    model->m_memory = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
+    model->v_memory = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
+    cudaCheck(cudaMemset(model->master_weights, 0, Ppad * sizeof(float)));
+    cudaCheck(cudaMemset(model->grads_memory, 0, Ppad * sizeof(float)));
+    cudaCheck(cudaMemset(model->m_memory, 0, model->shard_size * sizeof(float)));
+    cudaCheck(cudaMemset(model->v_memory, 0, model->shard_size * sizeof(float)));
+    cudaCheck(cudaMemcpy(model->master_weights, host_params, P * sizeof(float), cudaMemcpyHostToDevice));
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    gpt2_sync_floatX(model, step);
+}
+
+void gpt2_build_from_checkpoint(GPT2* model, const char* path, MultiGpuConfig* multi_gpu, uint32_t rounding_seed,
+                                int step) {
+    GPT2Config config;
+    size_t n = model_read_header(path, &config);
+    gpt2_validate_config(&config, path);
+    float* params = (float*)mallocCheck(n * sizeof(float));
+    model_read_params(path, params, n);
+    gpt2_init_params(model, config, params, multi_gpu, rounding_seed, step);
+    free(params);
+}
+
+// llm.c's init, exactly as train_gpt2.c draws it (same stream, same order): N(0, 0.02) for the 2-D
+// weights, residual projections scaled by 1/sqrt(2L), LayerNorm weights 1, biases 0, padded wte rows 0
+void gpt2_build_from_random(GPT2* model, int depth, int vocab_size, uint64_t seed, MultiGpuConfig* multi_gpu,
+                            uint32_t rounding_seed) {
+    if (depth <= 0 || vocab_size <= 0) { fatal("model: depth %d and vocab %d must be positive", depth, vocab_size); }
+    GPT2Config c;
+    c.max_seq_len = 1024;
+    c.vocab_size = vocab_size;
+    c.padded_vocab_size = (vocab_size + 127) / 128 * 128;
+    c.num_layers = depth;
+    c.num_heads = depth;
+    c.channels = 64 * depth;
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    gpt2_param_sizes(sizes, &c);
+    size_t n = gpt2_num_parameters(&c);
+    float* params = (float*)callocCheck(n, sizeof(float));
+    ParamSet<float> p;
+    point_parameters(&p, params, sizes);
+    uint64_t rng = random_state(seed, 0);
+    float residual_std = 0.02f / sqrtf(2.0f * depth);
+    size_t C = c.channels;
+    normal_fill(p.wte, (size_t)vocab_size * C, 0.0f, 0.02f, &rng);
+    normal_fill(p.wpe, sizes[1], 0.0f, 0.02f, &rng);
+    for (size_t i = 0; i < sizes[2]; i++) { p.ln1w[i] = 1.0f; }
+    normal_fill(p.qkvw, sizes[4], 0.0f, 0.02f, &rng);
+    normal_fill(p.attprojw, sizes[6], 0.0f, residual_std, &rng);
+    for (size_t i = 0; i < sizes[8]; i++) { p.ln2w[i] = 1.0f; }
+    normal_fill(p.fcw, sizes[10], 0.0f, 0.02f, &rng);
+    normal_fill(p.fcprojw, sizes[12], 0.0f, residual_std, &rng);
+    for (size_t i = 0; i < C; i++) { p.lnfw[i] = 1.0f; }
+    gpt2_init_params(model, c, params, multi_gpu, rounding_seed, 0);
+    free(params);
+}
+
+// master weights -> host fp32 (P floats); with ZeRO-1 gathers every shard first (all ranks must call)
+void gpt2_params_to_host(GPT2* model, float* host_params) {
+    multi_gpu_all_gather(model->master_weights, model->num_parameters_padded, sizeof(float),
+                         model->multi_gpu, model->stream);
+    cudaCheck(cudaMemcpyAsync(host_params, model->master_weights, model->num_parameters * sizeof(float),
+                              cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+
+// allocate activations for micro batches of (B,T) and the input buffers; once, before training
+void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
+    GPT2Config c = model->config;
+    if (T > c.max_seq_len) { fatal("sequence length %d exceeds the model's maximum %d", T, c.max_seq_len); }
+    if (recompute < 0 || recompute > 2) { fatal("flag -r: expected 0, 1 or 2, got %d", recompute); }
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size, BT = (size_t)B * T;
+    size_t Lln = recompute >= 2 ? 1 : L, Lgelu = recompute >= 1 ? 1 : L;
+    model->batch_size = B;
+    model->seq_len = T;
+    model->recompute = recompute;
+    ActivationTensors* a = &model->acts;
+#define ALLOC_X(n) (floatX*)cudaMallocCheck((n) * sizeof(floatX))
+#define ALLOC_F(n) (float*)cudaMallocCheck((n) * sizeof(float))
+    a->encoded = ALLOC_X(BT * C);
+    a->ln1 = ALLOC_X(Lln * BT * C);
+    a->ln1_mean = ALLOC_F(L * BT);
+    a->ln1_rstd = ALLOC_F(L * BT);
+    a->qkv = ALLOC_X(L * BT * 3 * C);
+    a->atty = ALLOC_X(L * BT * C);
+    a->att_lse = ALLOC_F(L * B * NH * T);
+    a->residual2 = ALLOC_X(L * BT * C);
+    a->ln2 = ALLOC_X(Lln * BT * C);
+    a->ln2_mean = ALLOC_F(L * BT);
+    a->ln2_rstd = ALLOC_F(L * BT);
+    a->fch = ALLOC_X(L * BT * 4 * C);
+    a->fch_gelu = ALLOC_X(Lgelu * BT * 4 * C);
+    a->residual3 = ALLOC_X(L * BT * C);
+    a->lnf = ALLOC_X(BT * C);
+    a->lnf_mean = ALLOC_F(BT);
+    a->lnf_rstd = ALLOC_F(BT);
+    a->logits = ALLOC_X(BT * Vp);
+    a->losses = ALLOC_F(BT);
+    a->bt4c = ALLOC_X(BT * 4 * C);
+    a->btc = ALLOC_X(BT * C);
+    a->dresidual = ALLOC_X(BT * C);
+    a->att_delta = ALLOC_F(B * NH * T);
+#undef ALLOC_X
+#undef ALLOC_F
+    model->inputs = (int*)cudaMallocCheck(BT * sizeof(int));
+    model->targets = (int*)cudaMallocCheck(BT * sizeof(int));
+    model->bucket_memory = (int*)cudaMallocCheck((3 * BT + 1) * sizeof(int));
+    model->bucket_host = (int*)mallocCheck((3 * BT + 1) * sizeof(int));
+    model->bucket_count = (int*)mallocCheck(Vp * sizeof(int));
+    size_t scratch_floats = (size_t)REDUCE_CHUNKS * 2 * 4 * C;
+    if (scratch_floats < NORM_BLOCKS) { scratch_floats = NORM_BLOCKS; }
+    model->scratch = (float*)cudaMallocCheck(scratch_floats * sizeof(float));
+    model->norm_out = (float*)cudaMallocCheck(sizeof(float));
+    cudaCheck(cudaMallocHost((void**)&model->host_losses, BT * sizeof(float)));
+    cudaCheck(cudaMemset(a->losses, 0, BT * sizeof(float)));
+}
+
+// ----------------------------------------------------------------------------
+// forward pass. With targets, also the per-position losses (summed into acts.losses when `accumulate`)
+
+static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    size_t BT = (size_t)B * T;
+    int V = model->config.vocab_size;
+    for (size_t i = 0; i < BT; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V) { fatal("input token %d at position %zu is outside the vocabulary (%d)", inputs[i], i, V); }
+        if (targets != NULL && (targets[i] < 0 || targets[i] >= V)) {
+            fatal("target token %d at position %zu is outside the vocabulary (%d)", targets[i], i, V);
+        }
+    }
+    cudaCheck(cudaMemcpyAsync(model->inputs, inputs, BT * sizeof(int), cudaMemcpyHostToDevice, model->stream));
+    if (targets != NULL) {
+        cudaCheck(cudaMemcpyAsync(model->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, model->stream));
+    }
+    // group positions by token for the deterministic wte gradient
+    int* h = model->bucket_host;
+    model->num_buckets = encoder_buckets(h, h + BT, h + 2 * BT + 1, model->bucket_count, inputs, (int)BT, V);
+    cudaCheck(cudaMemcpyAsync(model->bucket_memory, h, (3 * BT + 1) * sizeof(int), cudaMemcpyHostToDevice, model->stream));
+    // the host buffers are reused by the next call: wait until the copies have read them
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+
+void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    // inputs, targets: (B,T) host token ids; targets may be NULL (logits only)
+    if (B > model->batch_size || T != model->seq_len) {
+        fatal("forward: batch (%d,%d) does not fit the allocated (%d,%d)", B, T, model->batch_size, model->seq_len);
+    }
+    GPT2Config c = model->config;
+    int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+    int N = B * T;
+    size_t BTC = (size_t)N * C;
+    cudaStream_t s = model->stream;
+    ParameterTensors p = model->params;
+    ActivationTensors a = model->acts;
+    int ln_all = model->recompute < 2, gelu_all = model->recompute < 1;
+    gpt2_upload_batch(model, inputs, targets, B, T);
+
+    encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, s);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, a.encoded, p.ln1w, p.ln1b, N, C, s);
+    for (int l = 0; l < L; l++) {
+        floatX* residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * BTC;
+        floatX* ln1 = a.ln1 + (ln_all ? l * BTC : 0);
+        floatX* ln2 = a.ln2 + (ln_all ? l * BTC : 0);
+        floatX* qkv = a.qkv + (size_t)l * 3 * BTC;
+        floatX* atty = a.atty + (size_t)l * BTC;
+        floatX* residual2 = a.residual2 + (size_t)l * BTC;
+        floatX* fch = a.fch + (size_t)l * 4 * BTC;
+        floatX* fch_gelu = a.fch_gelu + (gelu_all ? (size_t)l * 4 * BTC : 0);
+        floatX* residual3 = a.residual3 + (size_t)l * BTC;
+        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, s);
+        attention_forward(atty, a.att_lse + (size_t)l * B * NH * T, qkv, B, T, C, NH, s);
+        matmul_forward(a.btc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, s);
+        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
+                                         residual, a.btc, p.ln2w + l * C, p.ln2b + l * C, N, C, s);
+        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, s);
+        gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
+        matmul_forward(a.btc, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, N, 4 * C, C, s);
+        if (l + 1 < L) {
+            floatX* next_ln1 = a.ln1 + (ln_all ? (l + 1) * BTC : 0);
+            fused_residual_layernorm_forward(residual3, next_ln1, a.ln1_mean + (size_t)(l + 1) * N,
+                                             a.ln1_rstd + (size_t)(l + 1) * N, residual2, a.btc,
+                                             p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, s);
+        } else {
+            fused_residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, a.btc,
+                                             p.lnfw, p.lnfb, N, C, s);
+        }
+    }
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, N, C, Vp, s);
+    if (targets != NULL) {
+        fused_classifier(a.logits, a.losses, model->targets, 0.0f, 0, N, V, Vp, s);
+        cudaCheck(cudaMemcpyAsync(model->host_losses, a.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        float sum = 0.0f;
+        for (int i = 0; i < N; i++) { sum += model->host_losses[i]; }
+        model->mean_loss = sum / N;
+    } else {
+        model->mean_loss = -1.0f;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// backward pass: gradients accumulate into grads_memory (fp32) until gpt2_zero_grad
+
+void gpt2_zero_grad(GPT2* model) {
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters_padded * sizeof(float), model->stream));
+    cudaCheck(cudaMemsetAsync(model->acts.losses, 0, (size_t)model->batch_size * model->seq_len * sizeof(float),
+                              model->stream));
+    model->micro_steps = 0;
+}
+
+// call after gpt2_forward(model, inputs, NULL or targets, B, T) on the same batch. dloss is the weight of
+// each position's loss in the objective: 1/(B*T*grad_accum) for the mean over a step's tokens.
+void gpt2_backward(GPT2* model, const int* targets, float dloss) {
+    GPT2Config c = model->config;
+    int B = model->batch_size, T = model->seq_len;
+    int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
+    int N = B * T;
+    size_t BTC = (size_t)N * C;
+    cudaStream_t s = model->stream;
+    ParameterTensors p = model->params;
+    GradTensors g = model->grads;
+    ActivationTensors a = model->acts;
+    int ln_all = model->recompute < 2, gelu_all = model->recompute < 1;
+    float* scratch = model->scratch;
+    cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
+
+    // classifier: losses accumulate (for the step's mean loss), logits become dlogits in place
+    fused_classifier(a.logits, a.losses, model->targets, dloss, 1, N, V, Vp, s);
+    matmul_backward(a.btc, g.wte, NULL, scratch, a.logits, a.lnf, p.wte, N, C, Vp, s);
+    cudaCheck(cudaMemsetAsync(a.dresidual, 0, BTC * sizeof(floatX), s));
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, scratch, a.btc, a.residual3 + (size_t)(L - 1) * BTC, p.lnfw,
+                       a.lnf_mean, a.lnf_rstd, N, C, s);
+
+    for (int l = L - 1; l >= 0; l--) {
+        floatX* residual = l == 0 ? a.encoded : a.residual3 + (size_t)(l - 1) * BTC;
+        floatX* ln1 = a.ln1 + (ln_all ? l * BTC : 0);
+        floatX* ln2 = a.ln2 + (ln_all ? l * BTC : 0);
+        floatX* qkv = a.qkv + (size_t)l * 3 * BTC;
+        floatX* atty = a.atty + (size_t)l * BTC;
+        floatX* residual2 = a.residual2 + (size_t)l * BTC;
+        floatX* fch = a.fch + (size_t)l * 4 * BTC;
+        floatX* fch_gelu = a.fch_gelu + (gelu_all ? (size_t)l * 4 * BTC : 0);
+        float* ln1_mean = a.ln1_mean + (size_t)l * N;
+        float* ln1_rstd = a.ln1_rstd + (size_t)l * N;
+        float* ln2_mean = a.ln2_mean + (size_t)l * N;
+        float* ln2_rstd = a.ln2_rstd + (size_t)l * N;
+        // dresidual holds d(loss)/d(residual3[l]), which is also the gradient flowing into residual2[l]
+        if (!gelu_all) { gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s); }
+        matmul_backward(a.bt4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, scratch, a.dresidual,
+                        fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, N, 4 * C, C, s);
+        gelu_backward(a.bt4c, fch, a.bt4c, (size_t)N * 4 * C, s);
+        if (!ln_all) { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, s); }
+        matmul_backward(a.btc, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, scratch, a.bt4c, ln2,
+                        p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, s);
+        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, a.btc, residual2, p.ln2w + l * C,
+                           ln2_mean, ln2_rstd, N, C, s);
+        matmul_backward(a.btc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, a.dresidual, atty,
+                        p.attprojw + (size_t)l * C * C, N, C, C, s);
+        attention_backward(a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + (size_t)l * B * NH * T, B, T, C, NH, s);
+        if (!ln_all) { layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C, s); }
+        matmul_backward(a.btc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, a.bt4c, ln1,
+                        p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, s);
+        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, a.btc, residual, p.ln1w + l * C,
+                           ln1_mean, ln1_rstd, N, C, s);
+    }
+    int* bk = model->bucket_memory;
+    encoder_backward(g.wte, g.wpe, a.dresidual, bk, bk + N, bk + 2 * N + 1, model->num_buckets, B, T, C, s);
+    model->micro_steps++;
+}
+
+float gpt2_sum_over_ranks(GPT2* model, float x);
+
+// mean loss over every position of the micro batches since gpt2_zero_grad (syncs; also over all ranks)
+float gpt2_accumulated_loss(GPT2* model) {
+    int N = model->batch_size * model->seq_len;
+    cudaCheck(cudaMemcpyAsync(model->host_losses, model->acts.losses, (size_t)N * sizeof(float),
+                              cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    float sum = 0.0f;
+    for (int i = 0; i < N; i++) { sum += model->host_losses[i]; }
+    float mean = model->micro_steps > 0 ? sum / ((float)N * model->micro_steps) : 0.0f;
+    mean = gpt2_sum_over_ranks(model, mean) / model->multi_gpu->num_processes;
+    model->mean_loss = mean;
+    return mean;
+}
+
+// ----------------------------------------------------------------------------
+// optimizer: average gradients over ranks, global norm, AdamW on this rank's shard, gather the weights
+
+void gpt2_reduce_grads(GPT2* model) {
+    multi_gpu_reduce_grads(model->grads_memory, model->num_parameters_padded, model->multi_gpu, model->stream);
+}
+
+// global L2 norm of the (averaged) gradients; call after gpt2_reduce_grads
+float gpt2_grad_norm(GPT2* model) {
+    const float* g = model->grads_memory + model->shard_offset;
+    global_norm_squared(model->norm_out, g, model->shard_size, model->scratch, model->stream);
+    if (model->multi_gpu->zero_stage == 1) { multi_gpu_sum_scalar(model->norm_out, model->multi_gpu, model->stream); }
+    float sq = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&sq, model->norm_out, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return sqrtf(sq);
+}
+
+// the seed of the stochastic rounding of the weights written by training step `step` (1-based; 0: the
+// initial weights). Invariant after every step s, whatever it did (update, Predict, rollback, skipped):
+// params == round(master, seed(s)). So the floatX copy is a pure function of the master weights and the
+// step, and a checkpoint of fp32 master weights is enough to continue bit-exactly.
+static uint32_t gpt2_step_seed(const GPT2* model, int step) {
+    uint64_t x = ((uint64_t)model->rounding_seed << 32) ^ (uint64_t)(uint32_t)step;
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33; x *= 0xc4ceb9fe1a85ec53ull; x ^= x >> 33;
+    return (uint32_t)x;
+}
+
+// rebuild the floatX copy from the master weights (this rank's shard, then gathered) with step's seed
+void gpt2_sync_floatX(GPT2* model, int step) {
+    size_t lo = model->shard_offset;
+    round_to_floatX_range(model->params_memory + lo, model->master_weights + lo, model->shard_size, lo,
+                          gpt2_step_seed(model, step), model->stream);
+    if (model->multi_gpu->zero_stage == 1) {
+        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
+                             model->stream);
+    }
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+
+// weight decay applies to the 2-D weights only (wte, wpe, qkvw, attprojw, fcw, fcprojw), as the CPU path
+static const int decayed_tensor[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+
+// AdamW on this rank's shard, one launch per tensor (the decay differs), then the weights are gathered.
+// t: AdamW's 1-based update count (bias correction); step: the 1-based training step (rounding seed)
+void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
+                 float grad_scale, int t, int step) {
+    uint32_t seed = gpt2_step_seed(model, step);
+    size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size, start = 0;
+    for (int i = 0; i <= NUM_PARAMETER_TENSORS; i++) {
+        // the padding after the last tensor is one more range (zero gradients: it stays zero)
+        size_t end = i < NUM_PARAMETER_TENSORS ? start + model->param_sizes[i] : model->num_parameters_padded;
+        size_t a = start > lo ? start : lo, b = end < hi ? end : hi;
+        if (a < b) {
+            float wd = i < NUM_PARAMETER_TENSORS && decayed_tensor[i] ? weight_decay : 0.0f;
+            adamw_update(model->master_weights + a, model->params_memory + a, model->grads_memory + a,
+                         model->m_memory + (a - lo), model->v_memory + (a - lo), b - a, a, lr, beta1, beta2, t,
+                         eps, wd, grad_scale, seed, model->stream);
+        }
+        start = end;
+    }
+    if (model->multi_gpu->zero_stage == 1) {
+        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
+                             model->stream);
+    }
+}
+
+// AdamW m and v -> host (P floats each); with ZeRO-1 the shards are gathered through the gradient buffer,
+// which is idle between an update and the next zero_grad (all ranks must call)
+void gpt2_optimizer_to_host(GPT2* model, float* m_host, float* v_host) {
+    float* src[2] = {model->m_memory, model->v_memory};
+    float* dst[2] = {m_host, v_host};
+    for (int k = 0; k < 2; k++) {
+        const float* full = src[k];
+        if (model->multi_gpu->zero_stage == 1) {
+            cudaCheck(cudaMemcpyAsync(model->grads_memory + model->shard_offset, src[k],
+                                      model->shard_size * sizeof(float), cudaMemcpyDeviceToDevice, model->stream));
+            multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
+                                 model->stream);
+            full = model->grads_memory;
+        }
+        cudaCheck(cudaMemcpyAsync(dst[k], full, model->num_parameters * sizeof(float), cudaMemcpyDeviceToHost,
+                                  model->stream));
+    }
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+
+// host m and v (P floats each) -> this rank's shard of the optimizer state
+void gpt2_optimizer_from_host(GPT2* model, const float* m_host, const float* v_host) {
+    size_t lo = model->shard_offset, P = model->num_parameters;
+    size_t n = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
+    cudaCheck(cudaMemsetAsync(model->m_memory, 0, model->shard_size * sizeof(float), model->stream));
+    cudaCheck(cudaMemsetAsync(model->v_memory, 0, model->shard_size * sizeof(float), model->stream));
+    cudaCheck(cudaMemcpyAsync(model->m_memory, m_host + lo, n * sizeof(float), cudaMemcpyHostToDevice, model->stream));
+    cudaCheck(cudaMemcpyAsync(model->v_memory, v_host + lo, n * sizeof(float), cudaMemcpyHostToDevice, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+}
+
+// sum of a host float over all ranks (the value itself with one process)
+float gpt2_sum_over_ranks(GPT2* model, float x) {
+    if (model->multi_gpu->num_processes == 1) { return x; }
+    cudaCheck(cudaMemcpyAsync(model->norm_out, &x, sizeof(float), cudaMemcpyHostToDevice, model->stream));
+    multi_gpu_sum_scalar(model->norm_out, model->multi_gpu, model->stream);
+    cudaCheck(cudaMemcpyAsync(&x, model->norm_out, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return x;
+}
+
+void gpt2_free(GPT2* model) {
+    void* dev[] = {model->params_memory, model->master_weights, model->grads_memory, model->m_memory,
+                   model->v_memory, model->inputs, model->targets, model->bucket_memory, model->scratch,
+                   model->norm_out};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
+    ActivationTensors* a = &model->acts;
+    void* acts[] = {a->encoded, a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->atty, a->att_lse, a->residual2,
+                    a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->residual3, a->lnf, a->lnf_mean,
+                    a->lnf_rstd, a->logits, a->losses, a->bt4c, a->btc, a->dresidual, a->att_delta};
+    for (size_t i = 0; i < sizeof(acts) / sizeof(acts[0]); i++) { cudaCheck(cudaFree(acts[i])); }
+    cudaCheck(cudaFreeHost(model->host_losses));
+    free(model->bucket_host);
+    free(model->bucket_count);
+    cudaCheck(cudaStreamDestroy(model->stream));
+}
+
+#ifndef TESTING
+// ----------------------------------------------------------------------------
+// command line: train_gpt2.c's table plus the GPU flags (-r, -z, multi-process -pn -pr -pg -pi -pf -ps)
+
+typedef struct {
+    const char* train_pattern; // -i
+    const char* val_pattern;   // -j
+    const char* init;          // -e: model file, or dN
+    const char* output_dir;    // -o (NULL: no logs, no checkpoints)
+    int B;                     // -b
+    int T;                     // -t
+    int total_batch;           // -d tokens per step over all processes (-1: B*T*processes)
+    int max_steps;             // -x (-1: one epoch)
+    float lr;                  // -l peak learning rate
+    int warmup;                // -u
+    float final_frac;          // -q
+    const char* schedule;      // -k
+    float weight_decay;        // -c
+    int val_every;             // -v (0: off)
+    int val_batches;           // -m (-1: all)
+    int sample_every;          // -s (0: off)
+    int sample_tokens;         // -g
+    int ckpt_every;            // -n (0: off)
+    int ckpt_keep;             // -nk (0: all)
+    int resume;                // -y
+    int overfit;               // -a
+    long long seed;            // --seed
+    const char* tokenizer;     // --tokenizer
+    int recompute;             // -r
+    int zero_stage;            // -z
+    int num_processes;         // -pn
+    int process_rank;          // -pr
+    int gpus_per_node;         // -pg
+    const char* init_method;   // -pi
+    const char* fs_path;       // -pf
+    const char* server_ip;     // -ps
+} TrainConfig;
+
+static TrainConfig default_config(void) {
+    TrainConfig c;
+    c.train_pattern = "data/default/train_*.bin";
+    c.val_pattern = "data/default/val_*.bin";
+    c.init = "d6";
+    c.output_dir = NULL;
+    c.B = 4;
+    c.T = 64;
+    c.total_batch = -1;
+    c.max_steps = -1;
+    c.lr = 3e-4f;
+    c.warmup = 0;
+    c.final_frac = 1.0f;
+    c.schedule = "cosine";
+    c.weight_decay = 0.0f;
+    c.val_every = 20;
+    c.val_batches = 20;
+    c.sample_every = 20;
+    c.sample_tokens = 64;
+    c.ckpt_every = 0;
+    c.ckpt_keep = 0;
+    c.resume = 0;
+    c.overfit = 0;
+    c.seed = 1337;
+    c.tokenizer = "data/gpt2_tokenizer.bin";
+    c.recompute = 1;
+    c.zero_stage = 0;
+    c.num_processes = 1;
+    c.process_rank = 0;
+    c.gpus_per_node = 8;
+#ifdef USE_MPI
+    c.init_method = "mpi";
+#else
+    c.init_method = "fs";
+#endif
+    c.fs_path = "/tmp";
+    c.server_ip = "127.0.0.1";
+    return c;
+}
+
+typedef enum { ARG_STR, ARG_INT, ARG_FLOAT, ARG_I64 } ArgType;
+typedef struct {
+    const char* flag;
+    ArgType type;
+    size_t offset;      // into TrainConfig
+    double min, max;    // valid range (numbers)
+    int allow_minus1;   // -1 is a valid special value
+    const char* help;
+} ArgSpec;
+
+#define ARG(f, t, field, lo, hi, m1, h) {f, t, offsetof(TrainConfig, field), lo, hi, m1, h}
+static const ArgSpec ARGS[] = {
+    ARG("-i", ARG_STR, train_pattern, 0, 0, 0, "train data shards (glob)"),
+    ARG("-j", ARG_STR, val_pattern, 0, 0, 0, "val data shards (glob)"),
+    ARG("-e", ARG_STR, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
+    ARG("-o", ARG_STR, output_dir, 0, 0, 0, "output dir: main.log, metrics.jsonl, summary.json, checkpoints"),
+    ARG("-b", ARG_INT, B, 1, 1 << 20, 0, "micro batch size B (per GPU)"),
+    ARG("-t", ARG_INT, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
+    ARG("-d", ARG_INT, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all GPUs (multiple of B*T*GPUs; -1: B*T*GPUs)"),
+    ARG("-x", ARG_INT, max_steps, 1, 1 << 30, 1, "number of steps (-1: one epoch of the train data)"),
+    ARG("-l", ARG_FLOAT, lr, 0, 1e3, 0, "peak learning rate"),
+    ARG("-u", ARG_INT, warmup, 0, 1 << 30, 0, "warm-up steps"),
+    ARG("-q", ARG_FLOAT, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
+    ARG("-k", ARG_STR, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
+    ARG("-c", ARG_FLOAT, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
+    ARG("-v", ARG_INT, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
+    ARG("-m", ARG_INT, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
+    ARG("-s", ARG_INT, sample_every, 0, 1 << 30, 0, "sample text every N steps (0: off)"),
+    ARG("-g", ARG_INT, sample_tokens, 1, 1 << 20, 0, "tokens per sample (at most T)"),
+    ARG("-n", ARG_INT, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
+    ARG("-nk", ARG_INT, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
+    ARG("-y", ARG_INT, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
+    ARG("-a", ARG_INT, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
+    ARG("--seed", ARG_I64, seed, 0, 9.2e18, 0, "seed of the random init, data order, sampling and rounding"),
+    ARG("--tokenizer", ARG_STR, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),
+    ARG("-r", ARG_INT, recompute, 0, 2, 0, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm"),
+    ARG("-z", ARG_INT, zero_stage, 0, 1, 0, "ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state"),
+    ARG("-pn", ARG_INT, num_processes, 1, 1 << 16, 0, "number of processes (one per GPU)"),
+    ARG("-pr", ARG_INT, process_rank, 0, 1 << 16, 0, "rank of this process"),
+    ARG("-pg", ARG_INT, gpus_per_node, 1, 1 << 10, 0, "GPUs per node (rank % this = the local GPU)"),
+    ARG("-pi", ARG_STR, init_method, 0, 0, 0, "multi-process init: mpi (USE_MPI=1 builds) | fs | tcp"),
+    ARG("-pf", ARG_STR, fs_path, 0, 0, 0, "-pi fs: shared directory for the NCCL id"),
+    ARG("-ps", ARG_STR, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
+};
+#define NUM_ARGS ((int)(sizeof(ARGS) / sizeof(ARGS[0])))
+
+static void format_value(char* out, size_t size, const TrainConfig* c, const ArgSpec* a) {
+    const char* base = (const char*)c + a->offset;
+    switch (a->type) {
+        case ARG_STR: { const char* s = *(const char* const*)base; snprintf(out, size, "%s", s ? s : "(none)"); break; }
+        case ARG_INT: snprintf(out, size, "%d", *(const int*)base); break;
+        case ARG_FLOAT: snprintf(out, size, "%g", *(const float*)base); break;
+        default: snprintf(out, size, "%lld", *(const long long*)base); break;
+    }
+}
+
+static void print_usage(FILE* out) {
+    TrainConfig d = default_config();
+    fprintf(out, "usage: ./train_gpt2cu [options]   (GPT-2 training on NVIDIA GPUs, %s; llm.c's flags)\n", PRECISION_NAME);
+    for (int i = 0; i < NUM_ARGS; i++) {
+        char def[256];
+        format_value(def, sizeof(def), &d, &ARGS[i]);
+        fprintf(out, "  %-12s %-8s %s (default %s)\n", ARGS[i].flag,
+                ARGS[i].type == ARG_STR ? "<string>" : ARGS[i].type == ARG_FLOAT ? "<float>" : "<int>",
+                ARGS[i].help, def);
+    }
+    fprintf(out, "  -h, --help            this text\n");
+    fprintf(out, "Example: ./train_gpt2cu -e d12 -b 16 -t 1024 -d 524288 -x 100 -o out/d12\n");
+    fprintf(out, "Two GPUs, one process each: ./train_gpt2cu -pn 2 -pr 0 -pi fs -pf /tmp/run1 ... &\n"
+                 "                            ./train_gpt2cu -pn 2 -pr 1 -pi fs -pf /tmp/run1 ...\n");
+}
+
+static void parse_value(TrainConfig* c, const ArgSpec* a, const char* value) {
+    char* base = (char*)c + a->offset;
+    char* end = NULL;
+    errno = 0;
+    if (a->type == ARG_STR) {
+        if (value[0] == '\0') { fatal("flag %s: expected a non-empty string", a->flag); }
+        *(const char**)base = value;
+    } else if (a->type == ARG_FLOAT) {
+        double x = strtod(value, &end);
+        if (end == value || *end != '\0' || errno != 0 || !isfinite(x) || x < a->min || x > a->max) {
+            fatal("flag %s: expected a number in [%g, %g], got '%s'", a->flag, a->min, a->max, value);
+        }
+        *(float*)base = (float)x;
+    } else {
+        long long x = strtoll(value, &end, 10);
+        int ok = end != value && *end == '\0' && errno == 0 &&
+                 ((x >= a->min && x <= a->max) || (a->allow_minus1 && x == -1));
+        if (!ok) {
+            fatal("flag %s: expected an integer in [%.0f, %.0f]%s, got '%s'", a->flag, a->min, a->max,
+                  a->allow_minus1 ? " or -1" : "", value);
+        }
+        if (a->type == ARG_INT) { *(int*)base = (int)x; } else { *(long long*)base = x; }
+    }
+}
+
+static void parse_args(TrainConfig* c, int argc, char** argv) {
+    *c = default_config();
+    for (int i = 1; i < argc; i++) {
+        const char* flag = argv[i];
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { print_usage(stdout); exit(EXIT_SUCCESS); }
+        const ArgSpec* spec = NULL;
+        for (int k = 0; k < NUM_ARGS; k++) {
+            if (strcmp(flag, ARGS[k].flag) == 0) { spec = &ARGS[k]; break; }
+        }
+        if (spec == NULL) { fatal("unknown flag '%s' (./train_gpt2cu -h lists the flags)", flag); }
+        if (i + 1 >= argc) { fatal("flag %s: missing value", flag); }
+        parse_value(c, spec, argv[++i]);
+    }
+    LRScheduleKind kind;
+    if (lr_schedule_parse(c->schedule, &kind) != 0) {
+        fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
+    }
+    if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
+    if (c->sample_tokens > c->T && c->sample_every > 0) {
+        fatal("flag -g: %d sample tokens exceed the sequence length -t %d", c->sample_tokens, c->T);
+    }
+    if (c->process_rank >= c->num_processes && strcmp(c->init_method, "mpi") != 0) {
+        fatal("flag -pr: rank %d is not below the number of processes -pn %d", c->process_rank, c->num_processes);
+    }
+    if (strcmp(c->init_method, "mpi") != 0 && strcmp(c->init_method, "fs") != 0 && strcmp(c->init_method, "tcp") != 0) {
+        fatal("flag -pi: expected mpi, fs or tcp, got '%s'", c->init_method);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the trainer: model, data, schedule, logs, and the counters a checkpoint saves
+
+#define MAX_FAULTS 5                 // consecutive NaN/Inf steps before giving up
+#define GRAD_CLIP 1.0f
+#define ADAM_BETA1 0.9f
+#define ADAM_BETA2 0.95f
+#define ADAM_EPS 1e-8f
+
+// dense peak TFLOP/s for the MFU column: bf16 tensor cores, and plain fp32 (PRECISION=FP32)
+typedef struct { const char* name; double bf16, fp32; } GpuPeak;
+static const GpuPeak GPU_PEAKS[] = {
+    {"H200", 989.0, 67.0},  {"H100 PCIe", 756.0, 51.0}, {"H100", 989.0, 67.0}, {"A100", 312.0, 19.5},
+    {"A10G", 70.0, 31.2},   {"A10", 125.0, 31.2},       {"L40S", 362.0, 91.6}, {"L4", 121.0, 30.3},
+    {"RTX 4090", 165.0, 82.6}, {"RTX 3090", 71.0, 35.6},
+};
+
+static double gpu_peak_flops(const char* device_name) {
+    for (size_t i = 0; i < sizeof(GPU_PEAKS) / sizeof(GPU_PEAKS[0]); i++) {
+        if (strstr(device_name, GPU_PEAKS[i].name) != NULL) {
+#if defined(ENABLE_FP32)
+            return GPU_PEAKS[i].fp32 * 1e12;
+#else
+            return GPU_PEAKS[i].bf16 * 1e12;
+#endif
+        }
+    }
+    return 0.0;  // unknown GPU: no MFU
+}
+
+typedef struct {
+    TrainConfig cfg;
+    MultiGpuConfig multi_gpu;
+    int rank0;                // this process prints, logs and writes checkpoints
+    GPT2 model;
+    DataLoader train_loader;
+    DataLoader val_loader;
+    int has_val;
+    LRScheduler scheduler;
+    Tokenizer tokenizer;
+    Logger logger;
+    int grad_accum;           // micro batches per step and process
+    int total_steps;
+    // counters, saved in the state file
+    int step;                 // steps completed
+    int adam_steps;           // AdamW updates applied
+    uint64_t sample_rng;
+    uint64_t tokens;          // train tokens consumed (all processes)
+    uint64_t backward;        // backward passes (micro batches, all processes)
+    double train_time_s;      // cumulative training seconds
+    // run state
+    int faults;               // consecutive non-finite steps
+    float last_val_loss;      // -1 until computed
+    float last_train_loss;
+    unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
+    float* host_params;       // (P) checkpoint staging
+    float* host_m;            // (P)
+    float* host_v;            // (P)
+    int* gen_tokens;          // (B*T) sampling input
+    floatX* gen_logits;       // (Vp) host, one row of logits
+    float* gen_probs;         // (V) host
+    double flops_per_token;
+    double peak_flops;
+    double peak_device_mib;   // highest device memory in use seen at the logged points
+    char device_name[256];
+} Trainer;
+
+typedef struct {
+    float loss;       // mean over the step's micro batches and processes
+    float grad_norm;  // before clipping
+    int skipped;      // non-finite loss or norm: no update
+    double ms;
+} StepResult;
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+// device memory in use now; remembered as the peak when it is the highest seen; logged with `where`
+static void log_device_memory(Trainer* tr, const char* where) {
+    double used = cuda_used_mib();
+    if (used > tr->peak_device_mib) { tr->peak_device_mib = used; }
+    if (tr->rank0) {
+        printf("device memory (%s): %.1f MiB in use, %.1f MiB allocated by the trainer\n", where, used,
+               cuda_bytes_allocated / (1024.0 * 1024.0));
+    }
+}
+
+// one Full step: every process steps the shared loader through grad_accum * processes micro batches and
+// trains on its own (k % processes == rank), so the data order does not depend on the process count;
+// then gradients are averaged, clipped, and AdamW updates the weights. A non-finite loss or norm never
+// reaches the weights: the update is skipped (on every rank, since the values are global).
+static StepResult train_full_step(Trainer* tr, float lr) {
+    StepResult r = {0};
+    double t0 = now_seconds();
+    GPT2* model = &tr->model;
+    DataLoader* loader = &tr->train_loader;
+    int B = tr->cfg.B, T = tr->cfg.T, np = tr->multi_gpu.num_processes;
+    gpt2_zero_grad(model);
+    for (int k = 0; k < tr->grad_accum * np; k++) {
+        if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+        if (k % np != tr->multi_gpu.process_rank) { continue; }
+        gpt2_forward(model, loader->inputs, NULL, B, T);
+        gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->grad_accum));
+    }
+    r.loss = gpt2_accumulated_loss(model);
+    gpt2_reduce_grads(model);
+    r.grad_norm = gpt2_grad_norm(model);
+    if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
+        r.skipped = 1;
+    } else {
+        float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
+        tr->adam_steps++;
+        gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps,
+                    tr->step + 1);
+    }
+    if (r.skipped) { gpt2_sync_floatX(model, tr->step + 1); }  // keeps params == round(master, seed(step))
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    tr->tokens += (uint64_t)tr->grad_accum * np * B * T;
+    tr->backward += (uint64_t)tr->grad_accum * np;
+    r.ms = (now_seconds() - t0) * 1000.0;
+    tr->train_time_s += r.ms / 1000.0;
+    return r;
+}
+
+// mean loss over the first -m val batches (all with -m -1), always the same batches, split over ranks
+static float evaluate(Trainer* tr) {
+    DataLoader* val = &tr->val_loader;
+    dataloader_reset(val, (uint64_t)tr->cfg.seed);
+    size_t n = tr->cfg.val_batches == -1 || (size_t)tr->cfg.val_batches > val->total_batches
+             ? val->total_batches : (size_t)tr->cfg.val_batches;
+    int np = tr->multi_gpu.num_processes;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        if ((int)(i % np) != tr->multi_gpu.process_rank) { continue; }
+        gpt2_forward(&tr->model, val->inputs, val->targets, tr->cfg.B, tr->cfg.T);
+        sum += tr->model.mean_loss;
+    }
+    return gpt2_sum_over_ranks(&tr->model, (float)sum) / (float)n;
+}
+
+// -g tokens from an EOT prompt, sampled at temperature 1 with the sampling stream (as train_gpt2.c).
+// The forward pass runs on the full allocated (B,T) batch; causality makes the padding irrelevant.
+static void sample_text(Trainer* tr) {
+    GPT2* model = &tr->model;
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size, B = tr->cfg.B, T = tr->cfg.T;
+    int eot = tr->tokenizer.init_ok ? tr->tokenizer.eot_token : GPT2_EOT;
+    if (eot < 0 || eot >= V) { eot = V > GPT2_EOT ? GPT2_EOT : 0; }
+    for (int i = 0; i < B * T; i++) { tr->gen_tokens[i] = eot; }
+    printf("generating:\n---\n");
+    for (int t = 1; t < tr->cfg.sample_tokens; t++) {
+        gpt2_forward(model, tr->gen_tokens, NULL, B, T);
+        cudaCheck(cudaMemcpy(tr->gen_logits, model->acts.logits + (size_t)(t - 1) * Vp, Vp * sizeof(floatX),
+                             cudaMemcpyDeviceToHost));
+        float maxval = -INFINITY;
+        for (int i = 0; i < V; i++) { float x = (float)tr->gen_logits[i]; maxval = x > maxval ? x : maxval; }
+        double sum = 0.0;
+        for (int i = 0; i < V; i++) { tr->gen_probs[i] = expf((float)tr->gen_logits[i] - maxval); sum += tr->gen_probs[i]; }
+        double coin = random_f32(&tr->sample_rng) * sum, cdf = 0.0;
+        int next = V - 1;
+        for (int i = 0; i < V; i++) {
+            cdf += tr->gen_probs[i];
+            if (coin < cdf) { next = i; break; }
+        }
+        tr->gen_tokens[t] = next;
+        tokenizer_print(&tr->tokenizer, (uint32_t)next, stdout);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+}
+
+// model (fp32 master weights), state (AdamW m and v gathered to one llm.c-layout file, so a run can
+// resume on another number of GPUs), then the DONE marker. Every rank takes part in the gathers;
+// rank 0 writes.
+static void save_checkpoint(Trainer* tr) {
+    GPT2* model = &tr->model;
+    gpt2_params_to_host(model, tr->host_params);
+    gpt2_optimizer_to_host(model, tr->host_m, tr->host_v);
+    if (tr->rank0) {
+        const char* dir = tr->cfg.output_dir;
+        char path[4096];
+        checkpoint_path(path, sizeof(path), dir, "model", tr->step);
+        model_write(path, &model->config, tr->host_params, model->num_parameters);
+        TrainState s = {0};
+        s.step = tr->step;
+        s.shuffle = 1;
+        s.sample_rng = tr->sample_rng;
+        s.shard_index = dataloader_shard_index(&tr->train_loader);
+        s.batch_index = dataloader_batch_index(&tr->train_loader);
+        s.num_parameters = model->num_parameters;
+        s.tokens = tr->tokens;
+        s.backward = tr->backward;
+        s.train_time_s = tr->train_time_s;
+        s.init_seed = (uint64_t)tr->cfg.seed;
+        s.adam_steps = (uint64_t)tr->adam_steps;
+        dataloader_state_save(&tr->train_loader, tr->loader_blob);
+        checkpoint_path(path, sizeof(path), dir, "state", tr->step);
+        state_write(path, &s, tr->host_m, tr->host_v, tr->loader_blob, dataloader_state_size(&tr->train_loader));
+        checkpoint_write_done(dir, tr->step);
+        checkpoint_prune(dir, tr->cfg.ckpt_keep);
+        printf("checkpoint: step %d written to %s\n", tr->step, dir);
+    }
+    // nobody continues (or exits) before rank 0 has finished writing
+    gpt2_sum_over_ranks(model, 0.0f);
+}
+
+// restores the counters, AdamW state and data position of checkpoint `step` (the model is already loaded)
+static void load_state(Trainer* tr, int step) {
+    char path[4096];
+    checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "state", step);
+    TrainState s;
+    unsigned char* blob;
+    size_t blob_bytes;
+    state_read(path, &s, tr->model.num_parameters, tr->host_m, tr->host_v, &blob, &blob_bytes);
+    if (s.step != step) { fatal("%s: state is for step %d, expected %d", path, s.step, step); }
+    gpt2_optimizer_from_host(&tr->model, tr->host_m, tr->host_v);
+    dataloader_state_load(&tr->train_loader, blob, blob_bytes, path);
+    free(blob);
+    tr->step = s.step;
+    tr->adam_steps = (int)s.adam_steps;
+    tr->sample_rng = s.sample_rng;
+    tr->tokens = s.tokens;
+    tr->backward = s.backward;
+    tr->train_time_s = s.train_time_s;
+    // the floatX copy as this step left it: the resumed run continues bit-exactly
+    gpt2_sync_floatX(&tr->model, tr->step);
+}
+
+static void print_config(const Trainer* tr, int resume_step) {
+    const GPT2Config* c = &tr->model.config;
+    printf("+----------------------+----------------------------------------------------+\n");
+    printf("| %-20s | %-50s |\n", "Parameter", "Value");
+    printf("+----------------------+----------------------------------------------------+\n");
+    for (int i = 0; i < NUM_ARGS; i++) {
+        char v[256];
+        format_value(v, sizeof(v), &tr->cfg, &ARGS[i]);
+        printf("| %-20s | %-50s |\n", ARGS[i].flag, v);
+    }
+    printf("+----------------------+----------------------------------------------------+\n");
+    printf("| %-20s | %-50d |\n", "max_seq_len", c->max_seq_len);
+    printf("| %-20s | %-50d |\n", "vocab_size", c->vocab_size);
+    printf("| %-20s | %-50d |\n", "padded_vocab_size", c->padded_vocab_size);
+    printf("| %-20s | %-50d |\n", "num_layers", c->num_layers);
+    printf("| %-20s | %-50d |\n", "num_heads", c->num_heads);
+    printf("| %-20s | %-50d |\n", "channels", c->channels);
+    printf("| %-20s | %-50zu |\n", "num_parameters", tr->model.num_parameters);
+    printf("| %-20s | %-50zu |\n", "train batches/epoch", tr->train_loader.total_batches);
+    printf("| %-20s | %-50zu |\n", "val batches", tr->has_val ? tr->val_loader.total_batches : 0);
+    printf("| %-20s | %-50d |\n", "grad accumulation", tr->grad_accum);
+    printf("| %-20s | %-50d |\n", "steps", tr->total_steps);
+    printf("| %-20s | %-50s |\n", "device", tr->device_name);
+    printf("| %-20s | %-50s |\n", "precision", PRECISION_NAME);
+    printf("| %-20s | %-50d |\n", "processes (GPUs)", tr->multi_gpu.num_processes);
+    printf("| %-20s | %-50.0f |\n", "MFU peak TFLOP/s", tr->peak_flops / 1e12);
+    if (resume_step >= 0) { printf("| %-20s | %-50d |\n", "resumed from step", resume_step); }
+    printf("+----------------------+----------------------------------------------------+\n");
+}
+
+static void write_summary(Trainer* tr) {
+    char body[1024];
+    char val[64];
+    if (tr->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", tr->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
+    snprintf(body, sizeof(body),
+             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"train_loss\": %.9g, \"backward\": %llu, "
+             "\"tokens\": %llu, \"phase_steps\": {\"full\": %d}, \"peak_device_mib\": %.1f, \"processes\": %d",
+             tr->step, tr->train_time_s, val, tr->last_train_loss, (unsigned long long)tr->backward,
+             (unsigned long long)tr->tokens, tr->step, tr->peak_device_mib, tr->multi_gpu.num_processes);
+    logger_write_summary(&tr->logger, body);
+}
+
+int main(int argc, char** argv) {
+    static Trainer tr;  // large: not on the stack
+    parse_args(&tr.cfg, argc, argv);
+    TrainConfig* cfg = &tr.cfg;
+    tr.multi_gpu = multi_gpu_config_init(cfg->num_processes, cfg->process_rank, cfg->gpus_per_node,
+                                         cfg->init_method, cfg->fs_path, cfg->server_ip, cfg->zero_stage);
+    tr.rank0 = tr.multi_gpu.process_rank == 0;
+    int np = tr.multi_gpu.num_processes;
+    if (!tr.rank0) { cfg->sample_every = 0; }
+    if (cfg->total_batch != -1 && cfg->total_batch % (cfg->B * cfg->T * np) != 0) {
+        fatal("flag -d: total batch %d is not a multiple of B*T*processes = %d", cfg->total_batch, cfg->B * cfg->T * np);
+    }
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, tr.multi_gpu.local_device_idx));
+    snprintf(tr.device_name, sizeof(tr.device_name), "%s", prop.name);
+    tr.peak_flops = gpu_peak_flops(prop.name);
+    if (cfg->output_dir != NULL && tr.rank0 && mkdir(cfg->output_dir, 0755) != 0 && errno != EEXIST) {
+        fatal("%s: cannot create output dir (%s)", cfg->output_dir, strerror(errno));
+    }
+    matmul_init();
+
+    // the model: from the latest checkpoint when resuming, else from -e
+    int resume_step = cfg->resume ? checkpoint_find_latest(cfg->output_dir) : -1;
+    if (cfg->resume && resume_step < 0 && tr.rank0) {
+        printf("note: no complete checkpoint in %s; starting from -e %s\n", cfg->output_dir, cfg->init);
+    }
+    uint32_t rounding_seed = (uint32_t)((uint64_t)cfg->seed ^ ((uint64_t)cfg->seed >> 32));
+    int depth = 0;
+    char tail;
+    if (resume_step >= 0) {
+        char path[4096];
+        checkpoint_path(path, sizeof(path), cfg->output_dir, "model", resume_step);
+        gpt2_build_from_checkpoint(&tr.model, path, &tr.multi_gpu, rounding_seed, 0);
+    } else if (sscanf(cfg->init, "d%d%c", &depth, &tail) == 1) {
+        if (depth <= 0 || depth > 64) { fatal("flag -e: depth must be in [1, 64], got '%s'", cfg->init); }
+        gpt2_build_from_random(&tr.model, depth, shard_vocab_size(cfg->train_pattern), (uint64_t)cfg->seed,
+                               &tr.multi_gpu, rounding_seed);
+    } else {
+        gpt2_build_from_checkpoint(&tr.model, cfg->init, &tr.multi_gpu, rounding_seed, 0);
+    }
+    if (cfg->T > tr.model.config.max_seq_len) {
+        fatal("flag -t: sequence length %d exceeds the model's maximum %d", cfg->T, tr.model.config.max_seq_len);
+    }
+    gpt2_allocate(&tr.model, cfg->B, cfg->T, cfg->recompute);
+
+    // data, schedule, logs
+    dataloader_init(&tr.train_loader, cfg->train_pattern, cfg->B, cfg->T, tr.model.config.vocab_size, 1, (uint64_t)cfg->seed);
+    tr.has_val = cfg->val_every > 0;
+    if (tr.has_val) {
+        dataloader_init(&tr.val_loader, cfg->val_pattern, cfg->B, cfg->T, tr.model.config.vocab_size, 0, (uint64_t)cfg->seed);
+    }
+    tr.grad_accum = cfg->total_batch == -1 ? 1 : cfg->total_batch / (cfg->B * cfg->T * np);
+    tr.total_steps = cfg->max_steps;
+    if (tr.total_steps == -1) {
+        tr.total_steps = (int)(tr.train_loader.total_batches / ((size_t)tr.grad_accum * np));
+        if (tr.total_steps == 0) {
+            fatal("%s: one epoch has %zu batches, fewer than one step needs (%d)", cfg->train_pattern,
+                  tr.train_loader.total_batches, tr.grad_accum * np);
+        }
+    }
+    LRScheduleKind kind;
+    lr_schedule_parse(cfg->schedule, &kind);
+    lr_scheduler_init(&tr.scheduler, kind, cfg->lr, cfg->warmup, tr.total_steps, cfg->final_frac);
+    tr.sample_rng = random_state((uint64_t)cfg->seed, RNG_SAMPLE_SALT);
+    size_t P = tr.model.num_parameters;
+    tr.loader_blob = (unsigned char*)mallocCheck(dataloader_state_max_size(&tr.train_loader));
+    cudaCheck(cudaMallocHost((void**)&tr.host_params, P * sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&tr.host_m, P * sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&tr.host_v, P * sizeof(float)));
+    tr.gen_tokens = (int*)mallocCheck((size_t)cfg->B * cfg->T * sizeof(int));
+    tr.gen_logits = (floatX*)mallocCheck((size_t)tr.model.config.padded_vocab_size * sizeof(floatX));
+    tr.gen_probs = (float*)mallocCheck((size_t)tr.model.config.vocab_size * sizeof(float));
+    tr.last_val_loss = -1.0f;
+    if (resume_step >= 0) { load_state(&tr, resume_step); }
+    if (cfg->overfit) {  // the same first batch on every step, also after a resume
+        dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
+        dataloader_next_batch(&tr.train_loader);
+    }
+    if (cfg->sample_every > 0) {
+        tokenizer_init(&tr.tokenizer, cfg->tokenizer);
+        if (!tr.tokenizer.init_ok) { printf("note: no tokenizer at %s; samples print token ids\n", cfg->tokenizer); }
+    }
+    logger_init(&tr.logger, tr.rank0 ? cfg->output_dir : NULL, resume_step);
+    const GPT2Config* mc = &tr.model.config;
+    tr.flops_per_token = 6.0 * tr.model.num_parameters + 6.0 * mc->num_layers * mc->channels * cfg->T;
+    if (tr.rank0) { print_config(&tr, resume_step); }
+    log_device_memory(&tr, "start-up");
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    if (tr.has_val && tr.step == 0) {
+        tr.last_val_loss = evaluate(&tr);
+        if (tr.rank0) { printf("val loss %.6f\n", tr.last_val_loss); }
+        logger_log_init_val(&tr.logger, tr.last_val_loss);
+    }
+    while (tr.step < tr.total_steps) {
+        const char* phase = "full";
+        float lr = lr_scheduler_get(&tr.scheduler, tr.step);
+        StepResult r = train_full_step(&tr, lr);
+        tr.step++;
+        tr.last_train_loss = r.loss;
+        if (tr.step == 1) { log_device_memory(&tr, "after the first step"); }
+        double tokens_per_step = (double)tr.grad_accum * np * cfg->B * cfg->T;
+        double tok_s = tokens_per_step / (r.ms / 1000.0);
+        if (tr.rank0) {
+            char mfu[32] = "n/a";
+            if (tr.peak_flops > 0.0) { snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tr.flops_per_token * tok_s / (tr.peak_flops * np)); }
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %s MFU | %.0f tok/s\n",
+                   tr.step, tr.total_steps, r.loss, r.grad_norm, lr, r.ms, mfu, tok_s);
+        }
+        if (r.skipped) {
+            tr.faults++;
+            if (tr.rank0) {
+                printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
+                       tr.step, r.loss, r.grad_norm, tr.faults, MAX_FAULTS);
+            }
+            if (tr.faults >= MAX_FAULTS) {
+                fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
+                      "of the last good step (lower -l?)", MAX_FAULTS, tr.step);
+            }
+        } else {
+            tr.faults = 0;
+        }
+        StepMetrics m;
+        memset(&m, 0, sizeof(m));
+        m.step = tr.step;
+        m.phase = phase;
+        m.has_loss = 1;
+        m.loss = r.loss;
+        m.lr = lr;
+        m.has_norm = 1;
+        m.grad_norm = r.grad_norm;
+        m.ms = r.ms;
+        m.train_time_s = tr.train_time_s;
+        m.tokens = tr.tokens;
+        m.backward = tr.backward;
+        m.skipped = r.skipped;
+        if (tr.has_val && (tr.step % cfg->val_every == 0 || tr.step == tr.total_steps)) {
+            tr.last_val_loss = evaluate(&tr);
+            if (tr.rank0) { printf("val loss %.6f\n", tr.last_val_loss); }
+            m.has_val = 1;
+            m.val_loss = tr.last_val_loss;
+        }
+        logger_log_step(&tr.logger, &m);
+        if (cfg->sample_every > 0 && tr.step % cfg->sample_every == 0) { sample_text(&tr); }
+        int last = tr.step == tr.total_steps;
+        // a signal reaches ranks at different moments: rank 0's decision is everyone's
+        int stop = (int)gpt2_sum_over_ranks(&tr.model, tr.rank0 && stop_signal ? 1.0f : 0.0f);
+        if (cfg->output_dir != NULL && ((cfg->ckpt_every > 0 && (tr.step % cfg->ckpt_every == 0 || last)) || stop)) {
+            save_checkpoint(&tr);
+        }
+        if (stop && !last) {
+            if (tr.rank0) {
+                printf("stopped by signal after step %d.", tr.step);
+                if (cfg->output_dir != NULL) {
+                    printf(" Resume with the same flags plus -y 1:\n ");
+                    for (int i = 0; i < argc; i++) {
+                        if (strcmp(argv[i], "-y") == 0) { i++; continue; }
+                        printf(" %s", argv[i]);
+                    }
+                    printf(" -y 1\n");
+                } else {
+                    printf(" No -o given: nothing saved.\n");
+                }
+            }
+            break;
+        }
+    }
+    log_device_memory(&tr, "end");
+    if (tr.rank0) {
+        write_summary(&tr);
+        printf("done: %d steps, %.2f s training time, %llu backward passes, peak device memory %.1f MiB\n", tr.step,
+               tr.train_time_s, (unsigned long long)tr.backward, tr.peak_device_mib);
+    }
+
+    logger_free(&tr.logger);
+    tokenizer_free(&tr.tokenizer);
+    dataloader_free(&tr.train_loader);
+    if (tr.has_val) { dataloader_free(&tr.val_loader); }
+    free(tr.loader_blob);
+    cudaCheck(cudaFreeHost(tr.host_params));
+    cudaCheck(cudaFreeHost(tr.host_m));
+    cudaCheck(cudaFreeHost(tr.host_v));
+    free(tr.gen_tokens);
+    free(tr.gen_logits);
+    free(tr.gen_probs);
+    gpt2_free(&tr.model);
+    matmul_free();
+    multi_gpu_config_free(&tr.multi_gpu);
+    return EXIT_SUCCESS;
+}
+#endif // TESTING
