@@ -743,6 +743,24 @@ void gpt2_free(GPT2* model) {
     model->params_memory = model->grads_memory = model->m_memory = model->v_memory = model->acts_memory = NULL;
 }
 
+// hybrid mode's parameter blocks: each tensor of each layer, 12 L + 4 blocks. offsets: (12L+5) in
+// floats; weight_decay: (12L+4), the AdamW decay each block gets (wd on the 2-D weights, else 0)
+void gpt2_hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
+    int L = model->config.num_layers, nb = 0;
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
+        int parts = per_layer ? L : 1;
+        for (int l = 0; l < parts; l++) {
+            offsets[nb] = off;
+            weight_decay[nb] = PARAM_DECAYS[k] ? wd : 0.0f;
+            off += model->param_sizes[k] / parts;
+            nb++;
+        }
+    }
+    offsets[nb] = off;
+}
+
 #ifndef TESTING
 // ----------------------------------------------------------------------------
 // command line: one table gives the parser, the usage text and the defaults
@@ -1048,23 +1066,6 @@ static StepResult train_predict_step(Trainer* tr) {
     return r;
 }
 
-// hybrid mode's parameter blocks: each tensor of each layer (12 L + 4), offsets in floats
-static void hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
-    int L = model->config.num_layers, nb = 0;
-    size_t off = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
-        int parts = per_layer ? L : 1;
-        for (int l = 0; l < parts; l++) {
-            offsets[nb] = off;
-            weight_decay[nb] = PARAM_DECAYS[k] ? wd : 0.0f;
-            off += model->param_sizes[k] / parts;
-            nb++;
-        }
-    }
-    offsets[nb] = off;
-}
-
 // mean loss over the first -m val batches (all with -m -1), always the same batches
 static float evaluate(Trainer* tr) {
     DataLoader* val = &tr->val_loader;
@@ -1297,7 +1298,7 @@ int main(int argc, char** argv) {
         int L = tr.model.config.num_layers, nblocks = 12 * L + 4;
         size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
-        hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
+        gpt2_hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
         hybrid_init(&tr.hybrid, &cfg->hybrid, offsets, nblocks, tr.total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
                     ADAM_EPS, block_wd, (uint64_t)cfg->seed);
         free(offsets);
@@ -1350,6 +1351,8 @@ int main(int argc, char** argv) {
             tr.train_time_s += hybrid_ms / 1000.0;
             phase = hybrid_phase_name(&tr.hybrid);
             hybrid_step_json(&tr.hybrid, hybrid_json, sizeof(hybrid_json));
+            char event[160];
+            if (hybrid_take_event(&tr.hybrid, event, sizeof(event))) { printf("%s\n", event); }
         } else {
             r = train_full_step(&tr, lr);
         }

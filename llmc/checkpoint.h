@@ -225,6 +225,11 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
         fatal("%s: state file is %zu bytes, its header implies %zu (truncated or corrupt)", path, bytes,
               sizeof(header) + 2 * num_parameters * sizeof(float) + nb);
     }
+    // AdamW's bias correction divides by 1 - beta^t: a count that is not in [0, step] would put
+    // Inf/NaN into the first update (skipped steps do not count, so adam_steps <= step always)
+    if (s->adam_steps > (uint64_t)s->step) {
+        fatal("%s: corrupt state (%llu AdamW steps after %d steps)", path, (unsigned long long)s->adam_steps, s->step);
+    }
     freadCheck(m, sizeof(float), num_parameters, fp, path);
     freadCheck(v, sizeof(float), num_parameters, fp, path);
     *blob = (unsigned char*)mallocCheck(nb > 0 ? nb : 1);

@@ -237,6 +237,18 @@ static inline void dataloader_state_save(const DataLoader* loader, unsigned char
     memcpy(out, loader->batch_order, 4 * nb);
 }
 
+// whether a[0..n) holds each of 0..n-1 once (a repeated batch would train on some data twice, silently)
+static inline int is_permutation(const int32_t* a, int n) {
+    unsigned char* seen = (unsigned char*)callocCheck((size_t)n + 1, 1);  // at resume only
+    int ok = 1;
+    for (int i = 0; i < n && ok; i++) {
+        ok = a[i] >= 0 && a[i] < n && !seen[a[i]];
+        if (ok) { seen[a[i]] = 1; }
+    }
+    free(seen);
+    return ok;
+}
+
 // restores a position saved by dataloader_state_save over the same shards and (B, T);
 // `source` names the checkpoint file for error messages
 static inline void dataloader_state_load(DataLoader* loader, const unsigned char* in, size_t size,
@@ -252,16 +264,14 @@ static inline void dataloader_state_load(DataLoader* loader, const unsigned char
     }
     if (size != 32 + 4 * (size_t)ns + 4 * (size_t)nb) { fatal("%s: data loader state has the wrong size", source); }
     const int32_t* order = (const int32_t*)(in + 32);
-    for (int i = 0; i < ns; i++) {
-        if (order[i] < 0 || order[i] >= ns) { fatal("%s: corrupt data loader state (shard order)", source); }
+    if (epoch < 0 || !is_permutation(order, ns)) {
+        fatal("%s: corrupt data loader state (epoch %d, shard order)", source, epoch);
     }
     if ((size_t)nb != loader->shard_batches[order[shard_pos]] || bp >= (uint64_t)nb) {
         fatal("%s: data loader state does not match the data (different shards or -b/-t?)", source);
     }
     const int32_t* border = order + ns;
-    for (int i = 0; i < nb; i++) {
-        if (border[i] < 0 || border[i] >= nb) { fatal("%s: corrupt data loader state (batch order)", source); }
-    }
+    if (!is_permutation(border, nb)) { fatal("%s: corrupt data loader state (batch order)", source); }
     loader->rng = rng;
     loader->epoch = epoch;
     loader->shard_pos = shard_pos;

@@ -26,13 +26,17 @@ static inline void tokenizer_init(Tokenizer* tokenizer, const char* path) {
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { return; }
     int header[256];
-    if (file_size_check(fp, path) < sizeof(header)) { fatal("%s: truncated tokenizer file", path); }
+    size_t bytes = file_size_check(fp, path);
+    if (bytes < sizeof(header)) { fatal("%s: truncated tokenizer file (%zu bytes, smaller than the 1024-byte header)", path, bytes); }
     freadCheck(header, sizeof(int), 256, fp, path);
     if (header[0] != TOKENIZER_MAGIC) {
         fatal("%s: not a tokenizer file (magic %d, expected %d)", path, header[0], TOKENIZER_MAGIC);
     }
     if (header[1] != 1 && header[1] != 2) { fatal("%s: unsupported tokenizer version %d", path, header[1]); }
-    if (header[2] <= 0 || header[2] > (1 << 24)) { fatal("%s: bad tokenizer vocab size %d", path, header[2]); }
+    // every token takes at least its length byte: bounds the table before it is allocated
+    if (header[2] <= 0 || header[2] > (1 << 24) || (size_t)header[2] > bytes - sizeof(header)) {
+        fatal("%s: bad tokenizer vocab size %d for a %zu-byte file", path, header[2], bytes);
+    }
     tokenizer->vocab_size = (uint32_t)header[2];
     tokenizer->eot_token = header[1] == 2 ? header[3] : 50256;
     tokenizer->token_table = (char**)mallocCheck(tokenizer->vocab_size * sizeof(char*));
@@ -42,6 +46,10 @@ static inline void tokenizer_init(Tokenizer* tokenizer, const char* path) {
         tokenizer->token_table[i] = (char*)mallocCheck((size_t)length + 1);
         if (length > 0) { freadCheck(tokenizer->token_table[i], 1, length, fp, path); }
         tokenizer->token_table[i][length] = '\0';
+    }
+    if (ftell(fp) != (long)bytes) {
+        fatal("%s: %zu bytes after the last of %u tokens (corrupt tokenizer file)", path, bytes - (size_t)ftell(fp),
+              tokenizer->vocab_size);
     }
     fcloseCheck(fp, path);
     tokenizer->init_ok = 1;
