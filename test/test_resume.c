@@ -160,10 +160,8 @@ Test(resume, sigint_checkpoints_exits_zero_and_resumes_exactly) {
     snprintf(log, sizeof(log), "%s.stdout", b);
     join_path(metrics, sizeof(metrics), b, "metrics.jsonl");
     char buf[8192], *argv[128];
-    int argc = 0;
     snprintf(buf, sizeof(buf), "%s", cmd);
-    for (char* t = strtok(buf, " "); t; t = strtok(NULL, " ")) { argv[argc++] = t; }
-    argv[argc] = NULL;
+    split_cmd(buf, argv);
     fflush(stdout);
     pid_t pid = fork();
     if (pid == 0) {
