@@ -194,3 +194,15 @@ Test(resume, sigint_checkpoints_exits_zero_and_resumes_exactly) {
     cr_assert_str_eq(ma, mb);
     free(ma); free(mb);
 }
+
+Test(resume, minus_one_steps_is_one_epoch) {
+    // shards of 3000 and 4000 tokens at B*T = 128: 23 + 31 = 54 batches; 2 micro batches per step: 27 steps
+    char a[512];
+    join_path(a, sizeof(a), dir, "epoch");
+    train("-x -1 -v 0", a);
+    char* m = metrics_without_times(a);
+    cr_assert_eq(count_lines(m), 27);
+    cr_assert_not_null(strstr(m, "\"step\": 27,"));
+    cr_assert_not_null(strstr(m, "\"tokens\": 6912,"), "27 steps x 256 tokens");
+    free(m);
+}
