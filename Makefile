@@ -22,7 +22,7 @@ train_gpt2: $(TRAINER_HEADERS)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
-                $(BUILD)/test_trainer_cli $(BUILD)/test_resume
+                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step
 TESTS += $(TRAINER_TESTS)
 $(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util.h | $(BUILD) train_gpt2
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
