@@ -517,7 +517,7 @@ void gpt2_build_from_random(GPT2* model, int depth, int vocab_size, uint64_t see
 // allocates gradients, AdamW state and activations for batches up to (B, T), once
 void gpt2_allocate(GPT2* model, int B, int T) {
     GPT2Config* c = &model->config;
-    if (B <= 0 || T <= 0 || T > c->max_seq_len) {
+    if (B <= 0 || T <= 0 || T > c->max_seq_len || (size_t)B * T > (1u << 24)) {
         fatal("model: cannot allocate for B=%d T=%d (max sequence length %d)", B, T, c->max_seq_len);
     }
     if (model->acts_memory != NULL) { fatal("model: gpt2_allocate called twice"); }
@@ -930,6 +930,10 @@ static void parse_args(TrainConfig* c, int argc, char** argv) {
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
+    if ((long long)c->B * c->T > (1 << 24)) {
+        fatal("flag -b: B*T = %lld tokens per micro batch is more than this trainer supports (%d)",
+              (long long)c->B * c->T, 1 << 24);
+    }
     if (c->total_batch != -1 && c->total_batch % (c->B * c->T) != 0) {
         fatal("flag -d: total batch %d is not a multiple of B*T = %d", c->total_batch, c->B * c->T);
     }

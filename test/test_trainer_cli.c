@@ -84,6 +84,7 @@ Test(cli, sample_longer_than_sequence_uses_a_sliding_window) {
 Test(cli, zero_sample_tokens) { expect_error("-s 1 -g 0", "flag -g"); }
 Test(cli, bad_depth) { expect_error("-e d0", "flag -e"); }
 Test(cli, sequence_longer_than_model) { expect_error("-e d1 -t 1025", "flag -t"); }
+Test(cli, huge_micro_batch) { expect_error("-b 1048576 -t 1048576", "flag -b"); }
 Test(cli, bad_seed) { expect_error("--seed -1", "flag --seed"); }
 
 Test(cli, missing_model_file) {
