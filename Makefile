@@ -39,7 +39,11 @@ $(BUILD)/ref_d2.bin: scripts/train_gpt2.py | $(BUILD)
 $(BUILD)/ref_d2_state.bin: $(BUILD)/ref_d2.bin
 	$(PYTHON) scripts/train_gpt2.py --write-debug-state $@ -e $< -b 4 -t 64 --double --seed 42 --threads $(REF_THREADS)
 
-$(BUILD)/test_gpt2: test/test_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) $(BUILD)/ref_d2_state.bin | $(BUILD)
+$(BUILD)/ref_d2_state_odd.bin: $(BUILD)/ref_d2.bin
+	$(PYTHON) scripts/train_gpt2.py --write-debug-state $@ -e $< -b 3 -t 17 --double --seed 43 --threads $(REF_THREADS)
+
+$(BUILD)/test_gpt2: test/test_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) $(BUILD)/ref_d2_state.bin \
+                    $(BUILD)/ref_d2_state_odd.bin | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
 $(BUILD)/test_gradcheck: test/test_gradcheck.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
