@@ -96,8 +96,11 @@ TESTS += $(HYBRID_TESTS)
 $(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c $(HYBRID_HEADERS) | $(BUILD)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS)
 
-# the CPU trainer compiles hybrid/ in (--hybrid)
+# the CPU trainer compiles hybrid/ in (--hybrid); test_hybrid_train includes it and drives the binary
 train_gpt2: $(HYBRID_HEADERS)
+TESTS += $(BUILD)/test_hybrid_train
+$(BUILD)/test_hybrid_train: test/test_hybrid_train.c $(TRAINER_HEADERS) $(HYBRID_HEADERS) train_gpt2 | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
 # ---- section: CUDA ----
 # GPU trainer train_gpt2cu and its test test_gpt2cu. Everything is found by its header and library;
@@ -117,7 +120,7 @@ else
 endif
 PRECISION ?= BF16
 USE_MPI ?= 0
-NVCC_FLAGS = -O3 -std=c++17 -lineinfo $(NVCC_ARCH) -I. -Xcompiler -Wall,-Wno-unknown-pragmas
+NVCC_FLAGS = -O3 -std=c++17 -lineinfo $(NVCC_ARCH) -I. -Xcompiler -Wall,-Wextra,-Wno-unknown-pragmas
 NVCC_LDLIBS = -lcublas -lcublasLt
 NVCC_DEFS = -DENABLE_$(PRECISION)
 # no --use_fast_math: the kernels must match the CPU path's expf/tanhf to test tolerances

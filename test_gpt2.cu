@@ -6,6 +6,8 @@
  *   3. the losses of 10 AdamW steps (lr 1e-4, wd 0.01, clip 1.0) on the same batch
  *   4. recompute (-r 0 vs -r 2) gives bit-identical gradients
  *   5. bit-exact resume: state saved after step 3 and restored gives the same steps 4..6, bit for bit
+ *   6. hybrid: Predict steps on the model's master weights match hybrid/apply.h's CPU loop bit for bit
+ *      (ema and adam directions), and rollback restores the weights (fp32 and floatX) bit for bit
  * The model and the debug state come from the PyTorch reference (scripts/train_gpt2.py):
  *   /usr/bin/python3 scripts/train_gpt2.py --write-init build/gpu_test_model.bin --depth 2
  *   /usr/bin/python3 scripts/train_gpt2.py --write-debug-state build/gpu_test_state.bin \
@@ -206,6 +208,72 @@ int main(int argc, char** argv) {
         expect(memcmp(losses_a, losses_b, sizeof(losses_a)) == 0 && memcmp(end_a, end_b, P * sizeof(float)) == 0,
                "resume from step 3 is bit-exact (losses and weights of steps 4..6)");
         free(master); free(mm); free(vv); free(end_a); free(end_b);
+    }
+
+    // 6. hybrid Predict / rollback on the real parameter layout, against the CPU reference loops
+    {
+        GPT2 m;
+        gpt2_build_from_checkpoint(&m, model_path, &multi_gpu, 1337u, 0);
+        gpt2_allocate(&m, B, T, 1);
+        for (int t = 1; t <= 3; t++) { train_step(&m, x, y, B, T, t); }
+        size_t S = m.shard_size;
+        size_t* offsets = (size_t*)mallocCheck((size_t)(12 * c.num_layers + 5) * sizeof(size_t));
+        float* block_wd = (float*)mallocCheck((size_t)(12 * c.num_layers + 4) * sizeof(float));
+        int nb = gpt2_hybrid_blocks(&m, offsets, block_wd, DEBUG_WD);
+        float* coef = (float*)mallocCheck(nb * sizeof(float));
+        uint64_t rng = 42;
+        for (int b = 0; b < nb; b++) { coef[b] = 2.0f * random_f32(&rng) - 0.5f; }
+        size_t* d_offsets = (size_t*)cudaMallocCheck((size_t)(nb + 1) * sizeof(size_t));
+        float* d_coef = (float*)cudaMallocCheck(nb * sizeof(float));
+        cudaCheck(cudaMemcpy(d_offsets, offsets, (size_t)(nb + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_coef, coef, nb * sizeof(float), cudaMemcpyHostToDevice));
+        float* theta0 = (float*)mallocCheck(P * sizeof(float));
+        float* ref = (float*)mallocCheck(P * sizeof(float));
+        float* keep = (float*)mallocCheck(P * sizeof(float));
+        float* got = (float*)mallocCheck(P * sizeof(float));
+        float* mm = (float*)mallocCheck(S * sizeof(float));
+        float* vv = (float*)mallocCheck(S * sizeof(float));
+        float* dd = (float*)mallocCheck(S * sizeof(float));
+        floatX* x0 = (floatX*)mallocCheck(m.num_parameters_padded * sizeof(floatX));
+        floatX* x1 = (floatX*)mallocCheck(m.num_parameters_padded * sizeof(floatX));
+        cudaCheck(cudaMemcpy(theta0, m.master_weights, P * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(x0, m.params_memory, m.num_parameters_padded * sizeof(floatX), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(mm, m.m_memory, S * sizeof(float), cudaMemcpyDeviceToHost));
+        cudaCheck(cudaMemcpy(vv, m.v_memory, S * sizeof(float), cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < S; i++) { dd[i] = (i < P ? theta0[i] : 0.0f) * 1e-3f; }  // some direction
+        float* d_dir = (float*)cudaMallocCheck(S * sizeof(float));
+        cudaCheck(cudaMemcpy(d_dir, dd, S * sizeof(float), cudaMemcpyHostToDevice));
+        for (int kind = DIRECTION_EMA; kind <= DIRECTION_ADAM; kind++) {
+            ApplyDirection hdir = {kind, dd, mm, vv, 1.0f - powf(0.9f, 3.0f), 1.0f - powf(0.95f, 3.0f), 1e-8f, -DEBUG_LR};
+            ApplyDirection ddir = hdir;
+            ddir.d = d_dir; ddir.m = m.m_memory; ddir.v = m.v_memory;
+            memcpy(ref, theta0, P * sizeof(float));
+            for (int k = 0; k < 2; k++) {
+                apply_predict(ref, keep, &hdir, offsets, nb, coef, k == 0);
+                hybrid_predict(m.master_weights, m.params_memory, m.grads_memory, ddir, d_offsets, nb, d_coef, 0, S,
+                               k == 0, 7u + k, m.stream);
+            }
+            cudaCheck(cudaMemcpy(got, m.master_weights, P * sizeof(float), cudaMemcpyDeviceToHost));
+            int changed = memcmp(got, theta0, P * sizeof(float)) != 0;
+            expect(changed && memcmp(got, ref, P * sizeof(float)) == 0,
+                   kind == DIRECTION_EMA ? "hybrid Predict x2 (ema) matches the CPU loop bit for bit"
+                                         : "hybrid Predict x2 (adam) matches the CPU loop bit for bit");
+            // rollback with the seed of the step that wrote theta0 (3): weights and floatX copy as before
+            hybrid_rollback_device(m.master_weights, m.params_memory, m.grads_memory, 0, S, gpt2_step_seed(&m, 3), m.stream);
+            cudaCheck(cudaStreamSynchronize(m.stream));
+            cudaCheck(cudaMemcpy(got, m.master_weights, P * sizeof(float), cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(x1, m.params_memory, m.num_parameters_padded * sizeof(floatX), cudaMemcpyDeviceToHost));
+            expect(memcmp(got, theta0, P * sizeof(float)) == 0 &&
+                   memcmp(x1, x0, m.num_parameters_padded * sizeof(floatX)) == 0,
+                   "hybrid rollback restores master weights and floatX copy bit for bit");
+        }
+        // the model still trains after a Predict run and its rollback
+        float loss = train_step(&m, x, y, B, T, 4);
+        expect(isfinite(loss), "training continues after rollback");
+        cudaCheck(cudaFree(d_offsets)); cudaCheck(cudaFree(d_coef)); cudaCheck(cudaFree(d_dir));
+        free(offsets); free(block_wd); free(coef); free(theta0); free(ref); free(keep); free(got); free(mm); free(vv); free(dd);
+        free(x0); free(x1);
+        gpt2_free(&m);
     }
 
     matmul_free();

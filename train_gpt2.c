@@ -2,7 +2,7 @@
  * train_gpt2.c — GPT-2 training on the CPU in fp32, forward and backward written by hand (llm.c's model:
  * learned position embeddings, pre-LayerNorm blocks, tanh-GELU MLP, causal self-attention, lm_head tied
  * to wte, vocab padded to a multiple of 128).
- * Speed: every matrix multiply is one cblas_sgemm (OpenBLAS); everything else is OpenMP-parallel with static
+ * Speed: every matrix multiply is a cblas_sgemm (OpenBLAS); everything else is OpenMP-parallel with static
  * schedules and loops written to vectorise. Deterministic: with the same thread count, the same run gives
  * the same bits (no atomics, no reductions whose order depends on timing).
  * Memory: one parameter buffer, one gradient buffer, AdamW's m and v, and one activation arena, all
@@ -59,6 +59,46 @@ static inline float expf_vec(float x) {
 // tanh(u) = 1 - 2 / (exp(2u) + 1): exact limits +-1, absolute error ~1e-7 near 0
 static inline float tanhf_vec(float u) {
     return 1.0f - 2.0f / (expf_vec(2.0f * u) + 1.0f);
+}
+
+// ----------------------------------------------------------------------------
+// matrix multiplies: one pool of threads. OpenBLAS runs single-threaded inside OpenMP's threads, each
+// thread computing a fixed slice of the output, so no second pool of BLAS threads competes with
+// OpenMP's for the cores, and results depend only on the thread count.
+
+static int blas_single_threaded = 0;
+static inline void blas_init(void) {
+    if (!blas_single_threaded) { openblas_set_num_threads(1); blas_single_threaded = 1; }
+}
+
+// [lo, hi) of thread tid's share of n items, boundaries on multiples of 16 (whole cache lines)
+static inline void split_range(int n, int tid, int nth, int* lo, int* hi) {
+    int blocks = (n + 15) / 16;
+    *lo = (int)((long)blocks * tid / nth) * 16;
+    *hi = (int)((long)blocks * (tid + 1) / nth) * 16;
+    if (*lo > n) { *lo = n; }
+    if (*hi > n) { *hi = n; }
+}
+
+// C (M,N) = alpha op(A) op(B) + beta C, row-major; op(X) = X^T when transX. The larger of M and N is
+// split over the threads.
+void sgemm(int transA, int transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+           int ldb, float beta, float* C, int ldc) {
+    blas_init();
+    enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+    int split_n = N > M;
+    #pragma omp parallel
+    {
+        int lo, hi;
+        split_range(split_n ? N : M, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
+        if (hi > lo && split_n) {
+            const float* b = transB ? B + (size_t)lo * ldb : B + lo;
+            cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
+        } else if (hi > lo) {
+            const float* a = transA ? A + lo : A + (size_t)lo * lda;
+            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
+        }
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -181,7 +221,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
             for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
         }
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+    sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
 }
 
 // out[c] += sum over rows of in (N,cols); threads own column ranges, rows are summed in order
@@ -201,8 +241,8 @@ void colsum_accumulate(float* out, const float* in, int N, int cols) {
 // dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+    sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
     if (dbias != NULL) { colsum_accumulate(dbias, dout, N, OC); }
 }
 
@@ -230,90 +270,74 @@ void gelu_backward_inplace(float* d, const float* inp, size_t n) {
 }
 
 // causal self-attention. qkv: (B,T,3C) with q, k, v each (NH heads of hs = C/NH);
-// att: (B,NH,T,T) softmax probabilities (row t valid for t2 <= t); out: (B,T,C). Parallel over (b, h).
+// att: (B,NH,T,T) softmax probabilities, zero above the diagonal; out: (B,T,C).
+// Parallel over (b, h); within a head, the products are single-threaded GEMMs on strided views of qkv.
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    blas_init();
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            const float* base = qkv + (size_t)b * T * C3;
+            const float* q = qkv + (size_t)b * T * C3 + h * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* a = att + ((size_t)b * NH + h) * T * T;
+            // scores = scale * q @ k^T (T,T); the upper triangle is computed and then masked
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
             for (int t = 0; t < T; t++) {
-                const float* q = base + (size_t)t * C3 + h * hs;
-                float* a = att + (((size_t)b * NH + h) * T + t) * T;
+                float* row = a + (size_t)t * T;
                 float maxval = -FLT_MAX;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = base + (size_t)t2 * C3 + C + h * hs;
-                    float dot = 0.0f;
-                    #pragma omp simd reduction(+:dot)
-                    for (int i = 0; i < hs; i++) { dot += q[i] * k[i]; }
-                    dot *= scale;
-                    a[t2] = dot;
-                    if (dot > maxval) { maxval = dot; }
-                }
+                for (int t2 = 0; t2 <= t; t2++) { maxval = row[t2] > maxval ? row[t2] : maxval; }
                 float sum = 0.0f;
                 #pragma omp simd reduction(+:sum)
-                for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(a[t2] - maxval); a[t2] = e; sum += e; }
+                for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
                 float inv = 1.0f / sum;
                 #pragma omp simd
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] *= inv; }
-                float* o = out + ((size_t)b * T + t) * C + h * hs;
-                #pragma omp simd
-                for (int i = 0; i < hs; i++) { o[i] = 0.0f; }
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = base + (size_t)t2 * C3 + 2 * C + h * hs;
-                    float w = a[t2];
-                    #pragma omp simd
-                    for (int i = 0; i < hs; i++) { o[i] += w * v[i]; }
-                }
+                for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; }
+                for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
             }
+            // out = att @ v (T,hs)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
+                        out + (size_t)b * T * C + h * hs, C);
         }
     }
 }
 
-// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T). Each (b, h) owns its slices of dqkv.
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T) one row of datt per thread.
+// att holds the probabilities on entry and is overwritten with d(scores), which the last two GEMMs use.
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
                         int B, int T, int C, int NH) {
     int C3 = 3 * C, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    blas_init();
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             float* datt = scratch + (size_t)omp_get_thread_num() * T;
-            const float* base = qkv + (size_t)b * T * C3;
-            float* dbase = dqkv + (size_t)b * T * C3;
+            const float* q = qkv + (size_t)b * T * C3 + h * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            const float* d = dout + (size_t)b * T * C + h * hs;
+            float* a = att + ((size_t)b * NH + h) * T * T;
+            // dv = att^T @ dout
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv, C3);
+            // row by row: datt = dout[t] @ v^T, then through the softmax, in place
             for (int t = 0; t < T; t++) {
-                float* dq = dbase + (size_t)t * C3 + h * hs;
-                float* dk = dq + C;
-                float* dv = dq + 2 * C;
-                #pragma omp simd
-                for (int i = 0; i < hs; i++) { dq[i] = 0.0f; dk[i] = 0.0f; dv[i] = 0.0f; }
-            }
-            for (int t = 0; t < T; t++) {
-                const float* a = att + (((size_t)b * NH + h) * T + t) * T;
-                const float* d = dout + ((size_t)b * T + t) * C + h * hs;
-                const float* q = base + (size_t)t * C3 + h * hs;
-                float* dq = dbase + (size_t)t * C3 + h * hs;
-                // through out = att @ v
+                float* row = a + (size_t)t * T;
+                cblas_sgemv(CblasRowMajor, CblasNoTrans, t + 1, hs, 1.0f, v, C3, d + (size_t)t * C, 1, 0.0f, datt, 1);
                 float dsum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* v = base + (size_t)t2 * C3 + 2 * C + h * hs;
-                    float* dv = dbase + (size_t)t2 * C3 + 2 * C + h * hs;
-                    float w = a[t2], dot = 0.0f;
-                    #pragma omp simd reduction(+:dot)
-                    for (int i = 0; i < hs; i++) { dot += d[i] * v[i]; dv[i] += w * d[i]; }
-                    datt[t2] = dot;
-                    dsum += w * dot;
-                }
-                // through the softmax, then the scaled dot products
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float* k = base + (size_t)t2 * C3 + C + h * hs;
-                    float* dk = dbase + (size_t)t2 * C3 + C + h * hs;
-                    float dpre = a[t2] * (datt[t2] - dsum) * scale;
-                    #pragma omp simd
-                    for (int i = 0; i < hs; i++) { dq[i] += dpre * k[i]; dk[i] += dpre * q[i]; }
-                }
+                #pragma omp simd reduction(+:dsum)
+                for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * datt[t2]; }
+                #pragma omp simd
+                for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (datt[t2] - dsum) * scale; }
             }
+            // dq = dscores @ k, dk = dscores^T @ q (dscores is zero above the diagonal)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, k, C3, 0.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q, C3, 0.0f, dk, C3);
         }
     }
 }
@@ -592,7 +616,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     const float* last = a.residual3 + (L - 1) * ABT * C;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C);
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp);
+    sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp);
     if (targets != NULL) {
         crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp);
         double sum = 0.0;  // in order: deterministic
@@ -624,8 +648,8 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ActivationTensors a = model->acts;
     // fused softmax + cross-entropy backward, then the lm_head
     crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT, BT, V, Vp);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C);
+    sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C);
+    sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C);
     memset(a.dresidual, 0, BT * C * sizeof(float));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, BT, C);
@@ -633,7 +657,7 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
         const float* ln1 = a.ln1 + l * ABT * C;
         const float* qkv = a.qkv + l * ABT * 3 * C;
-        const float* att = a.att + l * ABT * NH * model->seq_len;
+        float* att = a.att + l * ABT * NH * model->seq_len;
         const float* atty = a.atty + l * ABT * C;
         const float* residual2 = a.residual2 + l * ABT * C;
         const float* ln2 = a.ln2 + l * ABT * C;
@@ -716,6 +740,24 @@ void gpt2_free(GPT2* model) {
     free(model->v_memory);
     free(model->acts_memory);
     model->params_memory = model->grads_memory = model->m_memory = model->v_memory = model->acts_memory = NULL;
+}
+
+// hybrid mode's parameter blocks: each tensor of each layer, 12 L + 4 blocks. offsets: (12L+5) in
+// floats; weight_decay: (12L+4), the AdamW decay each block gets (wd on the 2-D weights, else 0)
+void gpt2_hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
+    int L = model->config.num_layers, nb = 0;
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
+        int parts = per_layer ? L : 1;
+        for (int l = 0; l < parts; l++) {
+            offsets[nb] = off;
+            weight_decay[nb] = PARAM_DECAYS[k] ? wd : 0.0f;
+            off += model->param_sizes[k] / parts;
+            nb++;
+        }
+    }
+    offsets[nb] = off;
 }
 
 #ifndef TESTING
@@ -1026,23 +1068,6 @@ static StepResult train_predict_step(Trainer* tr) {
     return r;
 }
 
-// hybrid mode's parameter blocks: each tensor of each layer (12 L + 4), offsets in floats
-static void hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
-    int L = model->config.num_layers, nb = 0;
-    size_t off = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
-        int parts = per_layer ? L : 1;
-        for (int l = 0; l < parts; l++) {
-            offsets[nb] = off;
-            weight_decay[nb] = PARAM_DECAYS[k] ? wd : 0.0f;
-            off += model->param_sizes[k] / parts;
-            nb++;
-        }
-    }
-    offsets[nb] = off;
-}
-
 // mean loss over the first -m val batches (all with -m -1), always the same batches
 static float evaluate(Trainer* tr) {
     DataLoader* val = &tr->val_loader;
@@ -1273,7 +1298,7 @@ int main(int argc, char** argv) {
         int L = tr.model.config.num_layers, nblocks = 12 * L + 4;
         size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
-        hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
+        gpt2_hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
         hybrid_init(&tr.hybrid, &cfg->hybrid, offsets, nblocks, tr.total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
                     ADAM_EPS, block_wd, (uint64_t)cfg->seed);
         free(offsets);
@@ -1326,6 +1351,8 @@ int main(int argc, char** argv) {
             tr.train_time_s += hybrid_ms / 1000.0;
             phase = hybrid_phase_name(&tr.hybrid);
             hybrid_step_json(&tr.hybrid, hybrid_json, sizeof(hybrid_json));
+            char event[160];
+            if (hybrid_take_event(&tr.hybrid, event, sizeof(event))) { printf("%s\n", event); }
         } else {
             r = train_full_step(&tr, lr);
         }

@@ -30,6 +30,8 @@
 #include "llmc/adamw.cuh"
 #include "llmc/reduce.cuh"
 #include "llmc/zero.cuh"
+#include "hybrid/hybrid.h"
+#include "llmc/hybrid_apply.cuh"
 
 // ----------------------------------------------------------------------------
 // GPT-2 model definition: GPT2Config and the parameter layout (llm.c order) come from llmc/checkpoint.h
@@ -569,6 +571,26 @@ float gpt2_sum_over_ranks(GPT2* model, float x) {
     return x;
 }
 
+// hybrid mode's parameter blocks (CONTRACT), as train_gpt2.c: each tensor of each layer, 12 L + 4 blocks.
+// offsets: (12L+5) in floats; weight_decay: (12L+4), the AdamW decay each block gets (wd on the 2-D
+// weights, else 0); returns the number of blocks
+int gpt2_hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
+    int L = model->config.num_layers, nb = 0;
+    size_t off = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
+        int parts = per_layer ? L : 1;
+        for (int l = 0; l < parts; l++) {
+            offsets[nb] = off;
+            weight_decay[nb] = decayed_tensor[k] ? wd : 0.0f;
+            off += model->param_sizes[k] / parts;
+            nb++;
+        }
+    }
+    offsets[nb] = off;
+    return nb;
+}
+
 void gpt2_free(GPT2* model) {
     void* dev[] = {model->params_memory, model->master_weights, model->grads_memory, model->m_memory,
                    model->v_memory, model->inputs, model->targets, model->bucket_memory, model->scratch,
@@ -621,6 +643,8 @@ typedef struct {
     const char* init_method;   // -pi
     const char* fs_path;       // -pf
     const char* server_ip;     // -ps
+    int offload_optimizer;     // --offload-optimizer
+    HybridConfig hybrid;       // --hybrid and its flags (hybrid/hybrid.h)
 } TrainConfig;
 
 static TrainConfig default_config(void) {
@@ -660,6 +684,8 @@ static TrainConfig default_config(void) {
 #endif
     c.fs_path = "/tmp";
     c.server_ip = "127.0.0.1";
+    c.offload_optimizer = 0;
+    hybrid_config_default(&c.hybrid);
     return c;
 }
 
@@ -729,6 +755,10 @@ static void print_usage(FILE* out) {
                 ARGS[i].type == ARG_STR ? "<string>" : ARGS[i].type == ARG_FLOAT ? "<float>" : "<int>",
                 ARGS[i].help, def);
     }
+    fprintf(out, "  --offload-optimizer <0|1>   hybrid: AdamW m,v in pinned host memory during Predict runs, back\n"
+                 "                              asynchronously before the Correct step (ema direction only) (default %d)\n",
+            d.offload_optimizer);
+    hybrid_usage(out);
     fprintf(out, "  -h, --help            this text\n");
     fprintf(out, "Example: ./train_gpt2cu -e d12 -b 16 -t 1024 -d 524288 -x 100 -o out/d12\n");
     fprintf(out, "Two GPUs, one process each: ./train_gpt2cu -pn 2 -pr 0 -pi fs -pf /tmp/run1 ... &\n"
@@ -765,6 +795,15 @@ static void parse_args(TrainConfig* c, int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         const char* flag = argv[i];
         if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { print_usage(stdout); exit(EXIT_SUCCESS); }
+        // hybrid mode's flags (--hybrid, --predictor, ...) are matched by hybrid/hybrid.h's parser
+        if (hybrid_parse_flag(&c->hybrid, argc, argv, &i)) { continue; }
+        if (strcmp(flag, "--offload-optimizer") == 0) {
+            if (i + 1 >= argc || (strcmp(argv[i + 1], "0") != 0 && strcmp(argv[i + 1], "1") != 0)) {
+                fatal("flag --offload-optimizer: expected 0 or 1, got '%s'", i + 1 < argc ? argv[i + 1] : "");
+            }
+            c->offload_optimizer = atoi(argv[++i]);
+            continue;
+        }
         const ArgSpec* spec = NULL;
         for (int k = 0; k < NUM_ARGS; k++) {
             if (strcmp(flag, ARGS[k].flag) == 0) { spec = &ARGS[k]; break; }
@@ -783,6 +822,10 @@ static void parse_args(TrainConfig* c, int argc, char** argv) {
     }
     if (c->process_rank >= c->num_processes && strcmp(c->init_method, "mpi") != 0) {
         fatal("flag -pr: rank %d is not below the number of processes -pn %d", c->process_rank, c->num_processes);
+    }
+    if (c->offload_optimizer && (!c->hybrid.enabled || c->hybrid.direction != DIRECTION_EMA)) {
+        fatal("flag --offload-optimizer: needs --hybrid 1 with --direction ema (the adam direction reads m and v "
+              "during Predict steps)");
     }
     if (strcmp(c->init_method, "mpi") != 0 && strcmp(c->init_method, "fs") != 0 && strcmp(c->init_method, "tcp") != 0) {
         fatal("flag -pi: expected mpi, fs or tcp, got '%s'", c->init_method);
@@ -854,6 +897,24 @@ typedef struct {
     double peak_flops;
     double peak_device_mib;   // highest device memory in use seen at the logged points
     char device_name[256];
+    // hybrid mode (hybrid/hybrid.h decides on the host; llmc/hybrid_apply.cuh applies on the device)
+    HybridState hybrid;
+    int nblocks;              // 12*L + 4 parameter blocks
+    size_t* block_offsets;    // (nblocks+1) device, in floats
+    float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
+    float* coef;              // (nblocks) device, this Predict step's coefficients
+    double* stats;            // (nblocks*3) device, filled by the observe kernel
+    double* stats_partial;    // (nblocks*APPLY_CHUNKS*3) device
+    float* direction;         // (shard) device, the EMA direction buffer (NULL unless hybrid with ema)
+    float* host_dir;          // (P) pinned, checkpoint staging of the direction buffer
+    float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
+    // --offload-optimizer: m and v live in host_off_m/v during Predict runs
+    float* host_off_m;        // (shard) pinned
+    float* host_off_v;        // (shard) pinned
+    int offloaded;            // m, v are on the host now (device copies freed)
+    int restoring;            // the copy back has been issued on copy_stream
+    cudaStream_t copy_stream;
+    cudaEvent_t copy_done;
 } Trainer;
 
 typedef struct {
@@ -882,35 +943,211 @@ static void log_device_memory(Trainer* tr, const char* where) {
     }
 }
 
-// one Full step: every process steps the shared loader through grad_accum * processes micro batches and
-// trains on its own (k % processes == rank), so the data order does not depend on the process count;
-// then gradients are averaged, clipped, and AdamW updates the weights. A non-finite loss or norm never
-// reaches the weights: the update is skipped (on every rank, since the values are global).
+// ----------------------------------------------------------------------------
+// hybrid mode on the device
+
+static void hybrid_setup(Trainer* tr) {
+    GPT2* model = &tr->model;
+    int nblocks = 12 * model->config.num_layers + 4;
+    size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
+    float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
+    tr->nblocks = gpt2_hybrid_blocks(model, offsets, block_wd, tr->cfg.weight_decay);
+    hybrid_init(&tr->hybrid, &tr->cfg.hybrid, offsets, nblocks, tr->total_steps, tr->cfg.lr, ADAM_BETA1, ADAM_BETA2,
+                ADAM_EPS, block_wd, (uint64_t)tr->cfg.seed);
+    tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
+    tr->block_wd = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
+    cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(tr->block_wd, block_wd, (size_t)nblocks * sizeof(float), cudaMemcpyHostToDevice));
+    tr->coef = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
+    tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
+    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * APPLY_CHUNKS * 3 * sizeof(double));
+    size_t P = model->num_parameters;
+    if (tr->cfg.hybrid.direction == DIRECTION_EMA) {
+        tr->direction = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
+        cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
+        cudaCheck(cudaMallocHost((void**)&tr->host_dir, P * sizeof(float)));
+    }
+    cudaCheck(cudaMallocHost((void**)&tr->host_keep, P * sizeof(float)));
+    if (tr->cfg.offload_optimizer) {
+        cudaCheck(cudaMallocHost((void**)&tr->host_off_m, model->shard_size * sizeof(float)));
+        cudaCheck(cudaMallocHost((void**)&tr->host_off_v, model->shard_size * sizeof(float)));
+        cudaCheck(cudaStreamCreateWithFlags(&tr->copy_stream, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&tr->copy_done, cudaEventDisableTiming));
+    }
+    free(offsets);
+    free(block_wd);
+}
+
+// --offload-optimizer. Predict runs with the ema direction never read m and v: they go to pinned host
+// memory and their device memory returns to the pool (the one place the loop frees and allocates, and
+// only with this flag: that is the point of it); they come back on a side stream while the run's last
+// Predict step computes, and the Correct step waits for them.
+static void offload_optimizer_out(Trainer* tr) {
+    GPT2* model = &tr->model;
+    size_t bytes = model->shard_size * sizeof(float);
+    cudaCheck(cudaMemcpyAsync(tr->host_off_m, model->m_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaMemcpyAsync(tr->host_off_v, model->v_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaFreeAsync(model->m_memory, model->stream));
+    cudaCheck(cudaFreeAsync(model->v_memory, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    model->m_memory = model->v_memory = NULL;
+    tr->offloaded = 1;
+    tr->restoring = 0;
+}
+
+static void offload_optimizer_begin_restore(Trainer* tr) {
+    if (!tr->offloaded || tr->restoring) { return; }
+    GPT2* model = &tr->model;
+    size_t bytes = model->shard_size * sizeof(float);
+    cudaCheck(cudaMallocAsync((void**)&model->m_memory, bytes, tr->copy_stream));
+    cudaCheck(cudaMallocAsync((void**)&model->v_memory, bytes, tr->copy_stream));
+    cudaCheck(cudaMemcpyAsync(model->m_memory, tr->host_off_m, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
+    cudaCheck(cudaMemcpyAsync(model->v_memory, tr->host_off_v, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
+    cudaCheck(cudaEventRecord(tr->copy_done, tr->copy_stream));
+    tr->restoring = 1;
+}
+
+static void offload_optimizer_finish_restore(Trainer* tr) {
+    if (!tr->offloaded) { return; }
+    offload_optimizer_begin_restore(tr);
+    cudaCheck(cudaStreamWaitEvent(tr->model.stream, tr->copy_done, 0));
+    tr->offloaded = 0;
+    tr->restoring = 0;
+}
+
+// a Predict step: theta += coef_b * d_b on this rank's shard (no forward, no backward, no batch, no
+// gradient all-reduce); with ZeRO-1 the floatX weights are then gathered
+static StepResult train_predict_step(Trainer* tr) {
+    StepResult r;
+    memset(&r, 0, sizeof(r));
+    double t0 = now_seconds();
+    GPT2* model = &tr->model;
+    HybridState* h = &tr->hybrid;
+    int first = h->run_steps == 1;
+    cudaCheck(cudaMemcpyAsync(tr->coef, h->coef, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
+    ApplyDirection dir = hybrid_direction(h, tr->direction, model->m_memory, model->v_memory);
+    size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
+    hybrid_predict(model->master_weights, model->params_memory, model->grads_memory, dir, tr->block_offsets,
+                   tr->nblocks, tr->coef, lo, hi, first, gpt2_step_seed(model, tr->step + 1), model->stream);
+    if (model->multi_gpu->zero_stage == 1) {
+        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
+                             model->stream);
+    }
+    if (tr->cfg.offload_optimizer) {
+        if (first) { offload_optimizer_out(tr); }
+        if (h->ctrl.run_done >= h->ctrl.run_length) { offload_optimizer_begin_restore(tr); }
+    }
+    if (hybrid_micro_due(h)) {
+        // forward-only check on the last batch read (a Predict step consumes none); the loss over ranks
+        DataLoader* loader = &tr->train_loader;
+        gpt2_forward(model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
+        float loss = gpt2_sum_over_ranks(model, model->mean_loss) / model->multi_gpu->num_processes;
+        hybrid_micro_result(h, loss);
+    }
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    r.loss = NAN;
+    r.grad_norm = NAN;
+    r.ms = (now_seconds() - t0) * 1000.0;
+    tr->train_time_s += r.ms / 1000.0;
+    return r;
+}
+
+// after the AdamW update of a measured step: per-block statistics and the direction update on the
+// device, summed over ranks (ZeRO-1 shards), into h->stats for hybrid_end_step
+static void hybrid_observe_step(Trainer* tr, float lr, float grad_scale) {
+    GPT2* model = &tr->model;
+    HybridState* h = &tr->hybrid;
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->adam_steps, lr, h->lr_peak, grad_scale};
+    size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
+    hybrid_observe_device(tr->stats, tr->stats_partial, tr->direction, model->master_weights, model->m_memory,
+                          model->v_memory, model->grads_memory, &st, h->cfg.direction, h->cfg.direction_beta,
+                          tr->block_offsets, tr->nblocks, lo, hi, model->stream);
+#ifdef MULTI_GPU
+    if (model->multi_gpu->zero_stage == 1) {
+        ncclCheck(ncclAllReduce(tr->stats, tr->stats, (size_t)tr->nblocks * 3, ncclDouble, ncclSum,
+                                model->multi_gpu->nccl_comm, model->stream));
+    }
+#endif
+    cudaCheck(cudaMemcpyAsync(h->stats, tr->stats, (size_t)tr->nblocks * 3 * sizeof(double), cudaMemcpyDeviceToHost,
+                              model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    h->adam_t = tr->adam_steps;
+}
+
+// one Full (or Correct) step: every process steps the shared loader through grad_accum * processes micro
+// batches and trains on its own (k % processes == rank), so the data order does not depend on the process
+// count; then gradients are averaged, clipped, and AdamW updates the weights. A non-finite loss or norm
+// never reaches the weights: the update is skipped (on every rank, since the values are global).
+// A Correct step first checks the loss of its first micro batch against the prediction (the gradient
+// buffer still holds the rollback point, so zero_grad comes after the check) and may roll back.
 static StepResult train_full_step(Trainer* tr, float lr) {
-    StepResult r = {0};
+    StepResult r;
+    memset(&r, 0, sizeof(r));
     double t0 = now_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->train_loader;
+    HybridState* h = &tr->hybrid;
     int B = tr->cfg.B, T = tr->cfg.T, np = tr->multi_gpu.num_processes;
-    gpt2_zero_grad(model);
-    for (int k = 0; k < tr->grad_accum * np; k++) {
+    int hybrid = tr->cfg.hybrid.enabled;
+    offload_optimizer_finish_restore(tr);
+    if (hybrid && h->phase == PHASE_CORRECT) {
         if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
-        if (k % np != tr->multi_gpu.process_rank) { continue; }
-        gpt2_forward(model, loader->inputs, NULL, B, T);
+        // the first micro batch (rank 0's) is the check batch: one decision, the same on every rank
+        int rank0 = tr->multi_gpu.process_rank == 0;
+        if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
+        float loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
+        if (hybrid_correct_check(h, loss) == ACTION_ROLLBACK) {
+            size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
+            hybrid_rollback_device(model->master_weights, model->params_memory, model->grads_memory, lo, hi,
+                                   gpt2_step_seed(model, tr->step + 1), model->stream);
+            if (model->multi_gpu->zero_stage == 1) {
+                multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX),
+                                     model->multi_gpu, model->stream);
+            }
+            h->run_steps = 0;
+            if (tr->rank0) {
+                printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->step + 1, loss,
+                       h->predicted_loss);
+            }
+            log_device_memory(tr, "rollback");
+            if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
+        }
+        gpt2_zero_grad(model);
+        // rank 0 trains on the check batch; the others read on to their own first micro batch
+        for (int k = 1; k <= tr->multi_gpu.process_rank; k++) {
+            if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+        }
+        if (!rank0) { gpt2_forward(model, loader->inputs, NULL, B, T); }
         gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->grad_accum));
+        for (int k = tr->multi_gpu.process_rank + 1; k < tr->grad_accum * np; k++) {
+            if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+            if (k % np != tr->multi_gpu.process_rank) { continue; }
+            gpt2_forward(model, loader->inputs, NULL, B, T);
+            gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->grad_accum));
+        }
+    } else {
+        gpt2_zero_grad(model);
+        for (int k = 0; k < tr->grad_accum * np; k++) {
+            if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+            if (k % np != tr->multi_gpu.process_rank) { continue; }
+            gpt2_forward(model, loader->inputs, NULL, B, T);
+            gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->grad_accum));
+        }
     }
     r.loss = gpt2_accumulated_loss(model);
     gpt2_reduce_grads(model);
     r.grad_norm = gpt2_grad_norm(model);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
+        gpt2_sync_floatX(model, tr->step + 1);  // keeps params == round(master, seed(step))
+        if (hybrid) { memset(h->stats, 0, (size_t)tr->nblocks * 3 * sizeof(double)); }
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->adam_steps++;
         gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps,
                     tr->step + 1);
+        if (hybrid) { hybrid_observe_step(tr, lr, grad_scale); }
     }
-    if (r.skipped) { gpt2_sync_floatX(model, tr->step + 1); }  // keeps params == round(master, seed(step))
     cudaCheck(cudaStreamSynchronize(model->stream));
     tr->tokens += (uint64_t)tr->grad_accum * np * B * T;
     tr->backward += (uint64_t)tr->grad_accum * np;
@@ -971,14 +1208,42 @@ static void sample_text(Trainer* tr) {
 // rank 0 writes.
 static void save_checkpoint(Trainer* tr) {
     GPT2* model = &tr->model;
+    HybridState* h = &tr->hybrid;
+    size_t P = model->num_parameters, lo = model->shard_offset;
+    size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
+    int zero1 = model->multi_gpu->zero_stage == 1;
+    int open_run = tr->cfg.hybrid.enabled && h->run_steps > 0;
+    offload_optimizer_finish_restore(tr);
+    if (open_run) {  // the rollback point (in the gradient buffer, sharded like the weights)
+        multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
+                             model->stream);
+        cudaCheck(cudaMemcpyAsync(tr->host_keep, model->grads_memory, P * sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    }
+    if (tr->direction != NULL) {  // the direction buffer, shard-local
+        const float* full = tr->direction;
+        if (zero1) {
+            cudaCheck(cudaMemcpyAsync(model->grads_memory + lo, tr->direction, model->shard_size * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, model->stream));
+            multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
+                                 model->stream);
+            full = model->grads_memory;
+        }
+        cudaCheck(cudaMemcpyAsync(tr->host_dir, full, P * sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    }
     gpt2_params_to_host(model, tr->host_params);
     gpt2_optimizer_to_host(model, tr->host_m, tr->host_v);
+    if (open_run && zero1) {  // the gathers above went through the gradient buffer: put this shard's keep back
+        cudaCheck(cudaMemcpyAsync(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float),
+                                  cudaMemcpyHostToDevice, model->stream));
+        cudaCheck(cudaStreamSynchronize(model->stream));
+    }
     if (tr->rank0) {
         const char* dir = tr->cfg.output_dir;
         char path[4096];
         checkpoint_path(path, sizeof(path), dir, "model", tr->step);
         model_write(path, &model->config, tr->host_params, model->num_parameters);
-        TrainState s = {0};
+        TrainState s;
+        memset(&s, 0, sizeof(s));
         s.step = tr->step;
         s.shuffle = 1;
         s.sample_rng = tr->sample_rng;
@@ -993,6 +1258,16 @@ static void save_checkpoint(Trainer* tr) {
         dataloader_state_save(&tr->train_loader, tr->loader_blob);
         checkpoint_path(path, sizeof(path), dir, "state", tr->step);
         state_write(path, &s, tr->host_m, tr->host_v, tr->loader_blob, dataloader_state_size(&tr->train_loader));
+        if (tr->cfg.hybrid.enabled) {
+            checkpoint_path(path, sizeof(path), dir, "hybrid", tr->step);
+            AtomicFile af;
+            atomic_open(&af, path);
+            char err[256];
+            if (hybrid_save(h, af.fp, tr->host_dir, open_run ? tr->host_keep : NULL, err, sizeof(err)) != 0) {
+                fatal("%s: cannot write the hybrid state (%s)", path, err);
+            }
+            atomic_commit(&af);
+        }
         checkpoint_write_done(dir, tr->step);
         checkpoint_prune(dir, tr->cfg.ckpt_keep);
         printf("checkpoint: step %d written to %s\n", tr->step, dir);
@@ -1019,6 +1294,25 @@ static void load_state(Trainer* tr, int step) {
     tr->tokens = s.tokens;
     tr->backward = s.backward;
     tr->train_time_s = s.train_time_s;
+    if (tr->cfg.hybrid.enabled) {
+        GPT2* model = &tr->model;
+        HybridState* h = &tr->hybrid;
+        checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "hybrid", step);
+        FILE* f = fopen(path, "rb");
+        if (f == NULL) { fatal("%s: missing (resuming with --hybrid 1 needs the hybrid state of the checkpoint)", path); }
+        char err[256];
+        if (hybrid_load(h, f, tr->host_dir, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
+        fcloseCheck(f, path);
+        size_t P = model->num_parameters, lo = model->shard_offset;
+        size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
+        if (tr->direction != NULL) {
+            cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
+            cudaCheck(cudaMemcpy(tr->direction, tr->host_dir + lo, own * sizeof(float), cudaMemcpyHostToDevice));
+        }
+        if (h->run_steps > 0) {  // an open Predict run: its rollback point goes back into the gradient buffer
+            cudaCheck(cudaMemcpy(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float), cudaMemcpyHostToDevice));
+        }
+    }
     // the floatX copy as this step left it: the resumed run continues bit-exactly
     gpt2_sync_floatX(&tr->model, tr->step);
 }
@@ -1049,19 +1343,31 @@ static void print_config(const Trainer* tr, int resume_step) {
     printf("| %-20s | %-50s |\n", "precision", PRECISION_NAME);
     printf("| %-20s | %-50d |\n", "processes (GPUs)", tr->multi_gpu.num_processes);
     printf("| %-20s | %-50.0f |\n", "MFU peak TFLOP/s", tr->peak_flops / 1e12);
+    printf("| %-20s | %-50d |\n", "--offload-optimizer", tr->cfg.offload_optimizer);
+    hybrid_config_table(&tr->cfg.hybrid, stdout, 20, 50);
     if (resume_step >= 0) { printf("| %-20s | %-50d |\n", "resumed from step", resume_step); }
     printf("+----------------------+----------------------------------------------------+\n");
 }
 
 static void write_summary(Trainer* tr) {
-    char body[1024];
+    char body[4096];
     char val[64];
     if (tr->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", tr->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
-    snprintf(body, sizeof(body),
+    int n = snprintf(body, sizeof(body),
              "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"train_loss\": %.9g, \"backward\": %llu, "
-             "\"tokens\": %llu, \"phase_steps\": {\"full\": %d}, \"peak_device_mib\": %.1f, \"processes\": %d",
+             "\"tokens\": %llu, \"peak_device_mib\": %.1f, \"processes\": %d",
              tr->step, tr->train_time_s, val, tr->last_train_loss, (unsigned long long)tr->backward,
-             (unsigned long long)tr->tokens, tr->step, tr->peak_device_mib, tr->multi_gpu.num_processes);
+             (unsigned long long)tr->tokens, tr->peak_device_mib, tr->multi_gpu.num_processes);
+    if (tr->cfg.hybrid.enabled) {
+        const int* ps = tr->hybrid.metrics.steps;
+        n += snprintf(body + n, sizeof(body) - n,
+                      ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
+                      ps[PHASE_WARMUP], ps[PHASE_FULL], ps[PHASE_PREDICT], ps[PHASE_CORRECT]);
+        n += hybrid_summary_fields(&tr->hybrid, body + n, sizeof(body) - n - 2);
+        snprintf(body + n, sizeof(body) - n, "}");
+    } else {
+        snprintf(body + n, sizeof(body) - n, ", \"phase_steps\": {\"full\": %d}", tr->step);
+    }
     logger_write_summary(&tr->logger, body);
 }
 
@@ -1138,6 +1444,7 @@ int main(int argc, char** argv) {
     tr.gen_logits = (floatX*)mallocCheck((size_t)tr.model.config.padded_vocab_size * sizeof(floatX));
     tr.gen_probs = (float*)mallocCheck((size_t)tr.model.config.vocab_size * sizeof(float));
     tr.last_val_loss = -1.0f;
+    if (cfg->hybrid.enabled) { hybrid_setup(&tr); }
     if (resume_step >= 0) { load_state(&tr, resume_step); }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
         dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
@@ -1164,20 +1471,53 @@ int main(int argc, char** argv) {
         if (tr.rank0) { printf("val loss %.6f\n", tr.last_val_loss); }
         logger_log_init_val(&tr.logger, tr.last_val_loss);
     }
+    HybridPhase last_phase = (HybridPhase)PHASE_COUNT;
     while (tr.step < tr.total_steps) {
+        // the phase of this step: Full, or in hybrid mode whatever the controller decides
         const char* phase = "full";
         float lr = lr_scheduler_get(&tr.scheduler, tr.step);
-        StepResult r = train_full_step(&tr, lr);
+        StepResult r;
+        char hybrid_json[256] = "";
+        if (cfg->hybrid.enabled) {
+            double h0 = now_seconds();
+            HybridPhase ph = hybrid_begin_step(&tr.hybrid, tr.step, lr);
+            double decide_ms = (now_seconds() - h0) * 1000.0;
+            r = ph == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
+            // the controller's inputs must be the same on every rank: with the bandit, the step time too
+            double ms = np > 1 && cfg->hybrid.adaptive ? gpt2_sum_over_ranks(&tr.model, (float)r.ms) / np : r.ms;
+            h0 = now_seconds();
+            hybrid_end_step(&tr.hybrid, r.skipped ? NAN : r.loss, r.skipped ? NAN : r.grad_norm, ms + decide_ms);
+            double hybrid_ms = decide_ms + (now_seconds() - h0) * 1000.0;  // the controller's own work is training time
+            r.ms += hybrid_ms;
+            tr.train_time_s += hybrid_ms / 1000.0;
+            phase = hybrid_phase_name(&tr.hybrid);
+            hybrid_step_json(&tr.hybrid, hybrid_json, sizeof(hybrid_json));
+        } else {
+            r = train_full_step(&tr, lr);
+        }
+        int predict = cfg->hybrid.enabled && tr.hybrid.phase == PHASE_PREDICT;
         tr.step++;
-        tr.last_train_loss = r.loss;
+        if (!predict) { tr.last_train_loss = r.loss; }
         if (tr.step == 1) { log_device_memory(&tr, "after the first step"); }
+        if (cfg->hybrid.enabled && tr.hybrid.phase != last_phase) {
+            char where[64];
+            snprintf(where, sizeof(where), "step %d, %s", tr.step, phase);
+            log_device_memory(&tr, where);
+            last_phase = tr.hybrid.phase;
+        }
         double tokens_per_step = (double)tr.grad_accum * np * cfg->B * cfg->T;
         double tok_s = tokens_per_step / (r.ms / 1000.0);
         if (tr.rank0) {
             char mfu[32] = "n/a";
             if (tr.peak_flops > 0.0) { snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tr.flops_per_token * tok_s / (tr.peak_flops * np)); }
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %s MFU | %.0f tok/s\n",
-                   tr.step, tr.total_steps, r.loss, r.grad_norm, lr, r.ms, mfu, tok_s);
+            if (predict) {
+                printf("step %4d/%d | predict | predicted loss %.6f | lr %.2e | %.2f ms\n",
+                       tr.step, tr.total_steps, tr.hybrid.metrics.predicted_loss, lr, r.ms);
+            } else {
+                printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %s MFU | %.0f tok/s%s%s\n",
+                       tr.step, tr.total_steps, r.loss, r.grad_norm, lr, r.ms, mfu, tok_s,
+                       cfg->hybrid.enabled ? " | " : "", cfg->hybrid.enabled ? phase : "");
+            }
         }
         if (r.skipped) {
             tr.faults++;
@@ -1196,11 +1536,12 @@ int main(int argc, char** argv) {
         memset(&m, 0, sizeof(m));
         m.step = tr.step;
         m.phase = phase;
-        m.has_loss = 1;
+        m.has_loss = !predict;
         m.loss = r.loss;
         m.lr = lr;
-        m.has_norm = 1;
+        m.has_norm = !predict;
         m.grad_norm = r.grad_norm;
+        m.extra = cfg->hybrid.enabled ? hybrid_json : NULL;
         m.ms = r.ms;
         m.train_time_s = tr.train_time_s;
         m.tokens = tr.tokens;
@@ -1215,8 +1556,9 @@ int main(int argc, char** argv) {
         logger_log_step(&tr.logger, &m);
         if (cfg->sample_every > 0 && tr.step % cfg->sample_every == 0) { sample_text(&tr); }
         int last = tr.step == tr.total_steps;
-        // a signal reaches ranks at different moments: rank 0's decision is everyone's
-        int stop = (int)gpt2_sum_over_ranks(&tr.model, tr.rank0 && stop_signal ? 1.0f : 0.0f);
+        // a signal reaches ranks at different moments: rank 0's decision is everyone's. Predict steps
+        // communicate nothing, so the decision waits for the next measured step (a run is at most 16 steps)
+        int stop = predict && !last ? 0 : (int)gpt2_sum_over_ranks(&tr.model, tr.rank0 && stop_signal ? 1.0f : 0.0f);
         if (cfg->output_dir != NULL && ((cfg->ckpt_every > 0 && (tr.step % cfg->ckpt_every == 0 || last)) || stop)) {
             save_checkpoint(&tr);
         }
@@ -1239,6 +1581,7 @@ int main(int argc, char** argv) {
     }
     log_device_memory(&tr, "end");
     if (tr.rank0) {
+        if (tr.cfg.hybrid.enabled) { hybrid_print_summary(&tr.hybrid, stdout); }
         write_summary(&tr);
         printf("done: %d steps, %.2f s training time, %llu backward passes, peak device memory %.1f MiB\n", tr.step,
                tr.train_time_s, (unsigned long long)tr.backward, tr.peak_device_mib);
@@ -1255,6 +1598,21 @@ int main(int argc, char** argv) {
     free(tr.gen_tokens);
     free(tr.gen_logits);
     free(tr.gen_probs);
+    if (tr.cfg.hybrid.enabled) {
+        offload_optimizer_finish_restore(&tr);
+        cudaCheck(cudaStreamSynchronize(tr.model.stream));
+        void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.stats, tr.stats_partial, tr.direction};
+        for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
+        if (tr.host_dir != NULL) { cudaCheck(cudaFreeHost(tr.host_dir)); }
+        cudaCheck(cudaFreeHost(tr.host_keep));
+        if (tr.cfg.offload_optimizer) {
+            cudaCheck(cudaFreeHost(tr.host_off_m));
+            cudaCheck(cudaFreeHost(tr.host_off_v));
+            cudaCheck(cudaEventDestroy(tr.copy_done));
+            cudaCheck(cudaStreamDestroy(tr.copy_stream));
+        }
+        hybrid_free(&tr.hybrid);
+    }
     gpt2_free(&tr.model);
     matmul_free();
     multi_gpu_config_free(&tr.multi_gpu);

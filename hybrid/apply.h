@@ -29,13 +29,17 @@
 #include <stddef.h>
 #include <string.h>
 
+// no contraction inside the loops that must round exactly as written (GCC: per function; clang: the
+// standard pragma at the top of the function body, so the includer's code is not affected)
 #if defined(__clang__)
 #define HYBRID_NOCONTRACT
-#pragma STDC FP_CONTRACT OFF
+#define HYBRID_NOCONTRACT_BODY _Pragma("STDC FP_CONTRACT OFF")
 #elif defined(__GNUC__)
 #define HYBRID_NOCONTRACT __attribute__((optimize("fp-contract=off")))
+#define HYBRID_NOCONTRACT_BODY
 #else
 #define HYBRID_NOCONTRACT
+#define HYBRID_NOCONTRACT_BODY
 #endif
 
 #define APPLY_CHUNKS 64 // per-block partial sums of apply_observe
@@ -68,6 +72,7 @@ static inline float apply_direction_at(const ApplyDirection* dir, size_t i) {
 HYBRID_NOCONTRACT
 static inline void apply_predict(float* params, float* keep, const ApplyDirection* dir,
                                  const size_t* offsets, int nblocks, const float* coef, int first) {
+    HYBRID_NOCONTRACT_BODY
     for (int b = 0; b < nblocks; b++) {
         const float c = coef[b];
         #pragma omp parallel for if (offsets[b + 1] - offsets[b] > 65536)

@@ -237,6 +237,7 @@ typedef struct {
     double cycle_ms;
     int run_arm;
     int rolled_back;            // this Correct step rolled back
+    int event_pending;          // the monitor acted since the last hybrid_take_event
 } HybridState;
 
 static inline float hybrid_sigma(const HybridState* h) { return monitor_sigma(&h->mon); }
@@ -413,7 +414,7 @@ static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
     if (h->phase != PHASE_CORRECT) { return ACTION_NONE; }
     h->correct_loss = loss;
     MonitorAction a = monitor_correct(&h->mon, h->step, loss, h->predicted_loss);
-    if (a != ACTION_NONE) { h->metrics.events++; }
+    if (a != ACTION_NONE) { h->metrics.events++; h->event_pending = 1; }
     if (a == ACTION_SHORTEN) { phase_shorten(&h->ctrl); }
     if (a == ACTION_ROLLBACK) {
         h->metrics.rollbacks++;
@@ -441,6 +442,7 @@ static inline void hybrid_observe(HybridState* h, float* d, const float* params,
 static inline void hybrid_act(HybridState* h, MonitorAction a) {
     if (a == ACTION_NONE) { return; }
     h->metrics.events++;
+    h->event_pending = 1;
     if (a == ACTION_SHORTEN) { phase_shorten(&h->ctrl); }
     if (a == ACTION_FORCE_FULL || a == ACTION_ROLLBACK) { phase_force_full(&h->ctrl, 2 * h->cfg.full_steps + 8); }
 }
@@ -550,13 +552,33 @@ static inline void hybrid_end_step(HybridState* h, float loss, float grad_norm, 
     mt->predictor_ms += hybrid_now_ms() - t0;
 }
 
+// the monitor's last event as one log line ("hybrid monitor: step S: signal value -> action"); returns 0
+// if nothing happened since the last call
+static inline int hybrid_take_event(HybridState* h, char* buf, size_t n) {
+    if (!h->event_pending) { return 0; }
+    h->event_pending = 0;
+    const Monitor* m = &h->mon;
+    snprintf(buf, n, "hybrid monitor: step %d: %s %.4g -> %s", m->last_step + 1, monitor_signal_name(m->last_signal),
+             m->last_value, monitor_action_name(m->last_action));
+    return 1;
+}
+
 // "phase" of the step just decided, for the step line and metrics.jsonl
 static inline const char* hybrid_phase_name(const HybridState* h) { return phase_name(h->phase); }
 
 // the hybrid fields of this step's metrics.jsonl line (see hybrid/metrics.h)
 static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) { return metrics_step_json(&h->metrics, buf, n); }
 
-static inline void hybrid_print_summary(const HybridState* h, FILE* f) { metrics_print_table(&h->metrics, f); }
+static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
+    metrics_print_table(&h->metrics, f);
+    if (h->cfg.adaptive) { // the bandit's state: pulls and mean reward per horizon
+        for (int a = 0; a < h->bandit.arms; a++) {
+            int n = h->bandit.pulls[a];
+            fprintf(f, "bandit: horizon %2d: %4d pulls, mean reward %+.3f\n", h->bandit.horizon[a], n,
+                    n ? h->bandit.reward_sum[a] / n : 0.0);
+        }
+    }
+}
 // the summary's "key": value pairs (no braces), for the trainer's summary.json
 static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) { return metrics_summary_fields(&h->metrics, buf, n); }
 

@@ -196,6 +196,7 @@ __global__ void attention_backward_dq_kernel(floatX* dqkv, const floatX* dout, c
 void attention_backward(floatX* dqkv, float* delta, const floatX* dout, const floatX* qkv, const floatX* out,
                         const float* lse, int B, int T, int C, int NH, cudaStream_t stream) {
     // dqkv: (B,T,3C) overwritten; delta: (B,NH,T) fp32 scratch; dout, out: (B,T,C); lse: (B,NH,T)
+    if (C != NH * ATT_HS) { fatal("attention: head size %d is not supported (built for %d)", C / NH, ATT_HS); }
     const int block = 256;
     attention_delta_kernel<<<ceil_div((long)B * NH * T, block), block, 0, stream>>>(delta, dout, out, B, T, NH);
     cudaCheck(cudaGetLastError());

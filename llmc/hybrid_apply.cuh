@@ -116,12 +116,13 @@ __global__ void hybrid_observe_kernel(double* partial, float* d, const float* ma
     if (c_lo < lo) { c_lo = lo; }
     if (c_hi > hi) { c_hi = hi; }
     const ApplyAdamStep st = a.st;
+    const float wd = st.weight_decay[b];  // st.weight_decay: (nblocks) device array
     double dot = 0.0, dd = 0.0, uu = 0.0;
     for (size_t i = c_lo + threadIdx.x; i < c_hi; i += blockDim.x) {
         size_t k = i - lo;
         float mh = __fdiv_rn(m[k], a.bc1), vh = __fdiv_rn(v[k], a.bc2);
         float q = __fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), st.eps));
-        float delta = __fmul_rn(-st.lr, __fadd_rn(q, __fmul_rn(st.weight_decay, master[i])));
+        float delta = __fmul_rn(-st.lr, __fadd_rn(q, __fmul_rn(wd, master[i])));
         float dold;
         if (a.kind == DIRECTION_EMA) {
             dold = d[k];
@@ -159,7 +160,8 @@ __global__ void hybrid_observe_sum_kernel(double* stats, const double* partial, 
 }
 
 // d, m, v: shard-local device buffers; master, grads: full-length device buffers; stats: (nblocks*3)
-// device doubles; partial: nblocks*APPLY_CHUNKS*3 device doubles. The mirror of apply_observe.
+// device doubles; partial: nblocks*APPLY_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device.
+// The mirror of apply_observe.
 void hybrid_observe_device(double* stats, double* partial, float* d, const float* master, const float* m,
                            const float* v, const float* grads, const ApplyAdamStep* st, int kind, float ema_beta,
                            const size_t* offsets, int nblocks, size_t lo, size_t hi, cudaStream_t stream) {

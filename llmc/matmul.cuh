@@ -3,6 +3,7 @@
  * Forward: out = inp @ weight^T + bias with the bias added in the cuBLASLt epilogue (one pass over out).
  * Backward: dinp = dout @ weight (floatX), dweight += dout^T @ inp accumulated in fp32 straight from the
  * floatX operands (cuBLASLt's mixed-precision output), dbias += column sums (reduce.cuh, deterministic).
+ * Each distinct shape's algorithm is chosen once (cuBLASLt's heuristic, told the operands' real alignment).
  * GELU is a separate elementwise kernel with the CPU path's tanh formula, so that -r 1 can recompute it
  * and its math is pinned by the CPU tests (cuBLASLt's GELU epilogue does not document its formula).
  * Row-major (rows, cols) matrices are column-major (cols, rows) to cuBLAS; shapes below are row-major.
@@ -14,6 +15,18 @@
 #include "llmc/reduce.cuh"
 
 #define CUBLASLT_WORKSPACE_BYTES (32u << 20)
+
+// the algorithm for each distinct matmul, found once: descriptors live on the stack (Init, no heap) and
+// the heuristic runs only the first time a shape is seen, so the training loop allocates nothing here
+typedef struct {
+    int m, n, k, trans_a, trans_b, bias, d_type;
+    uint32_t align[4];
+    cublasLtMatmulAlgo_t algo;
+} MatmulPlan;
+
+#define MATMUL_PLANS 128
+static MatmulPlan matmul_plans[MATMUL_PLANS];
+static int matmul_num_plans = 0;
 
 typedef struct {
     cublasLtHandle_t handle;
@@ -28,16 +41,28 @@ void matmul_init(void) {
 }
 
 void matmul_free(void) {
+    matmul_num_plans = 0;
     cublasCheck(cublasLtDestroy(matmul_ctx.handle));
     cudaCheck(cudaFree(matmul_ctx.workspace));
+}
+
+// the alignment of a pointer in bytes (a power of two, at most 256), for cuBLASLt's algorithm choice:
+// by default its heuristic may pick algorithms that need 256-byte aligned operands, and per-layer slices
+// of the parameter buffer are not always that aligned
+static uint32_t alignment_of(const void* ptr) {
+    uintptr_t x = (uintptr_t)ptr;
+    uint32_t a = 256;
+    while (a > 1 && x % a != 0) { a >>= 1; }
+    return a;
 }
 
 // column-major D(m,n) = alpha * op(A) op(B) + beta * C, with C == D; op(A) is (m,k), op(B) is (k,n).
 // d_type is CUBLAS_LOWP (floatX output) or CUDA_R_32F (fp32 gradient accumulation); bias (m) optional.
 static void matmul_lt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b, const floatX* bias,
                       int m, int n, int k, bool trans_a, bool trans_b, float beta, cudaStream_t stream) {
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    cublasLtMatmulDescOpaque_t desc_mem;
+    cublasLtMatmulDesc_t desc = &desc_mem;
+    cublasCheck(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     cublasOperation_t op_a = trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasOperation_t op_b = trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
@@ -50,29 +75,49 @@ static void matmul_lt(void* d, cudaDataType_t d_type, const floatX* a, const flo
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     // layouts describe the matrices as stored: a transposed operand is stored (k,m) / (n,k)
-    cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUBLAS_LOWP, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUBLAS_LOWP, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
-    cublasCheck(cublasLtMatrixLayoutCreate(&ld, d_type, m, n, m));
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    size_t ws = CUBLASLT_WORKSPACE_BYTES;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    cublasCheck(cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
-    if (found == 0) {
-        fatal("cuBLASLt: no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d bias=%d", m, n, k,
-              (int)trans_a, (int)trans_b, bias != NULL);
+    cublasLtMatrixLayoutOpaque_t la_mem, lb_mem, ld_mem;
+    cublasLtMatrixLayout_t la = &la_mem, lb = &lb_mem, ld = &ld_mem;
+    cublasCheck(cublasLtMatrixLayoutInit(la, CUBLAS_LOWP, trans_a ? k : m, trans_a ? m : k, trans_a ? k : m));
+    cublasCheck(cublasLtMatrixLayoutInit(lb, CUBLAS_LOWP, trans_b ? n : k, trans_b ? k : n, trans_b ? n : k));
+    cublasCheck(cublasLtMatrixLayoutInit(ld, d_type, m, n, m));
+    uint32_t align[4] = {alignment_of(a), alignment_of(b), alignment_of(d), alignment_of(d)};
+    MatmulPlan* plan = NULL;
+    for (int i = 0; i < matmul_num_plans && plan == NULL; i++) {
+        MatmulPlan* p = &matmul_plans[i];
+        if (p->m == m && p->n == n && p->k == k && p->trans_a == trans_a && p->trans_b == trans_b &&
+            p->bias == (bias != NULL) && p->d_type == (int)d_type && memcmp(p->align, align, sizeof(align)) == 0) {
+            plan = p;
+        }
+    }
+    if (plan == NULL) {
+        if (matmul_num_plans == MATMUL_PLANS) { fatal("cuBLASLt: more than %d distinct matmuls", MATMUL_PLANS); }
+        cublasLtMatmulPreferenceOpaque_t pref_mem;
+        cublasLtMatmulPreference_t pref = &pref_mem;
+        cublasCheck(cublasLtMatmulPreferenceInit(pref));
+        size_t ws = CUBLASLT_WORKSPACE_BYTES;
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+        cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++) {
+            cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof(align[i])));
+        }
+        cublasLtMatmulHeuristicResult_t heuristic;
+        int found = 0;
+        cublasCheck(cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
+        if (found == 0) {
+            fatal("cuBLASLt: no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d bias=%d", m, n, k,
+                  (int)trans_a, (int)trans_b, bias != NULL);
+        }
+        plan = &matmul_plans[matmul_num_plans++];
+        plan->m = m; plan->n = n; plan->k = k; plan->trans_a = trans_a; plan->trans_b = trans_b;
+        plan->bias = bias != NULL; plan->d_type = (int)d_type;
+        memcpy(plan->align, align, sizeof(align));
+        plan->algo = heuristic.algo;
     }
     const float alpha = 1.0f;
     cublasCheck(cublasLtMatmul(matmul_ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
-                               &heuristic.algo, matmul_ctx.workspace, ws, stream));
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(la));
-    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
-    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
+                               &plan->algo, matmul_ctx.workspace, CUBLASLT_WORKSPACE_BYTES, stream));
 }
 
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,

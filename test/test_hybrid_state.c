@@ -196,6 +196,10 @@ Test(state, rollback_restores_the_pre_predict_parameters) {
     g_sabotage = 0.0f;
     cr_assert_gt(verified, 0, "no rollback happened");
     cr_assert_eq(verified, h.metrics.rollbacks);
+    char line[160];
+    cr_assert(hybrid_take_event(&h, line, sizeof(line)));
+    cr_assert(strstr(line, "hybrid monitor: step ") == line, "%s", line);
+    cr_assert_not(hybrid_take_event(&h, line, sizeof(line)), "an event is reported once");
     free(snap);
     hybrid_free(&h);
     sim_free(&s);

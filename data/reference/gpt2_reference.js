@@ -191,4 +191,8 @@ function main() {
   }
 }
 
-main();
+if (require.main === module) {
+  main();
+} else {
+  module.exports = { load_package, make_encoder };
+}
