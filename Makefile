@@ -186,9 +186,6 @@ export LLMC_PRELOAD = $(shell $(CC) -print-file-name=libasan.so)
 export ASAN_OPTIONS = detect_leaks=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS = print_stacktrace=1:halt_on_error=1:exitcode=87
 export LSAN_OPTIONS = suppressions=$(CURDIR)/test/reliability/lsan.supp:print_suppressions=0
-# one thread: sanitized runs are slow enough, and no OpenMP/OpenBLAS pool threads live across fork()
-export OMP_NUM_THREADS = 1
-export OPENBLAS_NUM_THREADS = 1
 SAN_SCRIPTS = test/reliability/test_signal.sh test/reliability/test_bad_inputs.sh test/reliability/test_numeric.sh
 SAN_TESTS = $(filter $(BUILD)/%,$(TESTS)) $(SAN_SCRIPTS) test/reliability/test_sanitized.sh
 export SAN_BINARIES = $(filter $(BUILD)/%,$(TESTS)) $(SAN_TRAINER) $(SAN_TOKENIZE)
