@@ -175,7 +175,7 @@ FUZZ_CFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=fuzzer,address,undefined
 FUZZ_WRAP = -Wl,--wrap=exit,--wrap=malloc,--wrap=calloc,--wrap=realloc,--wrap=free,--wrap=strdup \
             -Wl,--wrap=fopen,--wrap=fclose,--wrap=glob,--wrap=globfree
 FUZZ_TARGETS = $(patsubst test/fuzz/fuzz_%.c,%,$(wildcard test/fuzz/fuzz_*.c))
-FUZZ_DEPS = test/fuzz/fuzz.h $(wildcard llmc/*.h data/*.h hybrid/*.h)
+FUZZ_DEPS = test/fuzz/fuzz.h train_gpt2.c $(wildcard llmc/*.h data/*.h hybrid/*.h)
 ifdef SANITIZE
 # inside `make test-asan`: the compiled tests of every section (those in $(BUILD)) and the tests that
 # drive the sanitized trainer; scripts of other sections run unsanitized binaries and are not repeated
