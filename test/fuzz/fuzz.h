@@ -127,15 +127,13 @@ __attribute__((noreturn)) void __wrap_exit(int status) {
 // the target's side
 
 // a per-process scratch file (on tmpfs when available) holding the current input
-static char fuzz_path[256];
-static void fuzz_remove_input(void) { unlink(fuzz_path); }
+static char fuzz_path[256];  // removed again by fuzz_end(): libFuzzer ends with _Exit, no atexit
 
 __attribute__((unused)) static const char* fuzz_write_input(const uint8_t* data, size_t size) {
     char* path = fuzz_path;
     if (path[0] == '\0') {
         const char* dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
         snprintf(fuzz_path, sizeof(fuzz_path), "%s/llmc_fuzz_%d.bin", dir, (int)getpid());
-        atexit(fuzz_remove_input);
     }
     FILE* fp = __real_fopen(path, "wb");
     if (fp == NULL || fwrite(data, 1, size, fp) != size || __real_fclose(fp) != 0) {
@@ -167,6 +165,7 @@ static void fuzz_release_all(void) {
 
 static void fuzz_end(void) {
     fuzz_active = 0;
+    if (fuzz_path[0] != '\0') { unlink(fuzz_path); }
     int open_files = 0;
     for (int i = 0; i < FUZZ_MAX_FILES; i++) { open_files += fuzz_files[i] != NULL; }
     if (open_files != 0) {

@@ -6,39 +6,32 @@
  * arguments it replays those two directories of its target (FUZZ_NAME, set by the Makefile).
  */
 #include <dirent.h>
-#include <fcntl.h>
-#include <sanitizer/common_interface_defs.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
-static FILE* report;  // the real stderr
 
 static int replay_file(const char* path) {
     FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { fprintf(report, "replay: cannot open %s\n", path); exit(2); }
+    if (fp == NULL) { fprintf(stderr, "replay: cannot open %s\n", path); exit(2); }
     fseek(fp, 0, SEEK_END);
     long size = ftell(fp);
     fseek(fp, 0, SEEK_SET);
     uint8_t* data = malloc(size > 0 ? (size_t)size : 1);
-    if (data == NULL || fread(data, 1, (size_t)size, fp) != (size_t)size) { fprintf(report, "replay: cannot read %s\n", path); exit(2); }
+    if (data == NULL || fread(data, 1, (size_t)size, fp) != (size_t)size) { fprintf(stderr, "replay: cannot read %s\n", path); exit(2); }
     fclose(fp);
+    fprintf(stderr, "replay: input %s\n", path);
     LLVMFuzzerTestOneInput(data, (size_t)size);
     free(data);
     return 1;
 }
 
-int main(int argc, char** argv) {
-    // the loaders' "error: ..." lines (most inputs are rejected) go to /dev/null, sanitizer reports to
-    // the real stderr
-    int report_fd = dup(2), null_fd = open("/dev/null", O_WRONLY);
-    if (report_fd < 0 || null_fd < 0 || dup2(null_fd, 2) < 0) { perror("replay: redirecting stderr"); return 2; }
-    __sanitizer_set_report_fd((void*)(intptr_t)report_fd);
-    report = fdopen(report_fd, "w");
+static int replay_all(int argc, char** argv) {
     char* defaults[3] = { argv[0], "test/fuzz/corpus/" FUZZ_NAME, "test/fuzz/crashers/" FUZZ_NAME };
     if (argc == 1) { argc = 3; argv = defaults; }
     int n = 0;
@@ -46,7 +39,7 @@ int main(int argc, char** argv) {
         struct stat st;
         if (stat(argv[a], &st) != 0) {
             if (a > 1 && argv == defaults) { continue; }  // no crashers saved for this target
-            fprintf(report, "replay: no such file %s\n", argv[a]);
+            fprintf(stderr, "replay: no such file %s\n", argv[a]);
             return 2;
         }
         if (!S_ISDIR(st.st_mode)) { n += replay_file(argv[a]); continue; }
@@ -60,7 +53,38 @@ int main(int argc, char** argv) {
         }
         if (dir != NULL) { closedir(dir); }
     }
-    if (n == 0) { fprintf(report, "replay %s: no inputs\n", argv[0]); return 2; }
+    if (n == 0) { fprintf(stderr, "replay %s: no inputs\n", argv[0]); return 2; }
     printf("replay %s: %d inputs, no crash\n", argv[0], n);
+    return 0;
+}
+
+// the replay runs in a child whose stderr comes back through a pipe: the loaders' "error: ..." lines
+// (most inputs are rejected, as they should be) are dropped, everything else (a sanitizer report) is
+// passed on, and a failure names the input it happened on
+int main(int argc, char** argv) {
+    int fds[2];
+    if (pipe(fds) != 0) { perror("replay: pipe"); return 2; }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) { perror("replay: fork"); return 2; }
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        return replay_all(argc, argv);
+    }
+    close(fds[1]);
+    FILE* child = fdopen(fds[0], "r");
+    char line[4096], current[4096] = "(none)";
+    while (fgets(line, sizeof(line), child) != NULL) {
+        if (strncmp(line, "replay: input ", 14) == 0) { snprintf(current, sizeof(current), "%s", line + 14); continue; }
+        if (strncmp(line, "error: ", 7) != 0) { fputs(line, stderr); }
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "replay %s: FAILED on input %s", argv[0], current);
+        return 1;
+    }
     return 0;
 }
