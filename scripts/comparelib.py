@@ -246,6 +246,22 @@ def summarize_run(recs, target=None):
     return s
 
 
+HYBRID_DIAG = (("pct_steps_without_backward", "% steps without backward", 1),
+               ("rollbacks", "rollbacks", 1), ("divergence_events", "divergence events", 1),
+               ("predicted_loss_mae", "predicted-loss MAE", 3), ("predicted_loss_correlation", "predicted-loss corr.", 2),
+               ("mean_update_cosine", "update cosine", 3), ("predictor_ms_per_step", "predictor ms/step", 3))
+
+
+def read_hybrid_summary(run_dir):
+    """The trainer's hybrid diagnostics (summary.json's "hybrid" object), or None (baseline, or no file)."""
+    try:
+        with open(os.path.join(run_dir, "summary.json")) as f:
+            h = json.load(f).get("hybrid")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return h if isinstance(h, dict) else None
+
+
 def mean_std(xs):
     xs = [float(x) for x in xs if x is not None]
     if not xs:
@@ -291,7 +307,7 @@ def analyze(arms, runs, fixed_target=None):
         for k in sorted(k for k in runs if k[0] == a["name"]):
             s = summarize_run(runs[k]["recs"], target["value"])
             s.update({"arm": a["name"], "kind": a["kind"], "seed": k[1], "lr": a["lr"], "predictor": a["predictor"],
-                      "wall_s": runs[k].get("wall_s")})
+                      "wall_s": runs[k].get("wall_s"), "hybrid": runs[k].get("hybrid")})
             run_rows.append(s)
     by_arm = {a["name"]: [r for r in run_rows if r["arm"] == a["name"]] for a in arms}
     ref = by_arm.get(best, [])
@@ -432,6 +448,22 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
             cells.append(f"{t:.2f} ({n:.0f})")
         L.append(f"| {a['name']} | " + " | ".join(cells) + " |")
     L.append("")
+    diag = [a for a in cfg["_arms"] if any(r["hybrid"] for r in run_rows if r["arm"] == a["name"])]
+    if diag:
+        L.append("## Hybrid diagnostics")
+        L.append("")
+        L.append("From each run's `summary.json` (the trainer's hybrid summary), mean over seeds.")
+        L.append("")
+        L.append("| arm | " + " | ".join(t for _, t, _ in HYBRID_DIAG) + " |")
+        L.append("|" + "---|" * (len(HYBRID_DIAG) + 1))
+        for a in diag:
+            rs = [r["hybrid"] for r in run_rows if r["arm"] == a["name"] and r["hybrid"]]
+            cells = []
+            for key, _, prec in HYBRID_DIAG:
+                m, _, n = mean_std([h.get(key) for h in rs if isinstance(h.get(key), (int, float))])
+                cells.append(fmt_ms(m, None, prec))
+            L.append(f"| {a['name']} | " + " | ".join(cells) + " |")
+        L.append("")
     L.append("## Runs")
     L.append("")
     L.append("| arm | seed | final val loss (step) | time to target (s) | train time (s) | backward | tokens | predict steps | wall (s) |")

@@ -190,6 +190,14 @@ def check_study(results, fixed_target=None, expect_runs=None):
             else:
                 check(math.isclose(float(c[col]), val, rel_tol=1e-9, abs_tol=1e-12),
                       f"{arm} csv {col}: {c[col]} != recomputed {val}")
+    if "## Hybrid diagnostics" in md:  # from each run's summary.json
+        diag = parse_table(md[md.index("## Hybrid diagnostics"):], "| arm |")
+        for arm, row in diag.items():
+            hs = [json.load(open(f)).get("hybrid") for f in glob.glob(os.path.join(results, "runs", arm, "seed*", "summary.json"))
+                  if os.path.exists(os.path.join(os.path.dirname(f), "DONE"))]
+            for col, key in (("% steps without backward", "pct_steps_without_backward"), ("rollbacks", "rollbacks"),
+                             ("update cosine", "mean_update_cosine")):
+                close_to_cell(row[col], statistics.mean(h[key] for h in hs), f"{arm} {col}")
     return target, best, arms
 
 
