@@ -267,9 +267,28 @@ static Desc backward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_
 }
 
 // ----------------------------------------------------------------------------
-// execution plans: the heuristics' engine configurations in order, the first that finalizes wins
+// execution plans: the heuristics' engine configurations in order, the first that finalizes wins, preferring
+// engines without the non-deterministic note (the trainer promises bit-reproducible runs)
 
-static Desc choose_plan(Builder& bld, cudnnHandle_t handle, Desc graph, int64_t* workspace, const char* which) {
+static bool deterministic(Desc cfg) {
+    Desc engine = NULL;
+    int64_t n = 0;
+    bool det = false;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) != CUDNN_STATUS_SUCCESS) { return false; }
+    cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+    if (cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine) ==
+            CUDNN_STATUS_SUCCESS &&
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                 CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes) == CUDNN_STATUS_SUCCESS) {
+        det = true;
+        for (int64_t i = 0; i < n; i++) { det &= notes[i] != CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC; }
+    }
+    cudnnBackendDestroyDescriptor(engine);
+    return det;
+}
+
+static Desc choose_plan(Builder& bld, cudnnHandle_t handle, Desc graph, int64_t* workspace, const char* which,
+                        bool* is_deterministic) {
     Desc heur = bld.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
     cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     bld.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics graph");
@@ -287,7 +306,10 @@ static Desc choose_plan(Builder& bld, cudnnHandle_t handle, Desc graph, int64_t*
     st = cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got,
                                   cfgs.data());
     if (st != CUDNN_STATUS_SUCCESS) { bld.fail("heuristics results", st); return NULL; }
+    for (int pass = 0; pass < 2; pass++)  // deterministic engines first, then any
     for (int64_t i = 0; i < got; i++) {
+        bool det = deterministic(cfgs[i]);
+        if (pass == 0 ? !det : det) { continue; }
         Desc plan = NULL;
         if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) { continue; }
         if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) == CUDNN_STATUS_SUCCESS &&
@@ -297,6 +319,7 @@ static Desc choose_plan(Builder& bld, cudnnHandle_t handle, Desc graph, int64_t*
             cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &count,
                                      workspace) == CUDNN_STATUS_SUCCESS) {
             bld.made.push_back(plan);
+            *is_deterministic = det;
             return plan;
         }
         cudnnBackendDestroyDescriptor(plan);
@@ -330,6 +353,7 @@ struct Shape {
 };
 
 static cudnnHandle_t g_handle = NULL;
+static int g_users = 0;  // cudnn_att_init calls not yet matched by cudnn_att_destroy
 static std::vector<Shape*> g_shapes;
 static void* g_workspace = NULL;
 static size_t g_workspace_size = 0;
@@ -340,9 +364,11 @@ static void cudnn_check(cudnnStatus_t st, const char* what) {
 
 extern "C" void cudnn_att_init(void) {
     if (!g_handle) { cudnn_check(cudnnCreate(&g_handle), "cudnnCreate"); }
+    g_users++;
 }
 
 extern "C" void cudnn_att_destroy(void) {
+    if (g_users > 0 && --g_users > 0) { return; }
     for (Shape* s : g_shapes) {
         for (Pack& p : s->packs) { cudnnBackendDestroyDescriptor(p.vp); }
         delete s->bld;
@@ -365,7 +391,7 @@ static Shape* find_shape(int B, int T, int NH, int HS) {
 
 extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t errlen) {
     if (find_shape(B, T, NH, HS)) { return 0; }
-    cudnn_att_init();
+    if (!g_handle) { fatal("cuDNN attention: cudnn_att_prepare before cudnn_att_init"); }
     Shape* s = new Shape();
     s->B = B; s->T = T; s->NH = NH; s->HS = HS;
     s->bld = new Builder();
@@ -374,9 +400,10 @@ extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t
     Builder& bld = *s->bld;
     int64_t ws_fwd = 0, ws_bwd = 0;
     Desc fg = forward_graph(bld, g_handle, B, T, NH, HS);
-    if (!bld.failed) { s->fwd_plan = choose_plan(bld, g_handle, fg, &ws_fwd, "forward"); }
+    bool fwd_det = true, bwd_det = true;
+    if (!bld.failed) { s->fwd_plan = choose_plan(bld, g_handle, fg, &ws_fwd, "forward", &fwd_det); }
     Desc bg = bld.failed ? NULL : backward_graph(bld, g_handle, B, T, NH, HS);
-    if (!bld.failed) { s->bwd_plan = choose_plan(bld, g_handle, bg, &ws_bwd, "backward"); }
+    if (!bld.failed) { s->bwd_plan = choose_plan(bld, g_handle, bg, &ws_bwd, "backward", &bwd_det); }
     if (bld.failed) {
         snprintf(err, errlen, "%s", bld.err);
         delete s->bld;
@@ -389,6 +416,11 @@ extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t
         cudaError_t e = cudaMalloc(&g_workspace, need);
         if (e != cudaSuccess) { fatal("cuDNN attention: workspace of %zu bytes: %s", need, cudaGetErrorString(e)); }
         g_workspace_size = need;
+    }
+    if (!fwd_det || !bwd_det) {
+        fprintf(stderr, "cuDNN attention (B=%d T=%d NH=%d HS=%d): only a non-deterministic %s engine: runs will not "
+                "repeat bit for bit (USE_CUDNN=0 builds the deterministic kernels)\n", B, T, NH, HS,
+                fwd_det ? "backward" : "forward");
     }
     s->packs.reserve(MAX_PACKS);
     g_shapes.push_back(s);

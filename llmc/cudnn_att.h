@@ -26,9 +26,9 @@
 extern "C" {
 #endif
 
-// creates the cuDNN handle; call once before any other function here
+// creates the cuDNN handle on the first call; every call (one per model) is matched by a cudnn_att_destroy
 void cudnn_att_init(void);
-// frees the plans, the workspace and the handle
+// the last matching call frees the plans, the workspace and the handle
 void cudnn_att_destroy(void);
 
 // builds (or finds in the cache) the forward and backward plans for this shape; returns 0 on success, or
