@@ -287,10 +287,10 @@ static bool deterministic(Desc cfg) {
     return det;
 }
 
-static Desc choose_plan(Builder& bld, cudnnHandle_t handle, Desc graph, int64_t* workspace, const char* which,
-                        bool* is_deterministic) {
+// the first plan that finalizes among the configurations of heuristics `mode`; NULL if none (`tried` says how many)
+static Desc plan_from(Builder& bld, cudnnHandle_t handle, Desc graph, cudnnBackendHeurMode_t mode, int64_t* workspace,
+                      bool* is_deterministic, int64_t* tried) {
     Desc heur = bld.make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, "heuristics");
-    cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     bld.set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph, "heuristics graph");
     bld.set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode, "heuristics mode");
     bld.finalize(heur, "heuristics");
@@ -324,10 +324,23 @@ static Desc choose_plan(Builder& bld, cudnnHandle_t handle, Desc graph, int64_t*
         }
         cudnnBackendDestroyDescriptor(plan);
     }
-    snprintf(bld.err, sizeof(bld.err), "no cuDNN engine runs the %s attention graph (%lld configurations tried)",
-             which, (long long)got);
-    bld.failed = true;
+    *tried += got;
     return NULL;
+}
+
+static Desc choose_plan(Builder& bld, cudnnHandle_t handle, Desc graph, int64_t* workspace, const char* which,
+                        bool* is_deterministic) {
+    int64_t tried = 0;
+    Desc plan = plan_from(bld, handle, graph, CUDNN_HEUR_MODE_A, workspace, is_deterministic, &tried);
+    if (!plan && !bld.failed) {
+        plan = plan_from(bld, handle, graph, CUDNN_HEUR_MODE_FALLBACK, workspace, is_deterministic, &tried);
+    }
+    if (!plan && !bld.failed) {
+        snprintf(bld.err, sizeof(bld.err), "no cuDNN engine runs the %s attention graph (%lld configurations tried)",
+                 which, (long long)tried);
+        bld.failed = true;
+    }
+    return plan;
 }
 
 // ----------------------------------------------------------------------------
