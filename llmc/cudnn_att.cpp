@@ -4,16 +4,18 @@
  * The graphs are the composite pattern that cuDNN's fused flash-attention engines recognise (the same
  * operations cudnn-frontend lowers its SDPA nodes to): cuDNN 9's dedicated SDPA operation descriptors have
  * no causal-mask attribute in this version, so the mask is written as operations on the scores.
- *   forward:  S = Q K^T (fp32) ; S *= scale ; S = row >= col ? S : lowest ; M = rowmax S ; E = exp(S - M) ;
+ *   forward:  S = Q K^T (fp32) ; S *= scale ; S = row >= col ? S : -1e10 ; M = rowmax S ; E = exp(S - M) ;
  *             Z = rowsum E ; stats = M + log Z ; O = (E / Z) V
  *   backward: delta = rowsum(dO * O) ; S as above ; P = exp(S - stats) ; dV = P^T dO ; dP = dO V^T ;
  *             dS = (dP - delta) * P * scale ; dQ = dS K ; dK = dS^T Q
+ * Intermediates are fp32 except P^T, the bf16 A operand of the dV matmul; dS stays fp32 into the dQ and dK
+ * matmuls. The backward's structure follows the one TransformerEngine built with backend descriptors for
+ * cuDNN 8.9 (without dropout, and with dQ written directly rather than through an fp32 accumulator).
  * Tensors are 4-d (b, h, s, d). Q, K, V are read in place from qkv (B,T,3C): dims (B,NH,T,HS), strides
  * (3CT, HS, 3C, 1) at offsets 0, C, 2C; O and dO (B,T,C) have strides (CT, HS, C, 1); stats and delta are
  * (B,NH,T,1), which is the (B,NH,T) layout of llmc/attention.cuh's lse and delta.
  */
 #include <cudnn.h>
-#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -26,7 +28,7 @@
 typedef cudnnBackendDescriptor_t Desc;
 
 // tensor ids of the variant packs; virtual tensors are numbered from VIRTUAL_UID up
-enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_LOWEST, UID_DO, UID_DQ, UID_DK, UID_DV,
+enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK, UID_DV,
        UID_DELTA, VIRTUAL_UID = 100 };
 
 // ----------------------------------------------------------------------------
@@ -161,7 +163,7 @@ static Desc transposed(Builder& bld, int64_t uid, int64_t B, int64_t T, int64_t 
 // (B,NH,HS,T), the layout of the Q K^T matmul's B, and the backward's V as V^T; the backward gets K back as
 // a reshape of K^T (cudnn-frontend maps K and V the same way)
 struct Common {
-    Desc q, k_t, o, stats, scale, lowest;
+    Desc q, k_t, o, stats, scale, masked;
 };
 
 static Common common_tensors(Builder& bld, int64_t B, int64_t T, int64_t NH, int64_t HS) {
@@ -176,23 +178,24 @@ static Common common_tensors(Builder& bld, int64_t B, int64_t T, int64_t NH, int
     c.o = bld.tensor(UID_O, CUDNN_DATA_BFLOAT16, dims, o_strides);
     c.stats = bld.tensor(UID_STATS, CUDNN_DATA_FLOAT, stat_dims, stat_strides);
     c.scale = bld.tensor(UID_SCALE, CUDNN_DATA_FLOAT, one, one, true);
-    c.lowest = bld.tensor(UID_LOWEST, CUDNN_DATA_FLOAT, one, one, true);
+    c.masked = bld.tensor(UID_MASKED, CUDNN_DATA_FLOAT, one, one, true);
     return c;
 }
 
-// S = causal_mask(scale * q k^T); appends the operations to ops and returns S (virtual fp32 (B,NH,T,T))
+// S = causal_mask(scale * q k^T) (masked scores set to a large negative value); appends the operations to ops and returns S (virtual fp32 (B,NH,T,T))
 static Desc masked_scores(Builder& bld, std::vector<Desc>& ops, const Common& c, int64_t B, int64_t T, int64_t NH) {
     Desc s = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.matmul(c.q, c.k_t, s));
     Desc scaled = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, s, c.scale, NULL, scaled));
-    Desc row = bld.virt(CUDNN_DATA_INT32, B, NH, T, T), col = bld.virt(CUDNN_DATA_INT32, B, NH, T, T);
-    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, row, 2, CUDNN_DATA_INT32));
-    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, col, 3, CUDNN_DATA_INT32));
+    // row and column indices as fp32 (exact below 2^24), compared into a boolean mask
+    Desc row = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T), col = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, row, 2));
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, col, 3));
     Desc keep = bld.virt(CUDNN_DATA_BOOLEAN, B, NH, T, T);  // causal: key index <= query index
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, -1, CUDNN_DATA_BOOLEAN));
     Desc masked = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
-    ops.push_back(bld.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scaled, c.lowest, keep, masked));
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scaled, c.masked, keep, masked));
     return masked;
 }
 
@@ -254,13 +257,13 @@ static Desc backward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_SUB, dp, delta, NULL, dp_c));
     Desc ds_p = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, dp_c, p, NULL, ds_p));
-    Desc ds = bld.virt(CUDNN_DATA_BFLOAT16, B, NH, T, T);
+    Desc ds = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, ds_p, c.scale, NULL, ds));
     // dQ = dS K ; dK = dS^T Q
     Desc k = bld.tensor(0, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
     ops.push_back(bld.reshape(c.k_t, k));
     ops.push_back(bld.matmul(ds, k, dq));
-    Desc ds_t = bld.tensor(0, CUDNN_DATA_BFLOAT16, tt_dims, tt_strides);
+    Desc ds_t = bld.tensor(0, CUDNN_DATA_FLOAT, tt_dims, tt_strides);
     ops.push_back(bld.reshape(ds, ds_t));
     ops.push_back(bld.matmul(ds_t, c.q, dk));
     return bld.graph(ops, handle);
@@ -361,7 +364,7 @@ struct Shape {
     int B, T, NH, HS;
     Builder* bld;            // owns every descriptor of this shape
     Desc fwd_plan, bwd_plan;
-    float scale, lowest;     // by-value scalars of the variant packs (their addresses must stay valid)
+    float scale, masked;     // by-value scalars of the variant packs (their addresses must stay valid)
     std::vector<Pack> packs; // reserved once: no reallocation, no allocation after the first step
 };
 
@@ -409,7 +412,7 @@ extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t
     s->B = B; s->T = T; s->NH = NH; s->HS = HS;
     s->bld = new Builder();
     s->scale = 1.0f / sqrtf((float)HS);
-    s->lowest = -FLT_MAX;  // masked scores: exp(lowest - max) is 0, with no inf - inf
+    s->masked = -1e10f;  // masked scores: exp(-1e10 - max) is 0, and no inf - inf can make a NaN
     Builder& bld = *s->bld;
     int64_t ws_fwd = 0, ws_bwd = 0;
     Desc fg = forward_graph(bld, g_handle, B, T, NH, HS);
@@ -487,8 +490,8 @@ extern "C" void cudnn_att_forward(void* out, float* lse, const void* qkv, int B,
     Shape* s = shape_for(B, T, NH, HS);
     size_t C = (size_t)NH * HS;
     const uint16_t* x = (const uint16_t*)qkv;  // bf16
-    int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_LOWEST};
-    void* ptrs[7] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), out, lse, &s->scale, &s->lowest};
+    int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED};
+    void* ptrs[7] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), out, lse, &s->scale, &s->masked};
     execute(s, s->fwd_plan, uids, ptrs, 7, stream);
 }
 
@@ -498,9 +501,9 @@ extern "C" void cudnn_att_backward(void* dqkv, float* delta, const void* dout, c
     size_t C = (size_t)NH * HS;
     const uint16_t* x = (const uint16_t*)qkv;
     uint16_t* dx = (uint16_t*)dqkv;
-    int64_t uids[12] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_LOWEST, UID_DO, UID_DQ, UID_DK,
+    int64_t uids[12] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK,
                         UID_DV, UID_DELTA};
-    void* ptrs[12] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), (void*)out, (void*)lse, &s->scale, &s->lowest,
+    void* ptrs[12] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), (void*)out, (void*)lse, &s->scale, &s->masked,
                       (void*)dout, dx, dx + C, dx + 2 * C, delta};
     execute(s, s->bwd_plan, uids, ptrs, 12, stream);
 }
