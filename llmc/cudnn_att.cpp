@@ -29,7 +29,7 @@ typedef cudnnBackendDescriptor_t Desc;
 
 // tensor ids of the variant packs; virtual tensors are numbered from VIRTUAL_UID up
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK, UID_DV,
-       UID_DELTA, VIRTUAL_UID = 100 };
+       UID_DELTA, UID_DQ_ACCUM, VIRTUAL_UID = 100 };
 
 // ----------------------------------------------------------------------------
 // descriptor building: every descriptor made is kept in `made` and destroyed with the builder; the first
@@ -69,7 +69,7 @@ struct Builder {
 
     // a 4-d tensor; uid 0 makes a virtual tensor (an intermediate that never reaches memory)
     Desc tensor(int64_t uid, cudnnDataType_t type, const int64_t dims[4], const int64_t strides[4],
-                bool by_value = false) {
+                bool by_value = false, cudnnBackendTensorReordering_t reorder = CUDNN_TENSOR_REORDERING_NONE) {
         Desc t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
         bool is_virtual = uid == 0;
         if (is_virtual) { uid = next_virtual++; }
@@ -81,6 +81,9 @@ struct Builder {
         set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
         set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual, "tensor virtual");
         if (by_value) { set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value, "tensor by value"); }
+        if (reorder != CUDNN_TENSOR_REORDERING_NONE) {
+            set(t, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &reorder, "tensor reordering");
+        }
         finalize(t, "tensor");
         return t;
     }
@@ -223,7 +226,10 @@ static Desc forward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_t
     return bld.graph(ops, handle);
 }
 
-static Desc backward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH, int64_t HS) {
+// dq_accum: dQ accumulated in an fp32 buffer (zeroed before each call) and copied into dQ, the form some
+// engines need; otherwise dQ is written directly
+static Desc backward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH, int64_t HS,
+                           bool dq_accum) {
     int64_t C = NH * HS;
     Common c = common_tensors(bld, B, T, NH, HS);
     int64_t qkv_dims[4] = {B, NH, T, HS}, qkv_strides[4] = {3 * C * T, HS, 3 * C, 1}, o_strides[4] = {C * T, HS, C, 1};
@@ -262,7 +268,14 @@ static Desc backward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_
     // dQ = dS K ; dK = dS^T Q
     Desc k = bld.tensor(0, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
     ops.push_back(bld.reshape(c.k_t, k));
-    ops.push_back(bld.matmul(ds, k, dq));
+    if (dq_accum) {
+        int64_t acc_strides[4] = {C * T, HS, C, 1};
+        Desc acc = bld.tensor(UID_DQ_ACCUM, CUDNN_DATA_FLOAT, qkv_dims, acc_strides, false, CUDNN_TENSOR_REORDERING_F16x16);
+        ops.push_back(bld.matmul(ds, k, acc));
+        ops.push_back(bld.pointwise(CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, dq));
+    } else {
+        ops.push_back(bld.matmul(ds, k, dq));
+    }
     Desc ds_t = bld.tensor(0, CUDNN_DATA_FLOAT, tt_dims, tt_strides);
     ops.push_back(bld.reshape(ds, ds_t));
     ops.push_back(bld.matmul(ds_t, c.q, dk));
@@ -362,8 +375,10 @@ struct Pack {
 
 struct Shape {
     int B, T, NH, HS;
-    Builder* bld;            // owns every descriptor of this shape
+    Builder* bld;            // owns the forward's descriptors
+    Builder* bwd_bld;        // owns the backward's
     Desc fwd_plan, bwd_plan;
+    float* dq_accum;         // (B,T,C) fp32 device, when the backward plan needs it, else NULL
     float scale, masked;     // by-value scalars of the variant packs (their addresses must stay valid)
     std::vector<Pack> packs; // reserved once: no reallocation, no allocation after the first step
 };
@@ -388,6 +403,8 @@ extern "C" void cudnn_att_destroy(void) {
     for (Shape* s : g_shapes) {
         for (Pack& p : s->packs) { cudnnBackendDestroyDescriptor(p.vp); }
         delete s->bld;
+        delete s->bwd_bld;
+        if (s->dq_accum) { cudaFree(s->dq_accum); }
         delete s;
     }
     g_shapes.clear();
@@ -411,6 +428,9 @@ extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t
     Shape* s = new Shape();
     s->B = B; s->T = T; s->NH = NH; s->HS = HS;
     s->bld = new Builder();
+    s->bwd_bld = NULL;
+    s->fwd_plan = s->bwd_plan = NULL;
+    s->dq_accum = NULL;
     s->scale = 1.0f / sqrtf((float)HS);
     s->masked = -1e10f;  // masked scores: exp(-1e10 - max) is 0, and no inf - inf can make a NaN
     Builder& bld = *s->bld;
@@ -418,11 +438,21 @@ extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t
     Desc fg = forward_graph(bld, g_handle, B, T, NH, HS);
     bool fwd_det = true, bwd_det = true;
     if (!bld.failed) { s->fwd_plan = choose_plan(bld, g_handle, fg, &ws_fwd, "forward", &fwd_det); }
-    Desc bg = bld.failed ? NULL : backward_graph(bld, g_handle, B, T, NH, HS);
-    if (!bld.failed) { s->bwd_plan = choose_plan(bld, g_handle, bg, &ws_bwd, "backward", &bwd_det); }
-    if (bld.failed) {
-        snprintf(err, errlen, "%s", bld.err);
+    // the backward with dQ written directly, else through the fp32 accumulator
+    for (int accum = 0; accum < 2 && !bld.failed && !s->bwd_plan; accum++) {
+        delete s->bwd_bld;
+        s->bwd_bld = new Builder();
+        Desc bg = backward_graph(*s->bwd_bld, g_handle, B, T, NH, HS, accum == 1);
+        if (!s->bwd_bld->failed) { s->bwd_plan = choose_plan(*s->bwd_bld, g_handle, bg, &ws_bwd, "backward", &bwd_det); }
+        if (s->bwd_plan && accum == 1) {
+            cudaError_t e = cudaMalloc((void**)&s->dq_accum, (size_t)B * T * NH * HS * sizeof(float));
+            if (e != cudaSuccess) { fatal("cuDNN attention: dQ accumulator: %s", cudaGetErrorString(e)); }
+        }
+    }
+    if (bld.failed || !s->bwd_plan) {
+        snprintf(err, errlen, "%s", bld.failed ? bld.err : s->bwd_bld->err);
         delete s->bld;
+        delete s->bwd_bld;
         delete s;
         return -1;
     }
@@ -501,18 +531,24 @@ extern "C" void cudnn_att_backward(void* dqkv, float* delta, const void* dout, c
     size_t C = (size_t)NH * HS;
     const uint16_t* x = (const uint16_t*)qkv;
     uint16_t* dx = (uint16_t*)dqkv;
-    int64_t uids[12] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK,
-                        UID_DV, UID_DELTA};
-    void* ptrs[12] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), (void*)out, (void*)lse, &s->scale, &s->masked,
-                      (void*)dout, dx, dx + C, dx + 2 * C, delta};
-    execute(s, s->bwd_plan, uids, ptrs, 12, stream);
+    int64_t uids[13] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK,
+                        UID_DV, UID_DELTA, UID_DQ_ACCUM};
+    void* ptrs[13] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), (void*)out, (void*)lse, &s->scale, &s->masked,
+                      (void*)dout, dx, dx + C, dx + 2 * C, delta, s->dq_accum};
+    if (s->dq_accum) {
+        cudaError_t e = cudaMemsetAsync(s->dq_accum, 0, (size_t)B * T * C * sizeof(float), stream);
+        if (e != cudaSuccess) { fatal("cuDNN attention: zeroing the dQ accumulator: %s", cudaGetErrorString(e)); }
+    }
+    execute(s, s->bwd_plan, uids, ptrs, s->dq_accum ? 13 : 12, stream);
 }
 
 extern "C" int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, size_t errlen) {
-    Builder fwd, bwd;
+    Builder fwd, bwd, bwd_accum;
     forward_graph(fwd, NULL, B, T, NH, HS);
     if (fwd.failed) { snprintf(err, errlen, "forward graph: %s", fwd.err); return -1; }
-    backward_graph(bwd, NULL, B, T, NH, HS);
+    backward_graph(bwd, NULL, B, T, NH, HS, false);
     if (bwd.failed) { snprintf(err, errlen, "backward graph: %s", bwd.err); return -1; }
+    backward_graph(bwd_accum, NULL, B, T, NH, HS, true);
+    if (bwd_accum.failed) { snprintf(err, errlen, "backward graph (dQ accumulator): %s", bwd_accum.err); return -1; }
     return 0;
 }

@@ -13,7 +13,8 @@
  *
  * The operation graphs (forward and backward) are built and their execution plans chosen once per shape
  * (B,T,NH,HS), at the first call for that shape (gpt2_allocate makes that call for the training shape, before
- * the first step), and cached; the workspace is one buffer grown only when a new shape needs more. Steady-state
+ * the first step), and cached; the workspace is one buffer grown only when a new shape needs more (plus, if
+ * the chosen backward engine needs it, an fp32 dQ accumulator per shape). Steady-state
  * calls allocate nothing.
  */
 #ifndef LLMC_CUDNN_ATT_H
