@@ -185,7 +185,8 @@ static Common common_tensors(Builder& bld, int64_t B, int64_t T, int64_t NH, int
     return c;
 }
 
-// S = causal_mask(scale * q k^T) (masked scores set to a large negative value); appends the operations to ops and returns S (virtual fp32 (B,NH,T,T))
+// S = causal_mask(scale * q k^T), masked scores set to -1e10; appends the operations to ops and returns S
+// (virtual fp32 (B,NH,T,T))
 static Desc masked_scores(Builder& bld, std::vector<Desc>& ops, const Common& c, int64_t B, int64_t T, int64_t NH) {
     Desc s = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.matmul(c.q, c.k_t, s));
@@ -327,8 +328,11 @@ static Desc plan_from(Builder& bld, cudnnHandle_t handle, Desc graph, cudnnBacke
         bool det = deterministic(cfgs[i]);
         if (pass == 0 ? !det : det) { continue; }
         Desc plan = NULL;
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) { continue; }
-        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) == CUDNN_STATUS_SUCCESS &&
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) != CUDNN_STATUS_SUCCESS) {
+            continue;
+        }
+        if (cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle) ==
+                CUDNN_STATUS_SUCCESS &&
             cudnnBackendSetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
                                      &cfgs[i]) == CUDNN_STATUS_SUCCESS &&
             cudnnBackendFinalize(plan) == CUDNN_STATUS_SUCCESS &&
@@ -458,8 +462,9 @@ extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t
     }
     size_t need = (size_t)(ws_fwd > ws_bwd ? ws_fwd : ws_bwd);
     if (need > g_workspace_size) {
-        if (g_workspace) { cudaError_t e = cudaFree(g_workspace); if (e != cudaSuccess) { fatal("cuDNN attention: cudaFree: %s", cudaGetErrorString(e)); } }
-        cudaError_t e = cudaMalloc(&g_workspace, need);
+        cudaError_t e = g_workspace ? cudaFree(g_workspace) : cudaSuccess;
+        if (e != cudaSuccess) { fatal("cuDNN attention: cudaFree: %s", cudaGetErrorString(e)); }
+        e = cudaMalloc(&g_workspace, need);
         if (e != cudaSuccess) { fatal("cuDNN attention: workspace of %zu bytes: %s", need, cudaGetErrorString(e)); }
         g_workspace_size = need;
     }
@@ -477,7 +482,9 @@ static Shape* shape_for(int B, int T, int NH, int HS) {
     Shape* s = find_shape(B, T, NH, HS);
     if (s) { return s; }
     char err[256];
-    if (cudnn_att_prepare(B, T, NH, HS, err, sizeof(err)) != 0) { fatal("cuDNN attention (B=%d T=%d NH=%d HS=%d): %s", B, T, NH, HS, err); }
+    if (cudnn_att_prepare(B, T, NH, HS, err, sizeof(err)) != 0) {
+        fatal("cuDNN attention (B=%d T=%d NH=%d HS=%d): %s", B, T, NH, HS, err);
+    }
     return find_shape(B, T, NH, HS);
 }
 
@@ -488,9 +495,12 @@ static Desc variant_pack(Shape* s, const int64_t* uids, void* const* ptrs, int n
     }
     Desc vp = NULL;
     cudnn_check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp), "variant pack");
-    cudnn_check(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids), "variant pack ids");
-    cudnn_check(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs), "variant pack pointers");
-    cudnn_check(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &g_workspace), "variant pack workspace");
+    cudnn_check(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, n, uids),
+                "variant pack ids");
+    cudnn_check(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, n, ptrs),
+                "variant pack pointers");
+    cudnn_check(cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &g_workspace),
+                "variant pack workspace");
     cudnn_check(cudnnBackendFinalize(vp), "variant pack");
     *kept = s->packs.size() < MAX_PACKS;
     if (*kept) {
