@@ -21,6 +21,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <algorithm>
 #include <vector>
 #include "llmc/cudnn_att.h"
 #include "llmc/utils.h"
@@ -30,6 +31,11 @@ typedef cudnnBackendDescriptor_t Desc;
 // tensor ids of the variant packs; virtual tensors are numbered from VIRTUAL_UID up
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK, UID_DV,
        UID_DELTA, UID_DQ_ACCUM, VIRTUAL_UID = 100 };
+// the tensors of each graph that the variant packs bind, in the order of the pointers passed (the accumulator
+// last: only the backward graph with the fp32 dQ accumulator has it)
+static const int64_t FWD_UIDS[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED};
+static const int64_t BWD_UIDS[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ,
+                                   UID_DK, UID_DV, UID_DELTA, UID_DQ_ACCUM};
 
 // ----------------------------------------------------------------------------
 // descriptor building: every descriptor made is kept in `made` and destroyed with the builder; the first
@@ -37,6 +43,7 @@ enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO,
 
 struct Builder {
     std::vector<Desc> made;
+    std::vector<int64_t> bound;  // uids of the non-virtual tensors made, which the variant pack must bind
     int64_t next_virtual = VIRTUAL_UID;
     bool failed = false;
     char err[256] = {0};
@@ -72,7 +79,7 @@ struct Builder {
                 bool by_value = false, cudnnBackendTensorReordering_t reorder = CUDNN_TENSOR_REORDERING_NONE) {
         Desc t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR, "tensor");
         bool is_virtual = uid == 0;
-        if (is_virtual) { uid = next_virtual++; }
+        if (is_virtual) { uid = next_virtual++; } else { bound.push_back(uid); }
         int64_t align = 16;
         set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type, "tensor data type");
         set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims, "tensor dims");
@@ -530,9 +537,8 @@ extern "C" void cudnn_att_forward(void* out, float* lse, const void* qkv, int B,
     Shape* s = shape_for(B, T, NH, HS);
     size_t C = (size_t)NH * HS;
     const uint16_t* x = (const uint16_t*)qkv;  // bf16
-    int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED};
     void* ptrs[7] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), out, lse, &s->scale, &s->masked};
-    execute(s, s->fwd_plan, uids, ptrs, 7, stream);
+    execute(s, s->fwd_plan, FWD_UIDS, ptrs, 7, stream);
 }
 
 extern "C" void cudnn_att_backward(void* dqkv, float* delta, const void* dout, const void* qkv, const void* out,
@@ -541,15 +547,21 @@ extern "C" void cudnn_att_backward(void* dqkv, float* delta, const void* dout, c
     size_t C = (size_t)NH * HS;
     const uint16_t* x = (const uint16_t*)qkv;
     uint16_t* dx = (uint16_t*)dqkv;
-    int64_t uids[13] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK,
-                        UID_DV, UID_DELTA, UID_DQ_ACCUM};
     void* ptrs[13] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), (void*)out, (void*)lse, &s->scale, &s->masked,
                       (void*)dout, dx, dx + C, dx + 2 * C, delta, s->dq_accum};
     if (s->dq_accum) {
         cudaError_t e = cudaMemsetAsync(s->dq_accum, 0, (size_t)B * T * C * sizeof(float), stream);
         if (e != cudaSuccess) { fatal("cuDNN attention: zeroing the dQ accumulator: %s", cudaGetErrorString(e)); }
     }
-    execute(s, s->bwd_plan, uids, ptrs, s->dq_accum ? 13 : 12, stream);
+    execute(s, s->bwd_plan, BWD_UIDS, ptrs, s->dq_accum ? 13 : 12, stream);
+}
+
+// 1 when the graph's non-virtual tensors are exactly uids[0..n) (each once), which the variant pack binds
+static bool binds_exactly(const Builder& bld, const int64_t* uids, int n) {
+    std::vector<int64_t> a(bld.bound), b(uids, uids + n);
+    std::sort(a.begin(), a.end());
+    std::sort(b.begin(), b.end());
+    return a == b;
 }
 
 extern "C" int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, size_t errlen) {
@@ -560,5 +572,9 @@ extern "C" int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, s
     if (bwd.failed) { snprintf(err, errlen, "backward graph: %s", bwd.err); return -1; }
     backward_graph(bwd_accum, NULL, B, T, NH, HS, true);
     if (bwd_accum.failed) { snprintf(err, errlen, "backward graph (dQ accumulator): %s", bwd_accum.err); return -1; }
+    if (!binds_exactly(fwd, FWD_UIDS, 7) || !binds_exactly(bwd, BWD_UIDS, 12) || !binds_exactly(bwd_accum, BWD_UIDS, 13)) {
+        snprintf(err, errlen, "a graph's memory tensors differ from what its variant pack binds");
+        return -1;
+    }
     return 0;
 }

@@ -44,8 +44,9 @@ void cudnn_att_backward(void* dqkv, float* delta, const void* dout, const void* 
                         const float* lse, int B, int T, int NH, int HS, cudaStream_t stream);
 
 // builds and finalizes the forward and backward operation graphs on the host only (no GPU, no handle, no
-// engine): checks that every descriptor of both graphs is accepted by this cuDNN library. 0 on success,
-// else -1 and the first rejected descriptor in err. Used by the host-only test (dev/cuda/cudnn_graph_check.c).
+// engine): checks that every descriptor of both graphs (and of the backward with the dQ accumulator) is
+// accepted by this cuDNN library and that each graph's memory tensors are exactly those its variant pack
+// binds. 0 on success, else -1 and the first problem in err. Used by dev/cuda/cudnn_graph_check.cu.
 int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, size_t errlen);
 
 #ifdef __cplusplus

@@ -1,6 +1,6 @@
 // dev/cuda/cudnn_graph_check.cu — host-only check of llmc/cudnn_att.cpp: builds the cuDNN forward and
-// backward attention graphs for a few shapes and finalizes every descriptor (tensors, operations, the
-// operation graphs). Needs libcudnn but no GPU, so it runs where the trainer can only be compiled; choosing
+// backward attention graphs for a few shapes, finalizes every descriptor (tensors, operations, the
+// operation graphs) and checks that each graph's memory tensors are the ones its variant pack binds. Needs libcudnn but no GPU, so it runs where the trainer can only be compiled; choosing
 // an engine and executing need a GPU (dev/cuda/attention does that, against our kernel and the CPU path).
 // make cudnn-graph-check
 #include <stdio.h>
