@@ -177,7 +177,7 @@ cuda-check:
 	$(MAKE) --no-print-directory -B train_gpt2cu GPU_COMPUTE_CAPABILITY=80 PRECISION=FP32
 	$(MAKE) --no-print-directory -B train_gpt2cu test_gpt2cu GPU_COMPUTE_CAPABILITY=80 USE_CUDNN=0
 	$(MAKE) --no-print-directory -B train_gpt2cu test_gpt2cu GPU_COMPUTE_CAPABILITY=80
-	$(MAKE) --no-print-directory cudnn-graph-check
+	$(MAKE) --no-print-directory cudnn-graph-check GPU_COMPUTE_CAPABILITY=80
 else
 train_gpt2cu test_gpt2cu cuda-check cudnn-graph-check:
 	@echo "nvcc not found (looked in $(CUDA_HOME)/bin and PATH): skipping $@"
