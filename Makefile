@@ -112,8 +112,13 @@ $(BUILD)/test_hybrid_train: test/test_hybrid_train.c $(TRAINER_HEADERS) $(HYBRID
 #   GPU_COMPUTE_CAPABILITY=90   build for one architecture (default: sm_80 and sm_90)
 #   PRECISION=FP32              fp32 activations/weights instead of bf16 (default BF16)
 #   USE_MPI=1                   initialise multi-GPU through MPI (default off: shared file or TCP)
-# cuDNN is not used: attention is the trainer's own flash-style kernel (llmc/attention.cuh) on every build.
-# `make cuda-check` compiles both binaries in bf16 and train_gpt2cu in fp32 (compile only, for CI).
+#   USE_CUDNN=0                 attention by our own kernels (llmc/attention.cuh) even where cuDNN is found
+# Attention goes through cuDNN's fused flash attention (llmc/cudnn_att.cpp, cuDNN's backend graph API, built
+# into $(BUILD)/cudnn_att.o on its own) when cudnn.h and libcudnn are found and the build is bf16; otherwise
+# through llmc/attention.cuh, which is also the reference the cuDNN path is checked against. Switching
+# USE_CUDNN or PRECISION: rebuild with `make -B`.
+# `make cuda-check` compiles the trainer in fp32, both binaries in bf16 without cuDNN, then in bf16 with it
+# (where found), and runs the host-only check of the cuDNN graphs (compile only otherwise, for CI).
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell if [ -x $(CUDA_HOME)/bin/nvcc ]; then echo $(CUDA_HOME)/bin/nvcc; else command -v nvcc 2>/dev/null; fi)
 GPU_COMPUTE_CAPABILITY ?=
@@ -142,24 +147,43 @@ ifeq ($(USE_MPI),1)
   NVCC_FLAGS += -I$(MPI_INC)
   NVCC_LDLIBS += -lmpi
 endif
+USE_CUDNN ?= 1
+CUDNN_OBJ =
+ifeq ($(USE_CUDNN)$(PRECISION),1BF16)
+  ifneq ($(call cuda_found,cudnn.h,libcudnn.so),)
+    CUDNN_OBJ = $(BUILD)/cudnn_att.o
+    NVCC_DEFS += -DENABLE_CUDNN
+    NVCC_LDLIBS += -lcudnn
+  endif
+endif
 CUDA_HEADERS = $(wildcard llmc/*.cuh llmc/*.h hybrid/*.h)
 
 .PHONY: cuda-check
 ifneq ($(NVCC),)
-train_gpt2cu: train_gpt2.cu $(CUDA_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $< $(NVCC_LDLIBS) -o $@
-test_gpt2cu: test_gpt2.cu train_gpt2.cu $(CUDA_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $< $(NVCC_LDLIBS) -o $@
+train_gpt2cu: train_gpt2.cu $(CUDA_HEADERS) $(CUDNN_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $< $(CUDNN_OBJ) $(NVCC_LDLIBS) -o $@
+test_gpt2cu: test_gpt2.cu train_gpt2.cu $(CUDA_HEADERS) $(CUDNN_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $< $(CUDNN_OBJ) $(NVCC_LDLIBS) -o $@
+# host code only (the backend API): no device code, so no architecture flags
+$(BUILD)/cudnn_att.o: llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/utils.h | $(BUILD)
+	$(NVCC) -O3 -std=c++17 -I. -Xcompiler -Wall,-Wextra -c $< -o $@
 # kernel development files: make dev/cuda/layernorm etc. (one file per kernel, CPU reference + timing sweep)
-dev/cuda/%: dev/cuda/%.cu $(CUDA_HEADERS)
-	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $< $(NVCC_LDLIBS) -o $@
-# compile-only check for CI (one architecture to keep it quick): both binaries in bf16, the trainer in fp32,
-# then the bf16 build again (sm_80), so the binaries left behind are bf16 ones
+dev/cuda/%: dev/cuda/%.cu $(CUDA_HEADERS) $(CUDNN_OBJ)
+	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $< $(CUDNN_OBJ) $(NVCC_LDLIBS) -o $@
+# host-only: builds and finalizes every descriptor of the cuDNN graphs, which needs libcudnn but no GPU
+.PHONY: cudnn-graph-check
+cudnn-graph-check:
+	@if [ -z "$(CUDNN_OBJ)" ]; then echo "cudnn-graph-check: no cuDNN in this build (not found, USE_CUDNN=0 or fp32)"; \
+	else $(MAKE) --no-print-directory dev/cuda/cudnn_graph_check && ./dev/cuda/cudnn_graph_check; fi
+# compile-only check for CI (one architecture to keep it quick): the trainer in fp32, both binaries in bf16
+# without cuDNN, then in bf16 with cuDNN where found (so the binaries left behind use it), and the graph check
 cuda-check:
 	$(MAKE) --no-print-directory -B train_gpt2cu GPU_COMPUTE_CAPABILITY=80 PRECISION=FP32
+	$(MAKE) --no-print-directory -B train_gpt2cu test_gpt2cu GPU_COMPUTE_CAPABILITY=80 USE_CUDNN=0
 	$(MAKE) --no-print-directory -B train_gpt2cu test_gpt2cu GPU_COMPUTE_CAPABILITY=80
+	$(MAKE) --no-print-directory cudnn-graph-check GPU_COMPUTE_CAPABILITY=80
 else
-train_gpt2cu test_gpt2cu cuda-check:
+train_gpt2cu test_gpt2cu cuda-check cudnn-graph-check:
 	@echo "nvcc not found (looked in $(CUDA_HOME)/bin and PATH): skipping $@"
 endif
 

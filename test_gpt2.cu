@@ -8,6 +8,8 @@
  *   5. bit-exact resume: state saved after step 3 and restored gives the same steps 4..6, bit for bit
  *   6. hybrid: Predict steps on the model's master weights match hybrid/apply.h's CPU loop bit for bit
  *      (ema and adam directions), and rollback restores the weights (fp32 and floatX) bit for bit
+ * In a cuDNN build (see the Makefile) attention runs through cuDNN (llmc/cudnn_att.cpp), so every check above
+ * covers that path, with the same tolerances; the test fails if such a build fell back to the built-in kernels.
  * The model and the debug state come from the PyTorch reference (scripts/train_gpt2.py):
  *   /usr/bin/python3 scripts/train_gpt2.py --write-init build/gpu_test_model.bin --depth 2
  *   /usr/bin/python3 scripts/train_gpt2.py --write-debug-state build/gpu_test_state.bin \
@@ -108,6 +110,10 @@ int main(int argc, char** argv) {
 
     // 1. forward: logits and loss
     gpt2_allocate(&model, B, T, 1);
+    printf("attention: %s\n", model.use_cudnn ? "cuDNN" : "built-in kernels");
+#ifdef ENABLE_CUDNN
+    expect(model.use_cudnn, "this cuDNN build runs attention through cuDNN");
+#endif
     gpt2_forward(&model, x, y, B, T);
     floatX* logits_x = (floatX*)mallocCheck((size_t)B * T * Vp * sizeof(floatX));
     float* logits = (float*)mallocCheck((size_t)B * T * V * sizeof(float));

@@ -26,6 +26,12 @@
 #include "llmc/layernorm.cuh"
 #include "llmc/matmul.cuh"
 #include "llmc/attention.cuh"
+#ifdef ENABLE_CUDNN
+#if defined(ENABLE_FP32)
+#error "cuDNN attention needs bf16 (PRECISION=FP32 builds with USE_CUDNN=0)"
+#endif
+#include "llmc/cudnn_att.h"
+#endif
 #include "llmc/fused_classifier.cuh"
 #include "llmc/adamw.cuh"
 #include "llmc/reduce.cuh"
@@ -117,6 +123,7 @@ typedef struct {
     ActivationTensors acts;
     int batch_size, seq_len;      // what acts were allocated for
     int recompute;                // 0, 1 (GELU), 2 (GELU + LayerNorm)
+    int use_cudnn;                // attention through cuDNN (cuDNN builds, when it has an engine for the shape)
     float mean_loss;              // of the last forward with targets, or of the last step
     uint32_t rounding_seed;       // base of the per-step stochastic-rounding seeds (from --seed)
     // inputs: device copies and host scratch for the wte gradient buckets
@@ -293,6 +300,35 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     model->norm_out = (float*)cudaMallocCheck(sizeof(float));
     cudaCheck(cudaMallocHost((void**)&model->host_losses, BT * sizeof(float)));
     cudaCheck(cudaMemset(a->losses, 0, BT * sizeof(float)));
+    model->use_cudnn = 0;
+#ifdef ENABLE_CUDNN
+    // cuDNN's plans and workspace for this shape, now rather than in the first step; if cuDNN has no engine
+    // for the graph, say so and keep the built-in kernels (the reference the cuDNN path is tested against)
+    char err[256];
+    cudnn_att_init();
+    model->use_cudnn = cudnn_att_prepare(B, T, (int)NH, (int)(C / NH), err, sizeof(err)) == 0;
+    if (!model->use_cudnn) { fprintf(stderr, "cuDNN attention unavailable (%s): using the built-in kernels\n", err); }
+#endif
+}
+
+// attention through cuDNN when this build has it and it has an engine for the shape, else llmc/attention.cuh
+static void gpt2_attention_forward(const GPT2* model, floatX* out, float* lse, const floatX* qkv, int B, int T,
+                                   int C, int NH, cudaStream_t s) {
+#ifdef ENABLE_CUDNN
+    if (model->use_cudnn) { cudnn_att_forward(out, lse, qkv, B, T, NH, C / NH, s); return; }
+#endif
+    (void)model;
+    attention_forward(out, lse, qkv, B, T, C, NH, s);
+}
+
+static void gpt2_attention_backward(const GPT2* model, floatX* dqkv, float* delta, const floatX* dout,
+                                    const floatX* qkv, const floatX* out, const float* lse, int B, int T, int C,
+                                    int NH, cudaStream_t s) {
+#ifdef ENABLE_CUDNN
+    if (model->use_cudnn) { cudnn_att_backward(dqkv, delta, dout, qkv, out, lse, B, T, NH, C / NH, s); return; }
+#endif
+    (void)model;
+    attention_backward(dqkv, delta, dout, qkv, out, lse, B, T, C, NH, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -347,7 +383,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         floatX* fch_gelu = a.fch_gelu + (gelu_all ? (size_t)l * 4 * BTC : 0);
         floatX* residual3 = a.residual3 + (size_t)l * BTC;
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, s);
-        attention_forward(atty, a.att_lse + (size_t)l * B * NH * T, qkv, B, T, C, NH, s);
+        gpt2_attention_forward(model, atty, a.att_lse + (size_t)l * B * NH * T, qkv, B, T, C, NH, s);
         matmul_forward(a.btc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, s);
         fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
                                          residual, a.btc, p.ln2w + l * C, p.ln2b + l * C, N, C, s);
@@ -435,7 +471,8 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
                            ln2_mean, ln2_rstd, N, C, s);
         matmul_backward(a.btc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, a.dresidual, atty,
                         p.attprojw + (size_t)l * C * C, N, C, C, s);
-        attention_backward(a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + (size_t)l * B * NH * T, B, T, C, NH, s);
+        gpt2_attention_backward(model, a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + (size_t)l * B * NH * T, B, T,
+                                C, NH, s);
         if (!ln_all) { layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C, s); }
         matmul_backward(a.btc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, a.bt4c, ln1,
                         p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, s);
@@ -605,6 +642,9 @@ void gpt2_free(GPT2* model) {
     free(model->bucket_host);
     free(model->bucket_count);
     cudaCheck(cudaStreamDestroy(model->stream));
+#ifdef ENABLE_CUDNN
+    cudnn_att_destroy();
+#endif
 }
 
 #ifndef TESTING
@@ -1341,6 +1381,7 @@ static void print_config(const Trainer* tr, int resume_step) {
     printf("| %-20s | %-50d |\n", "steps", tr->total_steps);
     printf("| %-20s | %-50s |\n", "device", tr->device_name);
     printf("| %-20s | %-50s |\n", "precision", PRECISION_NAME);
+    printf("| %-20s | %-50s |\n", "attention", tr->model.use_cudnn ? "cuDNN (fused flash attention)" : "built-in kernels");
     printf("| %-20s | %-50d |\n", "processes (GPUs)", tr->multi_gpu.num_processes);
     printf("| %-20s | %-50.0f |\n", "MFU peak TFLOP/s", tr->peak_flops / 1e12);
     printf("| %-20s | %-50d |\n", "--offload-optimizer", tr->cfg.offload_optimizer);

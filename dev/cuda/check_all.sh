@@ -3,7 +3,8 @@
 # where this code was written). Exits non-zero at the first failure. Run from the repository root:
 #   dev/cuda/check_all.sh [GPU_COMPUTE_CAPABILITY]      e.g. 90 for H100/H200, 80 for A100
 # 1. the kernels against their CPU references (dev/cuda/*.cu)
-# 2. test_gpt2cu against the PyTorch reference debug state (a d2 model, B=4, T=64)
+# 2. test_gpt2cu against the PyTorch reference debug state (a d2 model, B=4, T=64): built with our
+#    attention kernels (USE_CUDNN=0), then as the default build (cuDNN attention where the Makefile finds it)
 # 3. the trainer: 20 steps, then the same run resumed from its step-10 checkpoint must log the same
 #    losses bit for bit (metrics.jsonl steps 11..20), baseline and hybrid
 # 4. the trainer against the CPU trainer, same flags: the largest |loss difference| over 20 steps
@@ -23,6 +24,9 @@ echo "== 2. test_gpt2cu vs PyTorch"
 $MK train_gpt2cu test_gpt2cu train_gpt2
 $PY scripts/train_gpt2.py --write-init build/gpu_test_model.bin --depth 2
 $PY scripts/train_gpt2.py --write-debug-state build/gpu_test_state.bin -e build/gpu_test_model.bin -b 4 -t 64
+$MK -B test_gpt2cu USE_CUDNN=0
+./test_gpt2cu build/gpu_test_model.bin build/gpu_test_state.bin
+$MK -B test_gpt2cu
 ./test_gpt2cu build/gpu_test_model.bin build/gpu_test_state.bin
 echo "== 3. bit-exact resume"
 FLAGS="-e d4 -b 8 -t 128 -x 20 -n 10 -v 10 -m 4 -s 0 -l 1e-3 -u 5 -q 0.1"
