@@ -25,11 +25,16 @@ static void write_shard(const char* path, int ntok, uint64_t seed) {
         // mostly an arithmetic pattern, with noise: learnable, not trivial
         toks[i] = (uint16_t)((random_u32(&rng) % 4 == 0) ? random_u32(&rng) % VOCAB : (uint32_t)(i * 7 + i / 13) % VOCAB);
     }
-    FILE* f = fopen(path, "wb");
-    cr_assert_not_null(f, "%s", path);
+    // Criterion runs tests in parallel and each rewrites the shards: write aside and rename, so that a
+    // trainer started by another test never reads a half-written shard
+    char tmp[512];
+    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
+    FILE* f = fopen(tmp, "wb");
+    cr_assert_not_null(f, "%s", tmp);
     fwrite(header, sizeof(int), 256, f);
     fwrite(toks, sizeof(uint16_t), (size_t)ntok, f);
     fclose(f);
+    cr_assert_eq(rename(tmp, path), 0);
     free(toks);
 }
 
