@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include "llmc/utils.h"
+#include "llmc/args.h"
 #include "llmc/rand.h"
 #include "llmc/dataloader.h"
 #include "llmc/schedulers.h"
@@ -729,72 +730,46 @@ static TrainConfig default_config(void) {
     return c;
 }
 
-typedef enum { ARG_STR, ARG_INT, ARG_FLOAT, ARG_I64 } ArgType;
-typedef struct {
-    const char* flag;
-    ArgType type;
-    size_t offset;      // into TrainConfig
-    double min, max;    // valid range (numbers)
-    int allow_minus1;   // -1 is a valid special value
-    const char* help;
-} ArgSpec;
 
-#define ARG(f, t, field, lo, hi, m1, h) {f, t, offsetof(TrainConfig, field), lo, hi, m1, h}
 static const ArgSpec ARGS[] = {
-    ARG("-i", ARG_STR, train_pattern, 0, 0, 0, "train data shards (glob)"),
-    ARG("-j", ARG_STR, val_pattern, 0, 0, 0, "val data shards (glob)"),
-    ARG("-e", ARG_STR, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
-    ARG("-o", ARG_STR, output_dir, 0, 0, 0, "output dir: main.log, metrics.jsonl, summary.json, checkpoints"),
-    ARG("-b", ARG_INT, B, 1, 1 << 20, 0, "micro batch size B (per GPU)"),
-    ARG("-t", ARG_INT, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
-    ARG("-d", ARG_INT, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all GPUs (multiple of B*T*GPUs; -1: B*T*GPUs)"),
-    ARG("-x", ARG_INT, max_steps, 1, 1 << 30, 1, "number of steps (-1: one epoch of the train data)"),
-    ARG("-l", ARG_FLOAT, lr, 0, 1e3, 0, "peak learning rate"),
-    ARG("-u", ARG_INT, warmup, 0, 1 << 30, 0, "warm-up steps"),
-    ARG("-q", ARG_FLOAT, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
-    ARG("-k", ARG_STR, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
-    ARG("-c", ARG_FLOAT, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
-    ARG("-v", ARG_INT, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
-    ARG("-m", ARG_INT, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
-    ARG("-s", ARG_INT, sample_every, 0, 1 << 30, 0, "sample text every N steps (0: off)"),
-    ARG("-g", ARG_INT, sample_tokens, 1, 1 << 20, 0, "tokens per sample (at most T)"),
-    ARG("-n", ARG_INT, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
-    ARG("-nk", ARG_INT, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
-    ARG("-y", ARG_INT, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
-    ARG("-a", ARG_INT, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
-    ARG("--seed", ARG_I64, seed, 0, 9.2e18, 0, "seed of the random init, data order, sampling and rounding"),
-    ARG("--tokenizer", ARG_STR, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),
-    ARG("-r", ARG_INT, recompute, 0, 2, 0, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm"),
-    ARG("-z", ARG_INT, zero_stage, 0, 1, 0, "ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state"),
-    ARG("-pn", ARG_INT, num_processes, 1, 1 << 16, 0, "number of processes (one per GPU)"),
-    ARG("-pr", ARG_INT, process_rank, 0, 1 << 16, 0, "rank of this process"),
-    ARG("-pg", ARG_INT, gpus_per_node, 1, 1 << 10, 0, "GPUs per node (rank % this = the local GPU)"),
-    ARG("-pi", ARG_STR, init_method, 0, 0, 0, "multi-process init: mpi (USE_MPI=1 builds) | fs | tcp"),
-    ARG("-pf", ARG_STR, fs_path, 0, 0, 0, "-pi fs: shared directory for the NCCL id"),
-    ARG("-ps", ARG_STR, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
+    ARG("-i", ARG_STR, TrainConfig, train_pattern, 0, 0, 0, "train data shards (glob)"),
+    ARG("-j", ARG_STR, TrainConfig, val_pattern, 0, 0, 0, "val data shards (glob)"),
+    ARG("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
+    ARG("-o", ARG_STR, TrainConfig, output_dir, 0, 0, 0, "output dir: main.log, metrics.jsonl, summary.json, checkpoints"),
+    ARG("-b", ARG_INT, TrainConfig, B, 1, 1 << 20, 0, "micro batch size B (per GPU)"),
+    ARG("-t", ARG_INT, TrainConfig, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
+    ARG("-d", ARG_INT, TrainConfig, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all GPUs (multiple of B*T*GPUs; -1: B*T*GPUs)"),
+    ARG("-x", ARG_INT, TrainConfig, max_steps, 1, 1 << 30, 1, "number of steps (-1: one epoch of the train data)"),
+    ARG("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
+    ARG("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
+    ARG("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
+    ARG("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
+    ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
+    ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
+    ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
+    ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps (0: off)"),
+    ARG("-g", ARG_INT, TrainConfig, sample_tokens, 1, 1 << 20, 0, "tokens per sample (at most T)"),
+    ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
+    ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
+    ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
+    ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
+    ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order, sampling and rounding"),
+    ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),
+    ARG("-r", ARG_INT, TrainConfig, recompute, 0, 2, 0, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm"),
+    ARG("-z", ARG_INT, TrainConfig, zero_stage, 0, 1, 0, "ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state"),
+    ARG("-pn", ARG_INT, TrainConfig, num_processes, 1, 1 << 16, 0, "number of processes (one per GPU)"),
+    ARG("-pr", ARG_INT, TrainConfig, process_rank, 0, 1 << 16, 0, "rank of this process"),
+    ARG("-pg", ARG_INT, TrainConfig, gpus_per_node, 1, 1 << 10, 0, "GPUs per node (rank % this = the local GPU)"),
+    ARG("-pi", ARG_STR, TrainConfig, init_method, 0, 0, 0, "multi-process init: mpi (USE_MPI=1 builds) | fs | tcp"),
+    ARG("-pf", ARG_STR, TrainConfig, fs_path, 0, 0, 0, "-pi fs: shared directory for the NCCL id"),
+    ARG("-ps", ARG_STR, TrainConfig, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
 };
 #define NUM_ARGS ((int)(sizeof(ARGS) / sizeof(ARGS[0])))
-
-static void format_value(char* out, size_t size, const TrainConfig* c, const ArgSpec* a) {
-    const char* base = (const char*)c + a->offset;
-    switch (a->type) {
-        case ARG_STR: { const char* s = *(const char* const*)base; snprintf(out, size, "%s", s ? s : "(none)"); break; }
-        case ARG_INT: snprintf(out, size, "%d", *(const int*)base); break;
-        case ARG_FLOAT: snprintf(out, size, "%g", *(const float*)base); break;
-        default: snprintf(out, size, "%lld", *(const long long*)base); break;
-    }
-}
 
 static void print_usage(FILE* out) {
     TrainConfig d = default_config();
     fprintf(out, "usage: ./train_gpt2cu [options]   (GPT-2 training on NVIDIA GPUs, %s; llm.c's flags)\n", PRECISION_NAME);
-    for (int i = 0; i < NUM_ARGS; i++) {
-        char def[256];
-        format_value(def, sizeof(def), &d, &ARGS[i]);
-        fprintf(out, "  %-12s %-8s %s (default %s)\n", ARGS[i].flag,
-                ARGS[i].type == ARG_STR ? "<string>" : ARGS[i].type == ARG_FLOAT ? "<float>" : "<int>",
-                ARGS[i].help, def);
-    }
+    arg_print_usage(out, ARGS, NUM_ARGS, &d);
     fprintf(out, "  --offload-optimizer <0|1>   hybrid: AdamW m,v in pinned host memory during Predict runs, back\n"
                  "                              asynchronously before the Correct step (ema direction only) (default %d)\n",
             d.offload_optimizer);
@@ -803,31 +778,6 @@ static void print_usage(FILE* out) {
     fprintf(out, "Example: ./train_gpt2cu -e d12 -b 16 -t 1024 -d 524288 -x 100 -o out/d12\n");
     fprintf(out, "Two GPUs, one process each: ./train_gpt2cu -pn 2 -pr 0 -pi fs -pf /tmp/run1 ... &\n"
                  "                            ./train_gpt2cu -pn 2 -pr 1 -pi fs -pf /tmp/run1 ...\n");
-}
-
-static void parse_value(TrainConfig* c, const ArgSpec* a, const char* value) {
-    char* base = (char*)c + a->offset;
-    char* end = NULL;
-    errno = 0;
-    if (a->type == ARG_STR) {
-        if (value[0] == '\0') { fatal("flag %s: expected a non-empty string", a->flag); }
-        *(const char**)base = value;
-    } else if (a->type == ARG_FLOAT) {
-        double x = strtod(value, &end);
-        if (end == value || *end != '\0' || errno != 0 || !isfinite(x) || x < a->min || x > a->max) {
-            fatal("flag %s: expected a number in [%g, %g], got '%s'", a->flag, a->min, a->max, value);
-        }
-        *(float*)base = (float)x;
-    } else {
-        long long x = strtoll(value, &end, 10);
-        int ok = end != value && *end == '\0' && errno == 0 &&
-                 ((x >= a->min && x <= a->max) || (a->allow_minus1 && x == -1));
-        if (!ok) {
-            fatal("flag %s: expected an integer in [%.0f, %.0f]%s, got '%s'", a->flag, a->min, a->max,
-                  a->allow_minus1 ? " or -1" : "", value);
-        }
-        if (a->type == ARG_INT) { *(int*)base = (int)x; } else { *(long long*)base = x; }
-    }
 }
 
 static void parse_args(TrainConfig* c, int argc, char** argv) {
@@ -844,13 +794,10 @@ static void parse_args(TrainConfig* c, int argc, char** argv) {
             c->offload_optimizer = atoi(argv[++i]);
             continue;
         }
-        const ArgSpec* spec = NULL;
-        for (int k = 0; k < NUM_ARGS; k++) {
-            if (strcmp(flag, ARGS[k].flag) == 0) { spec = &ARGS[k]; break; }
-        }
+        const ArgSpec* spec = arg_find(ARGS, NUM_ARGS, flag);
         if (spec == NULL) { fatal("unknown flag '%s' (./train_gpt2cu -h lists the flags)", flag); }
         if (i + 1 >= argc) { fatal("flag %s: missing value", flag); }
-        parse_value(c, spec, argv[++i]);
+        arg_parse_value(c, spec, argv[++i]);
     }
     LRScheduleKind kind;
     if (lr_schedule_parse(c->schedule, &kind) != 0) {
@@ -1364,7 +1311,7 @@ static void print_config(const Trainer* tr, int resume_step) {
     printf("+----------------------+----------------------------------------------------+\n");
     for (int i = 0; i < NUM_ARGS; i++) {
         char v[256];
-        format_value(v, sizeof(v), &tr->cfg, &ARGS[i]);
+        arg_format_value(v, sizeof(v), &tr->cfg, &ARGS[i]);
         printf("| %-20s | %-50s |\n", ARGS[i].flag, v);
     }
     printf("+----------------------+----------------------------------------------------+\n");
