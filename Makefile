@@ -16,7 +16,7 @@ TESTS =
 # -fno-math-errno lets sqrtf vectorise (it is not -ffast-math: NaN/Inf and rounding stay IEEE)
 TRAINER_CFLAGS = -fno-math-errno
 TRAINER_HEADERS = train_gpt2.c llmc/utils.h llmc/rand.h llmc/dataloader.h llmc/schedulers.h \
-                  llmc/tokenizer.h llmc/checkpoint.h llmc/logger.h
+                  llmc/tokenizer.h llmc/checkpoint.h llmc/logger.h llmc/cpu_blas.h
 PROGRAMS += train_gpt2
 train_gpt2: $(TRAINER_HEADERS)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
@@ -48,8 +48,13 @@ $(BUILD)/test_gpt2: test/test_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h
 $(BUILD)/test_gradcheck: test/test_gradcheck.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
 
-$(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
+$(BUILD)/bench_sgemm: dev/bench_sgemm.c llmc/cpu_blas.h | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS)
+
+# llmc/cpu_blas.h: the OpenBLAS core and wait policy chosen before main (runs ./train_gpt2 and bench_sgemm)
+TESTS += $(BUILD)/test_cpu_blas
+$(BUILD)/test_cpu_blas: test/test_cpu_blas.c llmc/cpu_blas.h train_gpt2 $(BUILD)/bench_sgemm | $(BUILD)
+	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS)
 

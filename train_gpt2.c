@@ -21,6 +21,7 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include "llmc/cpu_blas.h"
 #include "llmc/utils.h"
 #include "llmc/args.h"
 #include "llmc/rand.h"
@@ -1154,6 +1155,7 @@ static void print_config(const Trainer* tr, int resume_step) {
     printf("| %-20s | %-50zu |\n", "val batches", tr->has_val ? tr->val_loader.total_batches : 0);
     printf("| %-20s | %-50d |\n", "grad accumulation", tr->grad_accum);
     printf("| %-20s | %-50d |\n", "steps", tr->total_steps);
+    printf("| %-20s | %-50s |\n", "BLAS", cpu_blas_describe());
     printf("| %-20s | %-50d |\n", "threads", omp_get_max_threads());
     printf("| %-20s | %-50.0f |\n", "MFU peak GFLOP/s", CPU_PEAK_GFLOPS_PER_THREAD * omp_get_max_threads());
     printf("| %-20s | %-50.1f |\n", "activation MiB", tr->model.num_activations * 4.0 / 1048576.0);
@@ -1185,14 +1187,7 @@ static void write_summary(Trainer* tr) {
 }
 
 int main(int argc, char** argv) {
-    // Idle OpenMP workers must sleep, not spin: between parallel regions OpenBLAS's own threads need the
-    // cores, and on a small shared machine a spinning worker costs a time slice at every barrier (10-20x
-    // slower steps measured on 2 cores). libgomp reads the policy at load time, hence the re-exec.
-    // An explicit OMP_WAIT_POLICY in the environment wins.
-    if (getenv("OMP_WAIT_POLICY") == NULL) {
-        setenv("OMP_WAIT_POLICY", "passive", 1);
-        execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
-    }
+    // the BLAS kernel and the OpenMP wait policy were set before main (llmc/cpu_blas.h)
     Trainer tr;
     memset(&tr, 0, sizeof(tr));
     parse_args(&tr.cfg, argc, argv);

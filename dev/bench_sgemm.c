@@ -1,13 +1,15 @@
 /*
  * dev/bench_sgemm.c — the machine's fp32 matmul peak as `make bench` measures it: OpenBLAS cblas_sgemm on
  * 2048x2048x2048, best of N runs after one warm-up, with the thread count OpenBLAS is given through the
- * environment (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS), the same as the trainer's. Prints one JSON line.
+ * environment (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS), the same as the trainer's, and the same kernel
+ * (llmc/cpu_blas.h). Prints one JSON line, with the BLAS and its core.
  * usage: bench_sgemm [n=2048] [repeats=5]
  */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "llmc/cpu_blas.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -36,8 +38,8 @@ int main(int argc, char** argv) {
         if (r > 0 && dt < best) { best = dt; }
     }
     double gflops = 2.0 * n * (double)n * n / best / 1e9;
-    printf("{\"n\": %d, \"threads\": %d, \"best_s\": %.6f, \"gflops\": %.2f, \"check\": %.3f}\n",
-           n, openblas_get_num_threads(), best, gflops, c[nn / 2]);
+    printf("{\"n\": %d, \"threads\": %d, \"best_s\": %.6f, \"gflops\": %.2f, \"check\": %.3f, \"blas\": \"%s\"}\n",
+           n, openblas_get_num_threads(), best, gflops, c[nn / 2], cpu_blas_describe());
     free(a); free(b); free(c);
     return 0;
 }
