@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include "llmc/cpu_blas.h"
+#include "llmc/cpu_profile.h"
 #include "llmc/utils.h"
 #include "llmc/args.h"
 #include "llmc/rand.h"
@@ -211,6 +212,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
                     int N, int C, int OC) {
     // the bias (and residual) go in first, the GEMM accumulates on top (beta = 1)
+    double t0 = prof_begin();
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* o = out + (size_t)n * OC;
@@ -223,7 +225,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
             for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
         }
     }
-    sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+    prof_end(PROF_BIAS, t0);
+    PROF(PROF_GEMM, sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC));
 }
 
 // out[c] += sum over rows of in (N,cols); threads own column ranges, rows are summed in order
@@ -243,9 +246,9 @@ void colsum_accumulate(float* out, const float* in, int N, int cols) {
 // dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
-    sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
-    sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
-    if (dbias != NULL) { colsum_accumulate(dbias, dout, N, OC); }
+    PROF(PROF_GEMM, sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C));
+    PROF(PROF_GEMM, sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C));
+    if (dbias != NULL) { PROF(PROF_BIAS, colsum_accumulate(dbias, dout, N, OC)); }
 }
 
 // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n
@@ -595,7 +598,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     size_t BT = (size_t)B * T, ABT = (size_t)model->batch_size * model->seq_len;  // ABT: layer stride
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C);
+    PROF(PROF_ENCODER, encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C));
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
         float* ln1 = a.ln1 + l * ABT * C;
@@ -607,21 +610,21 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         float* fch = a.fch + l * ABT * 4 * C;
         float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
         float* residual3 = a.residual3 + l * ABT * C;
-        layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual, p.ln1w + l * C, p.ln1b + l * C, BT, C);
+        PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual, p.ln1w + l * C, p.ln1b + l * C, BT, C));
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
-        attention_forward(atty, att, qkv, B, T, C, NH);
+        PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
         matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C);
-        layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2, p.ln2w + l * C, p.ln2b + l * C, BT, C);
+        PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2, p.ln2w + l * C, p.ln2b + l * C, BT, C));
         matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C);
-        gelu_forward(fch_gelu, fch, BT * 4 * C);
+        PROF(PROF_GELU, gelu_forward(fch_gelu, fch, BT * 4 * C));
         matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT, 4 * C, C);
     }
     const float* last = a.residual3 + (L - 1) * ABT * C;
-    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C);
+    PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
-    sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp);
+    PROF(PROF_GEMM, sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp));
     if (targets != NULL) {
-        crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp);
+        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp));
         double sum = 0.0;  // in order: deterministic
         for (size_t i = 0; i < BT; i++) { sum += a.losses[i]; }
         model->mean_loss = (float)(sum / BT);
@@ -650,12 +653,12 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
     // fused softmax + cross-entropy backward, then the lm_head
-    crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT, BT, V, Vp);
-    sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C);
-    sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C);
+    PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT, BT, V, Vp));
+    PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
+    PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
     memset(a.dresidual, 0, BT * C * sizeof(float));
-    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C, p.lnfw,
-                       a.lnf_mean, a.lnf_rstd, BT, C);
+    PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C, p.lnfw,
+                       a.lnf_mean, a.lnf_rstd, BT, C));
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
         const float* ln1 = a.ln1 + l * ABT * C;
@@ -669,22 +672,22 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         // dresidual holds d(residual3[l]) here
         matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
                         p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C);
-        gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C);
+        PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C));
         matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
                         p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
-        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2, p.ln2w + l * C,
-                           a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C);
+        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2, p.ln2w + l * C,
+                           a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C));
         // dresidual holds d(residual2[l]) here
         matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
                         p.attprojw + (size_t)l * C * C, BT, C, C);
         float* dqkv = a.dbuf_4c;  // (B, T, 3C)
-        attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH);
+        PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
         matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
-        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual, p.ln1w + l * C,
-                           a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C);
+        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual, p.ln1w + l * C,
+                           a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
     }
-    encoder_backward(g.wte, g.wpe, a.dresidual, inputs, B, T, C);
+    PROF(PROF_ENCODER, encoder_backward(g.wte, g.wpe, a.dresidual, inputs, B, T, C));
 }
 
 // global L2 norm of the gradients: fixed chunks summed in double, chunk sums added in order,

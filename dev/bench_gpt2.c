@@ -2,7 +2,9 @@
  * dev/bench_gpt2.c — speed of full training steps of train_gpt2.c (forward, backward, grad norm, AdamW),
  * as `make bench` measures it: a random-init dN model (GPT-2 vocab), random tokens, the median step time
  * over the steps after `warmup`. tok/s = B*T / median; MFU against the SGEMM peak passed in (GFLOP/s),
- * with FLOPs per token = 6*N + 6*L*C*T (llm.c's accounting). Prints one JSON line.
+ * with FLOPs per token = 6*N + 6*L*C*T (llm.c's accounting). Also the mean time per step of each kind of
+ * work (llmc/cpu_profile.h; "other" is the rest of the step), the BLAS and its core, the wait policy.
+ * Prints one JSON line.
  * usage: bench_gpt2 depth B T [steps=8] [warmup=2] [peak_gflops=0]
  */
 #define TESTING
@@ -39,17 +41,22 @@ int main(int argc, char** argv) {
     int* x = (int*)mallocCheck((size_t)(B * T + 1) * sizeof(int));
     uint64_t rng = 42;
     double* ms = (double*)mallocCheck(steps * sizeof(double));
+    cpu_profile_enabled = 1;
     for (int s = 0; s < steps; s++) {
+        if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); }
         for (int i = 0; i <= B * T; i++) { x[i] = (int)(random_u32(&rng) % (uint32_t)V); }
         double t0 = now_s();
         gpt2_forward(&model, x, x + 1, B, T);
         gpt2_zero_grad(&model);
         gpt2_backward(&model, x, x + 1, 1.0f);
-        float norm = gpt2_grad_norm(&model);
-        gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, norm > 1.0f ? 1.0f / norm : 1.0f, s + 1);
+        float norm;
+        PROF(PROF_GRAD_NORM, norm = gpt2_grad_norm(&model));
+        PROF(PROF_ADAMW, gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, norm > 1.0f ? 1.0f / norm : 1.0f, s + 1));
         ms[s] = (now_s() - t0) * 1000.0;
     }
     int n = steps - warmup;
+    double mean_ms = 0.0;
+    for (int s = warmup; s < steps; s++) { mean_ms += ms[s] / n; }
     qsort(ms + warmup, n, sizeof(double), cmp_double);
     double med = n % 2 ? ms[warmup + n / 2] : 0.5 * (ms[warmup + n / 2 - 1] + ms[warmup + n / 2]);
     const GPT2Config* c = &model.config;
@@ -57,8 +64,17 @@ int main(int argc, char** argv) {
     double tok_s = B * T / (med / 1000.0);
     double mfu = peak > 0 ? 100.0 * tok_s * flops_tok / (peak * 1e9) : 0.0;
     printf("{\"depth\": %d, \"B\": %d, \"T\": %d, \"steps\": %d, \"median_ms\": %.3f, \"tok_s\": %.2f, "
-           "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f}\n",
-           depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss);
+           "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f, \"blas\": \"%s\", "
+           "\"wait_policy\": \"%s\", \"spincount\": \"%s\", \"mean_ms\": %.3f, \"phases_ms\": {",
+           depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss, cpu_blas_describe(),
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "", getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "",
+           mean_ms);
+    double accounted = 0.0;
+    for (int k = 0; k < PROF_PHASES; k++) {
+        accounted += cpu_profile_seconds[k] * 1000.0 / n;
+        printf("\"%s\": %.3f, ", PROF_NAMES[k], cpu_profile_seconds[k] * 1000.0 / n);
+    }
+    printf("\"other\": %.3f}}\n", mean_ms - accounted);
     free(ms); free(x);
     gpt2_free(&model);
     return 0;
