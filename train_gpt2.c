@@ -309,7 +309,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
     }
 }
 
-// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T) one row of datt per thread.
+// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T, T) one datt per thread.
 // att holds the probabilities on entry and is overwritten with d(scores), which the last two GEMMs use.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
                         int B, int T, int C, int NH) {
@@ -319,7 +319,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float* datt = scratch + (size_t)omp_get_thread_num() * T;
+            float* datt = scratch + (size_t)omp_get_thread_num() * T * T;
             const float* q = qkv + (size_t)b * T * C3 + h * hs;
             const float* k = q + C;
             const float* v = q + 2 * C;
@@ -330,15 +330,17 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             float* a = att + ((size_t)b * NH + h) * T * T;
             // dv = att^T @ dout
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv, C3);
-            // row by row: datt = dout[t] @ v^T, then through the softmax, in place
+            // datt = dout @ v^T (T,T) in one GEMM (its upper triangle is wasted work, but a GEMM does the
+            // lower one faster than T matrix-vector products), then row by row through the softmax, in place
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, datt, T);
             for (int t = 0; t < T; t++) {
                 float* row = a + (size_t)t * T;
-                cblas_sgemv(CblasRowMajor, CblasNoTrans, t + 1, hs, 1.0f, v, C3, d + (size_t)t * C, 1, 0.0f, datt, 1);
+                const float* drow = datt + (size_t)t * T;
                 float dsum = 0.0f;
                 #pragma omp simd reduction(+:dsum)
-                for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * datt[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
                 #pragma omp simd
-                for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (datt[t2] - dsum) * scale; }
+                for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (drow[t2] - dsum) * scale; }
             }
             // dq = dscores @ k, dk = dscores^T @ q (dscores is zero above the diagonal)
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, k, C3, 0.0f, dq, C3);
@@ -443,7 +445,7 @@ typedef struct {
     float* dbuf_c;    // (B, T, C) backward scratch
     float* dbuf_4c;   // (B, T, 4*C) backward scratch (also dqkv, (B, T, 3*C))
     // not counted in NUM_ACTIVATION_TENSORS: per-thread attention scratch
-    float* att_scratch; // (threads, T)
+    float* att_scratch; // (threads, T, T)
 } ActivationTensors;
 
 typedef struct {
@@ -553,7 +555,7 @@ void gpt2_allocate(GPT2* model, int B, int T) {
     s[21] = BT * C;           // dbuf_c
     s[22] = BT * 4 * C;       // dbuf_4c
     model->num_threads = omp_get_max_threads();
-    size_t scratch = (size_t)model->num_threads * T;
+    size_t scratch = (size_t)model->num_threads * T * T;
     size_t total = scratch;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { total += s[i]; }
     model->num_activations = total;

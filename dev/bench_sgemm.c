@@ -38,8 +38,8 @@ int main(int argc, char** argv) {
         if (r > 0 && dt < best) { best = dt; }
     }
     double gflops = 2.0 * n * (double)n * n / best / 1e9;
-    printf("{\"n\": %d, \"threads\": %d, \"best_s\": %.6f, \"gflops\": %.2f, \"check\": %.3f, \"blas\": \"%s\"}\n",
-           n, openblas_get_num_threads(), best, gflops, c[nn / 2], cpu_blas_describe());
+    printf("{\"n\": %d, \"threads\": %d, \"best_s\": %.6f, \"gflops\": %.2f, \"check\": %.3f, \"blas\": \"%s\", \"core\": \"%s\"}\n",
+           n, openblas_get_num_threads(), best, gflops, c[nn / 2], cpu_blas_describe(), openblas_get_corename());
     free(a); free(b); free(c);
     return 0;
 }
