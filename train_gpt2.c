@@ -84,24 +84,29 @@ static inline void split_range(int n, int tid, int nth, int* lo, int* hi) {
 }
 
 // C (M,N) = alpha op(A) op(B) + beta C, row-major; op(X) = X^T when transX. The larger of M and N is
-// split over the threads.
+// split over the threads: sgemm_part computes thread tid's slice (its rows, or its columns), inside a
+// parallel region, so that callers can put several products and their elementwise work in one region.
+static inline int sgemm_splits_n(int M, int N) { return N > M; }
+static inline void sgemm_part(int tid, int nth, int transA, int transB, int M, int N, int K, float alpha,
+                              const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
+    enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
+    int split_n = sgemm_splits_n(M, N), lo, hi;
+    split_range(split_n ? N : M, tid, nth, &lo, &hi);
+    if (hi > lo && split_n) {
+        const float* b = transB ? B + (size_t)lo * ldb : B + lo;
+        cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
+    } else if (hi > lo) {
+        const float* a = transA ? A + lo : A + (size_t)lo * lda;
+        cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
+    }
+}
+
 void sgemm(int transA, int transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
            int ldb, float beta, float* C, int ldc) {
     blas_init();
-    enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
-    int split_n = N > M;
     #pragma omp parallel
-    {
-        int lo, hi;
-        split_range(split_n ? N : M, omp_get_thread_num(), omp_get_num_threads(), &lo, &hi);
-        if (hi > lo && split_n) {
-            const float* b = transB ? B + (size_t)lo * ldb : B + lo;
-            cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
-        } else if (hi > lo) {
-            const float* a = transA ? A + lo : A + (size_t)lo * lda;
-            cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
-        }
-    }
+    sgemm_part(omp_get_thread_num(), omp_get_num_threads(), transA, transB, M, N, K, alpha, A, lda, B, ldb,
+               beta, C, ldc);
 }
 
 // ----------------------------------------------------------------------------
@@ -211,44 +216,56 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 // out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
                     int N, int C, int OC) {
-    // the bias (and residual) go in first, the GEMM accumulates on top (beta = 1)
+    // one parallel region: each thread writes the bias (and residual) into its own slice of the output,
+    // then its slice of the GEMM accumulates on top (beta = 1) while that slice is still in cache
+    blas_init();
     double t0 = prof_begin();
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* o = out + (size_t)n * OC;
-        if (residual != NULL) {
-            const float* r = residual + (size_t)n * OC;
-            #pragma omp simd
-            for (int i = 0; i < OC; i++) { o[i] = r[i] + bias[i]; }
-        } else {
-            #pragma omp simd
-            for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
-        }
-    }
-    prof_end(PROF_BIAS, t0);
-    PROF(PROF_GEMM, sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC));
-}
-
-// out[c] += sum over rows of in (N,cols); threads own column ranges, rows are summed in order
-void colsum_accumulate(float* out, const float* in, int N, int cols) {
     #pragma omp parallel
     {
-        int nth = omp_get_num_threads(), tid = omp_get_thread_num();
-        int c0 = cols * tid / nth, c1 = cols * (tid + 1) / nth;
-        for (int n = 0; n < N; n++) {
-            const float* row = in + (size_t)n * cols;
-            #pragma omp simd
-            for (int c = c0; c < c1; c++) { out[c] += row[c]; }
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads(), lo, hi;
+        int split_n = sgemm_splits_n(N, OC);
+        split_range(split_n ? OC : N, tid, nth, &lo, &hi);
+        int r0 = split_n ? 0 : lo, r1 = split_n ? N : hi, c0 = split_n ? lo : 0, c1 = split_n ? hi : OC;
+        for (int n = r0; n < r1; n++) {
+            float* o = out + (size_t)n * OC;
+            if (residual != NULL) {
+                const float* r = residual + (size_t)n * OC;
+                #pragma omp simd
+                for (int i = c0; i < c1; i++) { o[i] = r[i] + bias[i]; }
+            } else {
+                #pragma omp simd
+                for (int i = c0; i < c1; i++) { o[i] = bias[i]; }
+            }
         }
+        sgemm_part(tid, nth, 0, 1, N, OC, C, 1.0f, inp, C, weight, C, 1.0f, out, OC);
+    }
+    prof_end(PROF_GEMM, t0);
+}
+
+// out[c] += sum over rows of in (N,cols) for thread tid's columns; rows are summed in order
+static inline void colsum_part(int tid, int nth, float* out, const float* in, int N, int cols) {
+    int c0 = cols * tid / nth, c1 = cols * (tid + 1) / nth;
+    for (int n = 0; n < N; n++) {
+        const float* row = in + (size_t)n * cols;
+        #pragma omp simd
+        for (int c = c0; c < c1; c++) { out[c] += row[c]; }
     }
 }
 
-// dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=
+// dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=.
+// One parallel region: the three outputs are disjoint and each thread's slices of them are independent.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC) {
-    PROF(PROF_GEMM, sgemm(0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C));
-    PROF(PROF_GEMM, sgemm(1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C));
-    if (dbias != NULL) { PROF(PROF_BIAS, colsum_accumulate(dbias, dout, N, OC)); }
+    blas_init();
+    double t0 = prof_begin();
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        sgemm_part(tid, nth, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
+        sgemm_part(tid, nth, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        if (dbias != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
+    }
+    prof_end(PROF_GEMM, t0);
 }
 
 // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n

@@ -11,12 +11,12 @@
 #include <omp.h>
 
 typedef enum {
-    PROF_GEMM,          // every cblas_sgemm of the linear layers and the lm_head
+    PROF_GEMM,          // the linear layers and the lm_head: their GEMMs, with the bias and residual adds and
+                        // the bias gradients that share their parallel regions
     PROF_ATTENTION,     // causal self-attention, its O(T^2) products and softmax included
     PROF_LAYERNORM,
     PROF_GELU,
     PROF_CROSSENTROPY,  // softmax + cross-entropy, forward and backward
-    PROF_BIAS,          // bias and residual adds around the GEMMs, bias gradients
     PROF_ENCODER,       // token + position embeddings, forward and backward
     PROF_GRAD_NORM,
     PROF_ADAMW,
@@ -24,7 +24,7 @@ typedef enum {
 } ProfPhase;
 
 static const char* const PROF_NAMES[PROF_PHASES] = {
-    "gemm", "attention", "layernorm", "gelu", "crossentropy", "bias_residual", "encoder", "grad_norm", "adamw",
+    "gemm", "attention", "layernorm", "gelu", "crossentropy", "encoder", "grad_norm", "adamw",
 };
 
 static int cpu_profile_enabled = 0;

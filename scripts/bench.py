@@ -19,7 +19,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-PHASES = ["gemm", "attention", "layernorm", "gelu", "crossentropy", "bias_residual", "encoder", "grad_norm",
+PHASES = ["gemm", "attention", "layernorm", "gelu", "crossentropy", "encoder", "grad_norm",
           "adamw", "other"]
 
 
