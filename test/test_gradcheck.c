@@ -205,7 +205,7 @@ Test(gradcheck, attention) {
     c.out = zeros(c.nout); c.w = randn_alloc(c.nout, 0, 1);
     c.a = randn_alloc(N_ * 3 * C_, 0, 1);
     c.s1 = zeros(B_ * NH_ * T_ * T_);
-    float *dqkv = zeros(N_ * 3 * C_), *scratch = zeros((size_t)omp_get_max_threads() * T_);
+    float *dqkv = zeros(N_ * 3 * C_), *scratch = zeros((size_t)omp_get_max_threads() * T_ * T_);
     attention_f(&c);
     attention_backward(dqkv, scratch, c.w, c.a, c.s1, B_, T_, C_, NH_);
     check_input("attention", "qkv", c.a, dqkv, N_ * 3 * C_, 1e-2f, 1e-3, 5e-5, attention_f, &c);
