@@ -629,11 +629,13 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         float* fch = a.fch + l * ABT * 4 * C;
         float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
         float* residual3 = a.residual3 + l * ABT * C;
-        PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual, p.ln1w + l * C, p.ln1b + l * C, BT, C));
+        PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
+                                               p.ln1w + l * C, p.ln1b + l * C, BT, C));
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
         PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
         matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C);
-        PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2, p.ln2w + l * C, p.ln2b + l * C, BT, C));
+        PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
+                                               p.ln2w + l * C, p.ln2b + l * C, BT, C));
         matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C);
         PROF(PROF_GELU, gelu_forward(fch_gelu, fch, BT * 4 * C));
         matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT, 4 * C, C);
@@ -672,12 +674,13 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
     // fused softmax + cross-entropy backward, then the lm_head
-    PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT, BT, V, Vp));
+    PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT,
+                                                                  BT, V, Vp));
     PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
     PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
     memset(a.dresidual, 0, BT * C * sizeof(float));
-    PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C, p.lnfw,
-                       a.lnf_mean, a.lnf_rstd, BT, C));
+    PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C,
+                                            p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C));
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
         const float* ln1 = a.ln1 + l * ABT * C;
@@ -694,8 +697,8 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C));
         matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
                         p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
-        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2, p.ln2w + l * C,
-                           a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C));
+        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2,
+                                                p.ln2w + l * C, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C));
         // dresidual holds d(residual2[l]) here
         matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
                         p.attprojw + (size_t)l * C * C, BT, C, C);
@@ -703,8 +706,8 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
         matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
-        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual, p.ln1w + l * C,
-                           a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
+        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual,
+                                                p.ln1w + l * C, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
     }
     PROF(PROF_ENCODER, encoder_backward(g.wte, g.wpe, a.dresidual, inputs, B, T, C));
 }

@@ -3,7 +3,9 @@
  * as `make bench` measures it: a random-init dN model (GPT-2 vocab), random tokens, the median step time
  * over the steps after `warmup`. tok/s = B*T / median; MFU against the SGEMM peak passed in (GFLOP/s),
  * with FLOPs per token = 6*N + 6*L*C*T (llm.c's accounting). Also the mean time per step of each kind of
- * work (llmc/cpu_profile.h; "other" is the rest of the step), the BLAS and its core, the wait policy.
+ * work (llmc/cpu_profile.h; "other" is the rest of the step), the process CPU time per step (cpu_ms; with
+ * a sleeping wait policy, cpu_ms / (threads * mean_ms) is how busy the threads were), the BLAS and its core,
+ * the wait policy.
  * Prints one JSON line.
  * usage: bench_gpt2 depth B T [steps=8] [warmup=2] [peak_gflops=0]
  */
@@ -13,6 +15,13 @@
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+// CPU time of the whole process (all threads)
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
@@ -42,8 +51,9 @@ int main(int argc, char** argv) {
     uint64_t rng = 42;
     double* ms = (double*)mallocCheck(steps * sizeof(double));
     cpu_profile_enabled = 1;
+    double cpu0 = cpu_s();
     for (int s = 0; s < steps; s++) {
-        if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); }
+        if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); cpu0 = cpu_s(); }
         for (int i = 0; i <= B * T; i++) { x[i] = (int)(random_u32(&rng) % (uint32_t)V); }
         double t0 = now_s();
         gpt2_forward(&model, x, x + 1, B, T);
@@ -55,6 +65,7 @@ int main(int argc, char** argv) {
         ms[s] = (now_s() - t0) * 1000.0;
     }
     int n = steps - warmup;
+    double cpu_ms = (cpu_s() - cpu0) * 1000.0 / n;  // per step; / (threads * mean_ms): how busy the threads were
     double mean_ms = 0.0;
     for (int s = warmup; s < steps; s++) { mean_ms += ms[s] / n; }
     qsort(ms + warmup, n, sizeof(double), cmp_double);
@@ -65,10 +76,10 @@ int main(int argc, char** argv) {
     double mfu = peak > 0 ? 100.0 * tok_s * flops_tok / (peak * 1e9) : 0.0;
     printf("{\"depth\": %d, \"B\": %d, \"T\": %d, \"steps\": %d, \"median_ms\": %.3f, \"tok_s\": %.2f, "
            "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f, \"blas\": \"%s\", "
-           "\"wait_policy\": \"%s\", \"spincount\": \"%s\", \"mean_ms\": %.3f, \"phases_ms\": {",
+           "\"wait_policy\": \"%s\", \"spincount\": \"%s\", \"mean_ms\": %.3f, \"cpu_ms\": %.3f, \"threads\": %d, \"phases_ms\": {",
            depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss, cpu_blas_describe(),
            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "", getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "",
-           mean_ms);
+           mean_ms, cpu_ms, omp_get_max_threads());
     double accounted = 0.0;
     for (int k = 0; k < PROF_PHASES; k++) {
         accounted += cpu_profile_seconds[k] * 1000.0 / n;
