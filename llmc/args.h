@@ -99,7 +99,9 @@ static inline void arg_print_usage(FILE* out, const ArgSpec* specs, int n, const
         char type[64];
         snprintf(type, sizeof(type), "<%s>", specs[i].type == ARG_STR ? "string" : specs[i].type == ARG_FLOAT ? "float"
                  : specs[i].type == ARG_CHOICE ? specs[i].choices : "int");
-        fprintf(out, "  %-12s %-8s %s (default %s)\n", specs[i].flag, type, specs[i].help, def);
+        char head[160];
+        snprintf(head, sizeof(head), "%s %s", specs[i].flag, type);
+        fprintf(out, "  %-30s %s (default %s)\n", head, specs[i].help, def);
     }
 }
 

@@ -137,7 +137,7 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
     ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
     ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
-    ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps (0: off)"),
+    ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps and after the last (0: off)"),
     ARG("-g", ARG_INT, TrainConfig, sample_tokens, 1, 1 << 20, 0, "tokens per sample (past T, the model sees the last T)"),
     ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
     ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
@@ -180,7 +180,7 @@ static inline void train_print_usage(FILE* out, const TrainCli* cli) {
     arg_print_usage(out, TRAIN_ARGS, NUM_TRAIN_ARGS, &d);
     if (cli->args != NULL) { arg_print_usage(out, cli->args, cli->num_args, &d); }
     arg_print_usage(out, train_hybrid_args(), NUM_HYBRID_FLAGS, &d);
-    fprintf(out, "  -h, --help            this text\n");
+    fprintf(out, "  %-30s this text\n", "-h, --help");
     fprintf(out, "%s", cli->example);
 }
 
@@ -799,8 +799,9 @@ static inline void train_loop(TrainRun* run, const TrainBackend* be, int V, int 
         } else {
             run->faults = 0;
         }
-        if (cfg->sample_every > 0 && run->step % cfg->sample_every == 0 && run->rank0) { train_sample_text(run, be, V); }
         int last = run->step == run->total_steps;
+        // samples every -s steps and after the last one, so that a run ends with text
+        if (cfg->sample_every > 0 && (run->step % cfg->sample_every == 0 || last) && run->rank0) { train_sample_text(run, be, V); }
         // a signal reaches processes at different moments: rank 0's decision is everyone's. Predict
         // steps communicate nothing, so the decision waits for the next measured step
         int stop = stop_signal != 0;
