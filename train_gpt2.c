@@ -11,13 +11,11 @@
  */
 #include <float.h>
 #include <math.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <cblas.h>
 #include <omp.h>
 

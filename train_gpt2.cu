@@ -12,8 +12,6 @@
 #include <string.h>
 #include <math.h>
 #include <time.h>
-#include <signal.h>
-#include <sys/stat.h>
 #include "llmc/train_common.h"  // utils, args, data, schedule, checkpoints, logs, hybrid/
 #include "llmc/cuda_common.cuh"
 #include "llmc/encoder.cuh"
