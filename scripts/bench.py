@@ -5,10 +5,11 @@ reference (scripts/train_gpt2.py --bench, same model, batch and tokens) at its b
 peak (2048^3; the best of a measurement before and one after), all in this one run, for d12 4x64, d12 8x256
 and d6 8x256. Then where train_gpt2's step time goes (llmc/cpu_profile.h).
 PyTorch at its best: the same OpenBLAS kernel as ours (OPENBLAS_CORETYPE set to the core our programs run
-on, unless set already) and the fastest of torch threads x OpenBLAS threads in {1 x 1, N x N, 1 x N}.
+on, unless set already) and the faster of torch threads x OpenBLAS threads N x N and 1 x N (1 x 1 leaves a
+core idle; 1 x N was PyTorch's fastest on 2 cores), --torch-steps steps each (the slow part of the run).
 Random-init models and random tokens (speed only). FLOPs/token = 6N + 6LCT; MFU = tok/s * FLOPs/token / peak.
-usage: scripts/bench.py [--threads 2] [--steps 6] [--warmup 2] [--configs d12:4:64,d12:8:256,d6:8:256]
-                        [--no-torch]
+usage: scripts/bench.py [--threads 2] [--steps 6] [--warmup 2] [--torch-steps 4]
+                        [--configs d12:4:64,d12:8:256,d6:8:256] [--no-torch]
 """
 import argparse
 import json
@@ -35,7 +36,7 @@ def torch_best(model, B, T, steps, threads, env, core):
     tenv = dict(env)
     if "OPENBLAS_CORETYPE" not in os.environ and core:
         tenv["OPENBLAS_CORETYPE"] = core
-    settings = sorted({(1, 1), (threads, threads), (1, threads)})
+    settings = sorted({(threads, threads), (1, threads)}, reverse=True)
     runs = []
     for th, blas in settings:
         e = dict(tenv, OMP_NUM_THREADS=str(th), OPENBLAS_NUM_THREADS=str(blas))
@@ -51,6 +52,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=6)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--torch-steps", type=int, default=4, help="PyTorch steps per setting (its first 2 are warm-up)")
     p.add_argument("--configs", default="d12:4:64,d12:8:256,d6:8:256")
     p.add_argument("--no-torch", action="store_true", help="train_gpt2 and the SGEMM peak only")
     a = p.parse_args()
@@ -69,7 +71,7 @@ def main():
         if a.no_torch:
             best, runs = None, []
         else:
-            best, runs = torch_best(model, B, T, a.steps, a.threads, env, sg.get("core"))
+            best, runs = torch_best(model, B, T, a.torch_steps, a.threads, env, sg.get("core"))
         rows.append([f"{model} B={B} T={T}", c["tok_s"], c["mfu_pct"], best, c["flops_per_token"]])
         pt = " / ".join("%.1f (%s)" % (r["tok_s"], r["label"]) for r in runs)
         print(f"  {rows[-1][0]}: train_gpt2 {c['tok_s']:.1f} tok/s ({c['mfu_pct']:.1f}%)"
