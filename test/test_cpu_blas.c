@@ -94,7 +94,7 @@ static int count(const char* text, const char* needle) {
 // a clean environment for the child: none of our variables inherited from this (re-executed) test binary
 #define CLEAN_ENV "env -u LLMC_BLAS_REEXEC -u OPENBLAS_CORETYPE -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT LLMC_BLAS_VERBOSE=1 "
 
-Test(cpu_blas, reexec_at_most_once_trainer) {
+Test(cpu_blas, reexec_at_most_once_trainer, .timeout = 60) {  // a re-exec loop ends in the timeout
     int rc;
     char* out = run_capture(CLEAN_ENV "LLMC_BLAS_TEST_CORE=Prescott ./train_gpt2 -h 2>&1", &rc);
     cr_expect_eq(rc, 0, "train_gpt2 -h failed:\n%s", out);
@@ -107,7 +107,7 @@ Test(cpu_blas, reexec_at_most_once_trainer) {
     free(out);
 }
 
-Test(cpu_blas, reexec_sets_the_supported_core) {
+Test(cpu_blas, reexec_sets_the_supported_core, .timeout = 60) {
     CpuFeatures f = cpu_features_detect();
     const char* want = blas_core_for(&f);
     int rc;
