@@ -66,6 +66,11 @@ BENCH_THREADS ?= 2
 bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
 
+# the OpenMP wait policies, quiet and with one busy process per core (d6 B8 T256; a few minutes)
+.PHONY: bench-threads
+bench-threads: $(BUILD)/bench_gpt2
+	scripts/bench_threads.sh 6 8 256 5 $(BENCH_THREADS)
+
 # ---- section: data / tokenizer ----
 # ./tokenize (GPT-2 BPE: encode/decode/ids/vocab), its tests, and `make bench-tokenizer`
 DATA_HEADERS = data/bpe.h data/shard.h data/unicode_tables.h llmc/utils.h llmc/dataloader.h llmc/rand.h llmc/tokenizer.h
