@@ -329,7 +329,7 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     char err[256];
     cudnn_att_init();
     model->use_cudnn = cudnn_att_prepare(B, T, (int)NH, (int)(C / NH), err, sizeof(err)) == 0;
-    if (!model->use_cudnn) { fprintf(stderr, "cuDNN attention unavailable (%s): using the built-in kernels\n", err); }
+    if (!model->use_cudnn) { fprintf(stderr, "cuDNN attention unavailable (%s): using the built-in tensor-core kernels (llmc/attention.cuh)\n", err); }
 #endif
 }
 

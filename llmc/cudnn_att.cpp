@@ -588,6 +588,14 @@ static bool binds_exactly(const Builder& bld, const int64_t* uids, int n) {
 }
 
 extern "C" int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, size_t errlen) {
+    // the negative control: the library must refuse a matmul whose inner dimensions differ (Q Q with HS != T),
+    // or finalizing proves nothing
+    if (HS != T) {
+        Builder bad;
+        Common c = common_tensors(bad, B, T, NH, HS);
+        bad.matmul(c.q, c.q, bad.virt(CUDNN_DATA_FLOAT, B, NH, T, T));
+        if (!bad.failed) { snprintf(err, errlen, "a matmul with mismatched shapes finalized: the check is blind"); return -1; }
+    }
     Builder fwd, bwd, bwd_accum;
     forward_graph(fwd, NULL, B, T, NH, HS);
     if (fwd.failed) { snprintf(err, errlen, "forward graph: %s", fwd.err); return -1; }
