@@ -18,7 +18,10 @@
 # The cuDNN round also runs the host-only graph check and says whether cuDNN found an engine (if not, the
 # trainer falls back to our kernels and says so on stderr: that is a FAIL of the "cudnn engine" check).
 # Needs: nvcc and the CUDA libraries, make and a C compiler, OpenBLAS (the CPU trainer), and python3 with
-# torch and numpy for the reference (the pytorch check is skipped without them).
+# torch and numpy for the reference (the pytorch check is skipped without them). Each round builds in one
+# `make -k -j` (CHECK_JOBS, default nproc); every GPU run has a timeout (CHECK_TIMEOUT, default 300 s) so a
+# hung kernel fails its own check only. CHECK_ALL_FORCE=1 runs the GPU checks even where nvidia-smi lists
+# no GPU (to exercise the script: they then fail).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 LOG_DIR=${1:-docs/results/gpu}
@@ -35,6 +38,9 @@ mkdir -p "$LOG_DIR" build/gpu_check || exit 1
 LOG="$LOG_DIR/check_all_$(date -u +%Y%m%dT%H%M%SZ).log"
 exec > >(tee "$LOG") 2>&1
 W=build/gpu_check
+JOBS=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
+TMO=${CHECK_TIMEOUT:-300}  # seconds for any one GPU run: a hung kernel fails its check, not the whole script
+KERNELS=(layernorm matmul attention classifier adamw hybrid_apply)
 MK=(make --no-print-directory)
 [ -n "$ARCH" ] && MK+=("GPU_COMPUTE_CAPABILITY=$ARCH")
 FLAGS=(-e d4 -b 8 -t 128 -x 20 -n 10 -v 10 -m 4 -s 0 -l 1e-3 -u 5 -q 0.1)
@@ -52,7 +58,7 @@ result() {  # NAME STATUS [WHY]
     SUMMARY+=("$line")
     echo ">>> $line"
 }
-# check NAME CMD...: runs CMD, pass on exit 0
+# check NAME CMD...: runs CMD, pass on exit 0 (124: it ran past the timeout)
 check() {
     local name=$1 rc
     shift
@@ -60,7 +66,9 @@ check() {
     echo "=== $name: $*"
     "$@"
     rc=$?
-    if [ $rc -eq 0 ]; then result "$name" pass; else result "$name" FAIL "exit $rc"; fi
+    if [ $rc -eq 0 ]; then result "$name" pass
+    elif [ $rc -eq 124 ]; then result "$name" FAIL "timed out after ${TMO} s"
+    else result "$name" FAIL "exit $rc"; fi
     return $rc
 }
 # the metrics of steps after $2, timing fields dropped: what must agree bit for bit
@@ -80,22 +88,22 @@ run_recompute() {
     local r
     for r in 0 1 2; do
         rm -rf "$W/r$r"
-        ./train_gpt2cu "${FLAGS[@]}" -r $r -o "$W/r$r" > "$W/r$r.out" 2>&1 || { tail -n 5 "$W/r$r.out"; return 1; }
+        timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -r $r -o "$W/r$r" > "$W/r$r.out" 2>&1 || { tail -n 5 "$W/r$r.out"; return 1; }
     done
     same_losses "$W/r0" "$W/r1" 0 && same_losses "$W/r0" "$W/r2" 0
 }
 run_resume() {  # extra flags...
     local out=$W/resume
     rm -rf "$out" "$out.r"
-    ./train_gpt2cu "${FLAGS[@]}" "$@" -o "$out" > "$out.out" 2>&1 || { tail -n 5 "$out.out"; return 1; }
+    timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "$@" -o "$out" > "$out.out" 2>&1 || { tail -n 5 "$out.out"; return 1; }
     mkdir -p "$out.r"
     cp "$out"/*_00000010* "$out.r"/ || return 1
-    ./train_gpt2cu "${FLAGS[@]}" "$@" -o "$out.r" -y 1 > "$out.r.out" 2>&1 || { tail -n 5 "$out.r.out"; return 1; }
+    timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "$@" -o "$out.r" -y 1 > "$out.r.out" 2>&1 || { tail -n 5 "$out.r.out"; return 1; }
     same_losses "$out" "$out.r" 10
 }
 run_cpu_vs_gpu() {
     rm -rf "$W/gpu_cmp"
-    ./train_gpt2cu "${FLAGS[@]}" -o "$W/gpu_cmp" > "$W/gpu_cmp.out" 2>&1 || { tail -n 5 "$W/gpu_cmp.out"; return 1; }
+    timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -o "$W/gpu_cmp" > "$W/gpu_cmp.out" 2>&1 || { tail -n 5 "$W/gpu_cmp.out"; return 1; }
     "$PY" - "$W/cpu_cmp/metrics.jsonl" "$W/gpu_cmp/metrics.jsonl" <<'PYEOF'
 import json, sys
 def losses(p):
@@ -117,7 +125,7 @@ echo
 echo "=== the CPU trainer (for cpu-vs-gpu)"
 CPU_OK=0
 if "${MK[@]}" train_gpt2 && rm -rf "$W/cpu_cmp" &&
-   OMP_NUM_THREADS=${OMP_NUM_THREADS:-4} ./train_gpt2 "${FLAGS[@]}" -o "$W/cpu_cmp" > "$W/cpu_cmp.out" 2>&1; then
+   ./train_gpt2 "${FLAGS[@]}" -o "$W/cpu_cmp" > "$W/cpu_cmp.out" 2>&1; then
     CPU_OK=1
 else
     tail -n 5 "$W/cpu_cmp.out" 2>/dev/null
@@ -137,30 +145,36 @@ fi
 [ $REF_OK = 1 ] || echo "not available: $REF_WHY"
 
 round() {  # TAG USE_CUDNN
-    local tag=$1 cudnn=$2 built=1 k
+    local tag=$1 cudnn=$2 k
     local mk=("${MK[@]}" "USE_CUDNN=$cudnn")
     echo
     echo "############ round $tag (USE_CUDNN=$cudnn)"
     if [ "$cudnn" = 1 ] && ! "${mk[@]}" -n -B train_gpt2cu 2>/dev/null | grep -q -- -DENABLE_CUDNN; then
-        for k in "graph check" "build" "kernels" "cudnn engine" "pytorch" "recompute" "resume baseline" \
+        for k in "graph check" "build" "${KERNELS[@]}" "cudnn engine" "pytorch" "recompute" "resume baseline" \
                  "resume hybrid" "cpu-vs-gpu"; do
             result "[$tag] $k" skipped "the Makefile finds no cuDNN (cudnn.h and libcudnn.so)"
         done
         return
     fi
     if [ "$cudnn" = 1 ]; then check "[$tag] graph check" "${mk[@]}" cudnn-graph-check; fi
-    check "[$tag] build" "${mk[@]}" -B train_gpt2cu test_gpt2cu || built=0
-    for k in layernorm matmul attention classifier adamw hybrid_apply; do
-        if ! check "[$tag] build dev/cuda/$k" "${mk[@]}" -B "dev/cuda/$k"; then
-            result "[$tag] $k" skipped "its build failed"
-            continue
-        fi
-        if [ $HAVE_GPU = 0 ] && [ -z "${CHECK_ALL_FORCE:-}" ]; then result "[$tag] $k" skipped "no GPU"; continue; fi
-        check "[$tag] $k" "./dev/cuda/$k"
+    # everything of the round in one parallel make; -k: a failing file does not stop the others
+    local bins=(train_gpt2cu test_gpt2cu) bin
+    for k in "${KERNELS[@]}"; do bins+=("dev/cuda/$k"); done
+    echo
+    echo "=== [$tag] build: ${mk[*]} -k -j$JOBS -B ${bins[*]}"
+    rm -f "${bins[@]}"
+    "${mk[@]}" -k -j"$JOBS" -B "${bins[@]}"
+    for bin in "${bins[@]}"; do
+        if [ -x "$bin" ]; then result "[$tag] build $bin" pass; else result "[$tag] build $bin" FAIL "see the log"; fi
     done
     local why=""
-    [ $built = 0 ] && why="the build failed"
+    [ -x train_gpt2cu ] || why="train_gpt2cu did not build"
     [ -z "$why" ] && [ $HAVE_GPU = 0 ] && [ -z "${CHECK_ALL_FORCE:-}" ] && why="no GPU (nvidia-smi -L lists none)"
+    for k in "${KERNELS[@]}"; do
+        if [ ! -x "dev/cuda/$k" ]; then result "[$tag] $k" skipped "its build failed"; continue; fi
+        if [ $HAVE_GPU = 0 ] && [ -z "${CHECK_ALL_FORCE:-}" ]; then result "[$tag] $k" skipped "no GPU"; continue; fi
+        check "[$tag] $k" timeout "$TMO" "./dev/cuda/$k"
+    done
     if [ -n "$why" ]; then
         for k in "cudnn engine" "pytorch" "recompute" "resume baseline" "resume hybrid" "cpu-vs-gpu"; do
             if [ "$cudnn" = 0 ] && [ "$k" = "cudnn engine" ]; then continue; fi
@@ -171,18 +185,23 @@ round() {  # TAG USE_CUDNN
     if [ "$cudnn" = 1 ]; then
         echo
         echo "=== [$tag] cudnn engine: a 1-step run, looking for the fallback line"
-        ./train_gpt2cu "${FLAGS[@]}" -x 1 -o "$W/engine" > "$W/engine.out" 2>&1
+        rm -rf "$W/engine"
+        timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -x 1 -o "$W/engine" > "$W/engine.out" 2>&1
         if grep -q "cuDNN attention unavailable" "$W/engine.out"; then
             result "[$tag] cudnn engine" FAIL "$(grep -m 1 "cuDNN attention unavailable" "$W/engine.out" | cut -c 1-160)"
-        elif grep -q "cuDNN" "$W/engine.out" || ! grep -q . "$W/engine/metrics.jsonl" 2>/dev/null; then
-            tail -n 5 "$W/engine.out"
-            result "[$tag] cudnn engine" FAIL "the run failed or cuDNN complained, see the log"
-        else
+        elif grep -q "non-deterministic" "$W/engine.out"; then
+            result "[$tag] cudnn engine" FAIL "$(grep -m 1 "non-deterministic" "$W/engine.out" | cut -c 1-160)"
+        elif grep -q "cuDNN (fused flash attention)" "$W/engine.out" && grep -q . "$W/engine/metrics.jsonl" 2>/dev/null; then
             result "[$tag] cudnn engine" pass
+        else
+            tail -n 5 "$W/engine.out"
+            result "[$tag] cudnn engine" FAIL "the 1-step run failed or did not report cuDNN attention, see the log"
         fi
     fi
-    if [ $REF_OK = 1 ]; then
-        check "[$tag] pytorch" ./test_gpt2cu "$W/ref_model.bin" "$W/ref_state.bin"
+    if [ ! -x test_gpt2cu ]; then
+        result "[$tag] pytorch" skipped "test_gpt2cu did not build"
+    elif [ $REF_OK = 1 ]; then
+        check "[$tag] pytorch" timeout "$TMO" ./test_gpt2cu "$W/ref_model.bin" "$W/ref_state.bin"
     else
         result "[$tag] pytorch" skipped "$REF_WHY"
     fi
