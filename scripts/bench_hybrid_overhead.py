@@ -80,7 +80,7 @@ def main():
                 out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}")
                 cmd = run_trainer(a.trainer, model, B, T, int(steps), flags, out, env)
                 res[name] = phase_medians(os.path.join(out, "metrics.jsonl"), a.skip)
-                print(f"  {' '.join(c for c in cmd if c != out)}: " + ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
+                print(f"  {' '.join(c for c in cmd if c not in ('-o', out))}: " + ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
             base = res["baseline"].get("full", (None, 0))[0]
             for name, _ in ARMS[1:]:
                 r = res[name]
