@@ -15,7 +15,7 @@ baseline in the same run.
    statistics, Predict steps) in bytes moved and GB/s against a STREAM-like triad measured in the same
    run with the same threads.
 Prints the OpenBLAS core in use (set OPENBLAS_CORETYPE where Debian's OpenBLAS picks a slow kernel).
-usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:60,d6:8:256:24] [--skip 3]
+usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:60,d6:8:256:16] [--skip 3]
 """
 import argparse
 import json
@@ -63,7 +63,7 @@ def fmt(x, n):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--configs", default="d2:8:64:60,d6:8:256:24", help="model:B:T:steps,...")
+    p.add_argument("--configs", default="d2:8:64:60,d6:8:256:16", help="model:B:T:steps,...")
     p.add_argument("--skip", type=int, default=3, help="steps left out of the medians (warm-up)")
     p.add_argument("--trainer", default="./train_gpt2")
     p.add_argument("--micro", default="build/bench_hybrid", help="the passes' bench ('' to skip)")
