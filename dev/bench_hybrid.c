@@ -3,8 +3,8 @@
  * measures them: on a random-init dN model (GPT-2 vocab), the median time of the plain AdamW update
  * (gpt2_update), the same update fused with hybrid mode's statistics (hybrid_update, ema and adam
  * directions), and a Predict step (hybrid_apply_predict: a run's first step, which also writes the rollback
- * copy, and a later one), next to a STREAM-like triad a = b + s*c over buffers far larger than the caches,
- * with the same threads. Bytes are counted as STREAM counts them (each float read or written once).
+ * copy, and a later one), next to a bandwidth probe a += s*b over buffers far larger than the caches, with
+ * the same threads. Bytes are counted as STREAM counts them (each float read or written once).
  * Every round runs each pass once, in turn (medians over the rounds after warm-up), so that on a shared
  * machine all of them see the same moments. Run it as the trainer runs (OMP_WAIT_POLICY=passive).
  * Prints a table and one JSON line.
@@ -24,9 +24,11 @@ static double median(double* x, int n) {  // insertion sort: n is small
     return x[n / 2];
 }
 
-static void triad(float* a, const float* b, const float* c, size_t n, float s) {
+// the bandwidth probe: a += s*b, the shape of a Predict step (read one stream, read-write another; a
+// write-only stream would also pay a read for ownership that the count below does not see)
+static void axpy(float* a, const float* b, size_t n, float s) {
     #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) { a[i] = b[i] + s * c[i]; }
+    for (size_t i = 0; i < n; i++) { a[i] = a[i] + s * b[i]; }
 }
 
 static void fill(float* x, size_t n, float scale, uint64_t seed) {
@@ -70,10 +72,10 @@ int main(int argc, char** argv) {
         h[k].lr = 1e-3f;
         for (int b = 0; b < nb; b++) { h[k].coef[b] = 0.5f; }
     }
-    // the triad over three buffers of >= 64 MiB each (far past any cache here), or the model's size
-    size_t tn = P > ((size_t)16 << 20) ? P : ((size_t)16 << 20);
-    float *ta = (float*)mallocCheck(tn * 4), *tb = (float*)mallocCheck(tn * 4), *tc = (float*)mallocCheck(tn * 4);
-    fill(tb, tn, 1.0f, 5); fill(tc, tn, 1.0f, 6); memset(ta, 0, tn * 4);
+    // the probe over two buffers of >= 128 MiB each (far past any cache here), or the model's size
+    size_t tn = P > ((size_t)32 << 20) ? P : ((size_t)32 << 20);
+    float *ta = (float*)mallocCheck(tn * 4), *tb = (float*)mallocCheck(tn * 4);
+    fill(ta, tn, 1.0f, 5); fill(tb, tn, 1e-3f, 6);
 
     // rounds of every pass in turn, so that all of them see the same moments of a shared machine
     ApplyDirection dirs[2];
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
             int k = pass % 2;  // ema, adam
             double t0 = omp_get_wtime();
             switch (pass) {
-                case 0: triad(ta, tb, tc, tn, 0.5f); break;
+                case 0: axpy(ta, tb, tn, (r % 2) ? 1.0f : -1.0f); break;
                 case 1: gpt2_update(&model, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step++); break;
                 case 2: case 3:
                     hybrid_update(&h[k], model.params_memory, model.grads_memory, model.m_memory, model.v_memory,
@@ -100,9 +102,9 @@ int main(int argc, char** argv) {
     }
     double t[NPASS];
     for (int pass = 0; pass < NPASS; pass++) { t[pass] = median(times[pass], reps); }
-    double t_triad = t[0], t_plain = t[1], t_fused[2] = {t[2], t[3]};
+    double t_probe = t[0], t_plain = t[1], t_fused[2] = {t[2], t[3]};
     double t_pred_first[2] = {t[4], t[5]}, t_pred[2] = {t[6], t[7]};
-    double bw = 3.0 * 4.0 * tn / t_triad / 1e9;  // GB/s
+    double bw = 3.0 * 4.0 * tn / t_probe / 1e9;  // GB/s
     // floats per parameter read + written by each pass
     struct { const char* name; double s; int floats; } rows[] = {
         {"AdamW, plain (gpt2_update)", t_plain, 7},
@@ -116,22 +118,22 @@ int main(int argc, char** argv) {
     const char* core = openblas_get_corename();
     printf("d%d: %zu parameters in %d blocks, %d threads, OpenBLAS core %s; medians of %d after %d warm-up\n", depth, P,
            nb, omp_get_max_threads(), core, reps, WARMUP);
-    printf("triad a = b + s*c over 3 x %.0f MiB: %.2f ms, %.2f GB/s\n", tn * 4.0 / (1 << 20), t_triad * 1e3, bw);
-    printf("(the model's buffers are %.0f MiB each: where they fit in the last-level cache, a pass can beat the triad)\n\n",
+    printf("bandwidth probe a += s*b over 2 x %.0f MiB: %.2f ms, %.2f GB/s\n", tn * 4.0 / (1 << 20), t_probe * 1e3, bw);
+    printf("(the model's buffers are %.0f MiB each: where they fit in the last-level cache, a pass can beat the probe)\n\n",
            P * 4.0 / (1 << 20));
-    printf("| pass (d%d) | ms | MB moved | GB/s | %% of triad bandwidth |\n|---|---|---|---|---|\n", depth);
+    printf("| pass (d%d) | ms | MB moved | GB/s | %% of probe bandwidth |\n|---|---|---|---|---|\n", depth);
     for (size_t r = 0; r < sizeof(rows) / sizeof(rows[0]); r++) {
         double bytes = 4.0 * rows[r].floats * P;
         printf("| %s | %.2f | %.0f | %.2f | %.0f%% |\n", rows[r].name, rows[r].s * 1e3, bytes / 1e6,
                bytes / rows[r].s / 1e9, 100.0 * bytes / rows[r].s / 1e9 / bw);
     }
-    printf("{\"depth\": %d, \"params\": %zu, \"threads\": %d, \"blas_core\": \"%s\", \"triad_gbs\": %.3f, "
+    printf("{\"depth\": %d, \"params\": %zu, \"threads\": %d, \"blas_core\": \"%s\", \"probe_gbs\": %.3f, "
            "\"adamw_ms\": %.4f, \"fused_ema_ms\": %.4f, \"fused_adam_ms\": %.4f, \"predict_ema_first_ms\": %.4f, "
            "\"predict_ema_ms\": %.4f, \"predict_adam_first_ms\": %.4f, \"predict_adam_ms\": %.4f}\n",
            depth, P, omp_get_max_threads(), core, bw, t_plain * 1e3, t_fused[0] * 1e3, t_fused[1] * 1e3,
            t_pred_first[0] * 1e3, t_pred[0] * 1e3, t_pred_first[1] * 1e3, t_pred[1] * 1e3);
     for (int k = 0; k < 2; k++) { hybrid_free(&h[k]); }
-    free(offsets); free(wd); free(direction); free(keep); free(ta); free(tb); free(tc);
+    free(offsets); free(wd); free(direction); free(keep); free(ta); free(tb);
     gpt2_free(&model);
     return 0;
 }

@@ -12,7 +12,7 @@ baseline in the same run.
    The hybrid runs use --hybrid-warmup 4 --confidence-threshold 0 so that a short run has Predict and
    Correct steps to time; these flags change no per-step work.
 2. build/bench_hybrid at each config's depth: the passes alone (plain AdamW, AdamW fused with the
-   statistics, Predict steps) in bytes moved and GB/s against a STREAM-like triad measured in the same
+   statistics, Predict steps) in bytes moved and GB/s against a bandwidth probe (a += s*b) in the same
    run with the same threads.
 Prints the OpenBLAS core in use (set OPENBLAS_CORETYPE where Debian's OpenBLAS picks a slow kernel).
 usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:60,d6:8:256:16] [--skip 3]
