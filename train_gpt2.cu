@@ -891,7 +891,7 @@ typedef struct {
     float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
     float* coef;              // (nblocks) device, this Predict step's coefficients
     double* stats;            // (nblocks*3) device, filled by the observe kernel
-    double* stats_partial;    // (nblocks*APPLY_CHUNKS*3) device
+    double* stats_partial;    // (nblocks*HYBRID_GPU_CHUNKS*3) device
     float* direction;         // (shard) device, the EMA direction buffer (NULL unless hybrid with ema)
     float* host_dir;          // (P) pinned, checkpoint staging of the direction buffer
     float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
@@ -947,7 +947,7 @@ static void hybrid_setup(Trainer* tr) {
     cudaCheck(cudaMemcpy(tr->block_wd, block_wd, (size_t)nblocks * sizeof(float), cudaMemcpyHostToDevice));
     tr->coef = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
-    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * APPLY_CHUNKS * 3 * sizeof(double));
+    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
     size_t P = model->num_parameters;
     if (tr->cfg.hybrid.direction == DIRECTION_EMA) {
         tr->direction = (float*)cudaMallocCheck(model->shard_size * sizeof(float));

@@ -86,9 +86,12 @@ void hybrid_rollback_device(float* master, floatX* params, const float* keep, si
 // ----------------------------------------------------------------------------
 // a measured step: AdamW fused with the statistics and the EMA direction update (apply_adamw_observe).
 // One CUDA block per (parameter block b, chunk c), a fixed grid, so each chunk's partial sums
-// partial[(b*APPLY_CHUNKS + c)*3 + k] and their in-order sum are the same bits on every run.
+// partial[(b*HYBRID_GPU_CHUNKS + c)*3 + k] and their in-order sum are the same bits on every run.
+// More chunks than the CPU's APPLY_CHUNKS: the embedding block alone is a third of GPT-2 124M, and its
+// chunks must fill the SMs (the sums differ from the CPU's in order only).
 
 #define OBSERVE_THREADS 256
+#define HYBRID_GPU_CHUNKS 256
 
 __device__ __forceinline__ double block_sum_double(double v, double* shared) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -112,9 +115,9 @@ __global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floa
                                             float* m, float* v, float* d, HybridAdamArgs a, const size_t* offsets,
                                             const float* block_wd, size_t lo, size_t hi, uint32_t seed) {
     __shared__ double shared[32];
-    int b = blockIdx.x / APPLY_CHUNKS, c = blockIdx.x % APPLY_CHUNKS;
+    int b = blockIdx.x / HYBRID_GPU_CHUNKS, c = blockIdx.x % HYBRID_GPU_CHUNKS;
     size_t n = offsets[b + 1] - offsets[b];
-    size_t chunk = (n + APPLY_CHUNKS - 1) / APPLY_CHUNKS;
+    size_t chunk = (n + HYBRID_GPU_CHUNKS - 1) / HYBRID_GPU_CHUNKS;
     size_t c_lo = offsets[b] + (size_t)c * chunk, c_hi = c_lo + chunk;
     if (c_hi > offsets[b + 1]) { c_hi = offsets[b + 1]; }
     if (c_lo < lo) { c_lo = lo; }
@@ -152,19 +155,19 @@ __global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floa
     }
 }
 
-// stats[b*3 + k] = sum over the chunks of block b, in order (apply_sum_partials)
+// stats[b*3 + k] = sum over the chunks of block b, in order (as apply_sum_partials)
 __global__ void hybrid_sum_partials_kernel(double* stats, const double* partial, int nblocks) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= nblocks * 3) { return; }
     int b = idx / 3, k = idx % 3;
     double s = 0.0;
-    for (int c = 0; c < APPLY_CHUNKS; c++) { s += partial[((size_t)b * APPLY_CHUNKS + c) * 3 + k]; }
+    for (int c = 0; c < HYBRID_GPU_CHUNKS; c++) { s += partial[((size_t)b * HYBRID_GPU_CHUNKS + c) * 3 + k]; }
     stats[idx] = s;
 }
 
 // The mirror of apply_adamw_observe on the blocks' part of [lo, hi) (this rank's shard): master, params,
 // grads: full-length device buffers; m, v, d: shard-local; stats: (nblocks*3) device doubles; partial:
-// nblocks*APPLY_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device; seed: the floatX rounding's.
+// nblocks*HYBRID_GPU_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device; seed: the floatX rounding's.
 // Elements past the last block (padding) are the caller's (plain adamw_update).
 void hybrid_adamw_observe_device(double* stats, double* partial, float* master, floatX* params, const float* grads,
                                  float* m, float* v, float* d, const ApplyAdamStep* st, int kind, float ema_beta,
@@ -182,7 +185,7 @@ void hybrid_adamw_observe_device(double* stats, double* partial, float* master, 
     a.ema_beta = ema_beta;
     a.omb = 1.0f - ema_beta;
     a.kind = kind;
-    hybrid_adamw_observe_kernel<<<nblocks * APPLY_CHUNKS, OBSERVE_THREADS, 0, stream>>>(
+    hybrid_adamw_observe_kernel<<<nblocks * HYBRID_GPU_CHUNKS, OBSERVE_THREADS, 0, stream>>>(
         partial, master, params, grads, m, v, d, a, offsets, st->weight_decay, lo, hi, seed);
     cudaCheck(cudaGetLastError());
     hybrid_sum_partials_kernel<<<ceil_div(nblocks * 3, 256), 256, 0, stream>>>(stats, partial, nblocks);

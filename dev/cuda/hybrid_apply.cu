@@ -66,7 +66,7 @@ int main(void) {
     for (int b = 0; b < nblocks; b++) { wd[b] = b % 2 ? 0.1f : 0.0f; }
     float* d_wd = to_device_f(wd, nblocks);
     double* d_stats = (double*)cudaMallocCheck(nblocks * 3 * sizeof(double));
-    double* d_part = (double*)cudaMallocCheck((size_t)nblocks * APPLY_CHUNKS * 3 * sizeof(double));
+    double* d_part = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
     float *d_p2 = (float*)cudaMallocCheck(P * sizeof(float)), *d_m2 = (float*)cudaMallocCheck(P * sizeof(float));
     float* d_v2 = (float*)cudaMallocCheck(P * sizeof(float));
     floatX* d_x2 = (floatX*)cudaMallocCheck(P * sizeof(floatX));
