@@ -106,6 +106,15 @@ TESTS += $(BUILD)/test_hybrid_train
 $(BUILD)/test_hybrid_train: test/test_hybrid_train.c $(TRAINER_HEADERS) $(HYBRID_HEADERS) train_gpt2 | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
+# `make bench` also times hybrid mode next to the baseline: Full/Correct/Predict step times of the trainer,
+# and its per-element passes against the measured memory bandwidth (scripts/bench_hybrid_overhead.py)
+.PHONY: bench-hybrid
+bench: bench-hybrid
+bench-hybrid: $(BUILD)/bench_hybrid train_gpt2
+	$(PYTHON) scripts/bench_hybrid_overhead.py --threads $(BENCH_THREADS)
+$(BUILD)/bench_hybrid: dev/bench_hybrid.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS)
+
 # ---- section: CUDA ----
 # GPU trainer train_gpt2cu and its test test_gpt2cu. Everything is found by its header and library;
 # nothing is linked that was not found. Knobs:

@@ -742,7 +742,7 @@ typedef struct {
     float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
     float* coef;              // (nblocks) device, this Predict step's coefficients
     double* stats;            // (nblocks*3) device, filled by the observe kernel
-    double* stats_partial;    // (nblocks*APPLY_CHUNKS*3) device
+    double* stats_partial;    // (nblocks*HYBRID_GPU_CHUNKS*3) device
     float* direction;         // (shard) device, the EMA direction buffer (NULL unless hybrid with ema)
     float* host_dir;          // (P) pinned, checkpoint staging of the direction buffer
     float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
@@ -783,7 +783,7 @@ static void hybrid_setup(Trainer* tr) {
     cudaCheck(cudaMemcpy(tr->block_wd, block_wd, (size_t)nblocks * sizeof(float), cudaMemcpyHostToDevice));
     tr->coef = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
-    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * APPLY_CHUNKS * 3 * sizeof(double));
+    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
     size_t P = model->num_parameters;
     if (tr->cfg.hybrid.direction == DIRECTION_EMA) {
         tr->direction = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
@@ -870,16 +870,29 @@ static StepResult train_predict_step(Trainer* tr) {
     return r;
 }
 
-// after the AdamW update of a measured step: per-block statistics and the direction update on the
-// device, summed over ranks (ZeRO-1 shards), into h->stats for hybrid_end_step
-static void hybrid_observe_step(Trainer* tr, float lr, float grad_scale) {
+// a measured step's AdamW update in hybrid mode: the same update as gpt2_update, fused with the per-block
+// statistics and the direction update in one kernel on this rank's shard (the padding after the last
+// tensor has no block: plain AdamW), the statistics summed over ranks into h->stats for hybrid_end_step
+static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     GPT2* model = &tr->model;
     HybridState* h = &tr->hybrid;
     ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->adam_steps, lr, h->lr_peak, grad_scale};
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
-    hybrid_observe_device(tr->stats, tr->stats_partial, tr->direction, model->master_weights, model->m_memory,
-                          model->v_memory, model->grads_memory, &st, h->cfg.direction, h->cfg.direction_beta,
-                          tr->block_offsets, tr->nblocks, lo, hi, model->stream);
+    uint32_t seed = gpt2_step_seed(model, tr->step + 1);
+    hybrid_adamw_observe_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
+                                model->grads_memory, model->m_memory, model->v_memory, tr->direction, &st,
+                                h->cfg.direction, h->cfg.direction_beta, tr->block_offsets, tr->nblocks, lo, hi, seed,
+                                model->stream);
+    size_t pad = h->num_params > lo ? h->num_params : lo;
+    if (pad < hi) {
+        adamw_update(model->master_weights + pad, model->params_memory + pad, model->grads_memory + pad,
+                     model->m_memory + (pad - lo), model->v_memory + (pad - lo), hi - pad, pad, lr, h->beta1, h->beta2,
+                     tr->adam_steps, h->eps, 0.0f, grad_scale, seed, model->stream);
+    }
+    if (model->multi_gpu->zero_stage == 1) {
+        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
+                             model->stream);
+    }
 #ifdef MULTI_GPU
     if (model->multi_gpu->zero_stage == 1) {
         ncclCheck(ncclAllReduce(tr->stats, tr->stats, (size_t)tr->nblocks * 3, ncclDouble, ncclSum,
@@ -962,9 +975,11 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->adam_steps++;
-        gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps,
-                    tr->step + 1);
-        if (hybrid) { hybrid_observe_step(tr, lr, grad_scale); }
+        if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the statistics
+        else {
+            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale,
+                        tr->adam_steps, tr->step + 1);
+        }
     }
     cudaCheck(cudaStreamSynchronize(model->stream));
     tr->tokens += (uint64_t)tr->grad_accum * np * B * T;

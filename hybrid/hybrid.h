@@ -6,8 +6,8 @@
  *     Predict:  apply h->coef with hybrid_apply_predict (CPU) or its kernel; no forward, no backward,
  *               no batch; optionally a forward-only check when hybrid_micro_due(h) (hybrid_micro_result)
  *     otherwise: forward; on a Correct step hybrid_correct_check(h, loss) may answer ACTION_ROLLBACK:
- *               then hybrid_rollback (or its kernel) and forward again; backward, clip, AdamW;
- *               hybrid_observe (or its kernel, which fills h->stats)
+ *               then hybrid_rollback (or its kernel) and forward again; backward, clip; then AdamW
+ *               fused with the statistics: hybrid_update (or its kernel, which fills h->stats)
  *     hybrid_end_step(h, loss or NAN, grad_norm or NAN, ms);
  * Everything decided here is host-side and small (phases, horizons, per-block scales, rollback
  * coefficients); everything per element is in hybrid/apply.h, which a GPU trainer mirrors.
@@ -135,7 +135,8 @@ typedef struct {
     float* coef;                // (nblocks) this Predict step: theta_b += coef_b * d_b
     float* run_scale;           // (nblocks) mean predicted scale over the current run
     int run_steps;              // Predict steps applied in the current run (keep buffer live if > 0)
-    double* stats;              // (nblocks, 3) filled by hybrid_observe: <dtheta,d>, |d|^2, |dtheta|^2
+    double* stats;              // (nblocks, 3) filled by hybrid_update: <dtheta,d>, |d|^2, |dtheta|^2
+    double* partial;            // (nblocks, APPLY_CHUNKS, 3) its per-chunk sums
 
     // features: x is standardised from the last measured step; x_prev is the input of its target
     float raw[FEATURES_DIM], x[FEATURES_DIM], x_prev[FEATURES_DIM], run_x[FEATURES_DIM];
@@ -200,10 +201,11 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     h->coef = (float*)calloc((size_t)nblocks, sizeof(float));
     h->run_scale = (float*)calloc((size_t)nblocks, sizeof(float));
     h->stats = (double*)calloc((size_t)nblocks * 3, sizeof(double));
+    h->partial = (double*)calloc((size_t)nblocks * APPLY_CHUNKS * 3, sizeof(double));
     h->y = (float*)calloc((size_t)h->outputs, sizeof(float));
     h->yhat = (float*)calloc((size_t)h->outputs, sizeof(float));
     h->corr = (float*)calloc((size_t)h->outputs, sizeof(float));
-    if (!h->offsets || !h->weight_decay || !h->coef || !h->run_scale || !h->stats || !h->y || !h->yhat || !h->corr) {
+    if (!h->offsets || !h->weight_decay || !h->coef || !h->run_scale || !h->stats || !h->partial || !h->y || !h->yhat || !h->corr) {
         fprintf(stderr, "error: hybrid_init: out of memory (%d blocks)\n", nblocks);
         exit(EXIT_FAILURE);
     }
@@ -215,7 +217,7 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
 static inline void hybrid_free(HybridState* h) {
     predictor_free(&h->pred);
     residual_store_free(&h->store);
-    free(h->offsets); free(h->weight_decay); free(h->coef); free(h->run_scale); free(h->stats);
+    free(h->offsets); free(h->weight_decay); free(h->coef); free(h->run_scale); free(h->stats); free(h->partial);
     free(h->y); free(h->yhat); free(h->corr);
     memset(h, 0, sizeof(*h));
 }
@@ -354,13 +356,14 @@ static inline void hybrid_rollback(HybridState* h, float* params, const float* k
     h->run_steps = 0;
 }
 
-// CPU reference of the measured-step pass, after AdamW: statistics into h->stats and (ema) the
-// direction update. grads: the gradients the update used, grad_scale its clipping factor; t: AdamW's
-// step count of that update.
-static inline void hybrid_observe(HybridState* h, float* d, const float* params, const float* m, const float* v,
-                                  const float* grads, float grad_scale, int t) {
+// CPU reference of a measured step's update: AdamW step t with the step's lr (hybrid_begin_step) on
+// every block, fused with the statistics into h->stats and (ema) the direction update; one pass
+// (apply_adamw_observe). grads: the step's gradients, grad_scale their clipping factor.
+static inline void hybrid_update(HybridState* h, float* params, const float* grads, float* m, float* v, float* d,
+                                 float grad_scale, int t) {
     ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, h->lr_peak, grad_scale};
-    apply_observe(d, params, m, v, grads, &st, h->cfg.direction, h->cfg.direction_beta, h->offsets, h->nblocks, h->stats);
+    apply_adamw_observe(params, grads, m, v, d, &st, h->cfg.direction, h->cfg.direction_beta, h->offsets, h->nblocks,
+                        h->partial, h->stats);
     h->adam_t = t;
 }
 
@@ -373,7 +376,7 @@ static inline void hybrid_act(HybridState* h, MonitorAction a) {
 }
 
 // end of every step. loss, grad_norm: NAN on Predict steps; ms: the step's wall time.
-// On measured steps hybrid_observe (or the trainer's kernel) must have filled h->stats.
+// On measured steps hybrid_update (or the trainer's kernel) must have filled h->stats.
 static inline void hybrid_end_step(HybridState* h, float loss, float grad_norm, double ms) {
     HybridMetrics* mt = &h->metrics;
     mt->steps[h->phase] += 1;

@@ -56,16 +56,6 @@ static float sim_backward(Sim* s, int batch) {
     return (float)sqrt(n2);
 }
 
-static void sim_adamw(Sim* s, float lr) {
-    s->t++;
-    for (size_t i = 0; i < s->P; i++) {
-        s->m[i] = 0.9f * s->m[i] + 0.1f * s->g[i];
-        s->v[i] = 0.95f * s->v[i] + 0.05f * s->g[i] * s->g[i];
-        float mh = s->m[i] / (1.0f - powf(0.9f, s->t)), vh = s->v[i] / (1.0f - powf(0.95f, s->t));
-        s->p[i] -= lr * (mh / (sqrtf(vh) + 1e-8f) + 0.0f * s->p[i]);
-    }
-}
-
 // > 0: every Correct step reports a loss this much worse than measured (a prediction gone wrong)
 static float g_sabotage = 0.0f;
 
@@ -108,8 +98,8 @@ static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, floa
         }
         float gn = sim_backward(s, s->batch);
         s->batch++;
-        sim_adamw(s, lr);
-        hybrid_observe(h, s->d, s->p, s->m, s->v, s->g, 1.0f, s->t);
+        s->t++;
+        hybrid_update(h, s->p, s->g, s->m, s->v, s->d, 1.0f, s->t);
         losses[step] = L;
         hybrid_end_step(h, L, gn, 1.0);
     }
