@@ -372,8 +372,9 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
             horizon = bandit_choose(&h->bandit, h->x);
             arm = h->bandit.last_arm;
         } else {
-            int cap = phase_regime_horizon(h->cfg.max_predict_steps, h->micro_batches);
-            horizon = fixed ? cap : 1 + (int)(h->confidence * (cap - 1) + 0.5f);
+            // learned predictors: as long as the confidence allows; fixed-scale ones: as long as the batch regime affords
+            horizon = fixed ? phase_regime_horizon(h->cfg.max_predict_steps, h->micro_batches)
+                            : 1 + (int)(h->confidence * (h->cfg.max_predict_steps - 1) + 0.5f);
         }
     }
     h->phase = phase_next(&h->ctrl, step, confident, horizon);

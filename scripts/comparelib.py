@@ -537,7 +537,7 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     L.append("")
     rho_rows = [r for r in arm_rows if "rho_mean" in r]
     if rho_rows:
-        lens = sorted({int(x) for r in run_rows if r["kind"] == "matched" for x in [r["steps"]]})
+        lens = sorted({r["steps"] for r in run_rows if r["kind"] == "matched"})
         L.append("## Value of a Predict step (rho)")
         L.append("")
         L.append(f"Baselines at the same LR with shorter schedules ({', '.join(map(str, lens))} steps and the full length, "
