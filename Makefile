@@ -16,7 +16,7 @@ TESTS =
 # -fno-math-errno lets sqrtf vectorise (it is not -ffast-math: NaN/Inf and rounding stay IEEE)
 TRAINER_CFLAGS = -fno-math-errno
 TRAINER_HEADERS = train_gpt2.c llmc/utils.h llmc/rand.h llmc/dataloader.h llmc/schedulers.h \
-                  llmc/tokenizer.h llmc/checkpoint.h llmc/logger.h
+                  llmc/tokenizer.h llmc/checkpoint.h llmc/logger.h llmc/args.h llmc/train_common.h data/bpe.h
 PROGRAMS += train_gpt2
 train_gpt2: $(TRAINER_HEADERS)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
@@ -24,7 +24,7 @@ train_gpt2: $(TRAINER_HEADERS)
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
                 $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step
 TESTS += $(TRAINER_TESTS)
-$(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util.h | $(BUILD) train_gpt2
+$(TRAINER_TESTS): $(BUILD)/%: test/%.c $(TRAINER_HEADERS) test/trainer_test_util.h | $(BUILD) train_gpt2 tokenize
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
 # ---- section: PyTorch reference, gradient checks, benchmark (scripts/train_gpt2.py, test/test_gpt2.c,
@@ -97,7 +97,7 @@ HYBRID_TESTS = $(BUILD)/test_hybrid_controller $(BUILD)/test_hybrid_predictor $(
                $(BUILD)/test_hybrid_state
 TESTS += $(HYBRID_TESTS)
 
-$(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c $(HYBRID_HEADERS) | $(BUILD)
+$(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c $(HYBRID_HEADERS) llmc/args.h llmc/train_common.h | $(BUILD)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS)
 
 # the CPU trainer compiles hybrid/ in (--hybrid); test_hybrid_train includes it and drives the binary
@@ -221,10 +221,11 @@ $(SAN_SCRIPTS): $(SAN_TRAINER) $(SAN_TOKENIZE) $(BUILD)/nan_sgemm.so
 else
 export LLMC_TRAINER = ./train_gpt2
 TESTS += $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
-TESTS += test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_kill.sh \
+TESTS += test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
+         test/reliability/test_kill.sh \
          test/reliability/test_diskfull.sh test/reliability/test_numeric.sh test/reliability/test_asan.sh
-test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_kill.sh \
-test/reliability/test_diskfull.sh test/reliability/test_numeric.sh: train_gpt2
+test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
+test/reliability/test_kill.sh test/reliability/test_diskfull.sh test/reliability/test_numeric.sh: train_gpt2
 test/reliability/test_bad_inputs.sh: tokenize
 test/reliability/test_numeric.sh: $(BUILD)/nan_sgemm.so
 endif
