@@ -96,6 +96,12 @@ typedef struct {
     floatX* btc;        // (B,T,C)
     floatX* dresidual;  // (B,T,C)
     float* att_delta;   // (B,NH,T)
+    // element strides between the layers of the (L,...) tensors: the allocated sizes rounded up to 256 bytes,
+    // so every layer's slice is as aligned as a fresh cudaMalloc whatever B, T and -r are (cuBLASLt plans are
+    // chosen per operand alignment: -r 0/1/2 then pick the same algorithms; cuDNN wants 16-byte tensors)
+    size_t btc_stride;  // (B,T,C) floatX; (B,T,3C) and (B,T,4C) slices are 3x and 4x this
+    size_t bt_stride;   // (B,T) fp32
+    size_t lse_stride;  // (B,NH,T) fp32
 } ActivationTensors;
 
 typedef struct {
@@ -120,7 +126,7 @@ typedef struct {
     // inputs: device copies and host scratch for the wte gradient buckets
     int* inputs;                  // (B,T) device
     int* targets;                 // (B,T) device
-    int* bucket_memory;           // device: token (B*T) | start (B*T+1) | pos (B*T)
+    int* bucket_memory;           // device: token (N) | start (N+1) | pos (N), N = the allocated B*T (bucket_parts)
     int* bucket_host;             // host, same layout
     int* bucket_count;            // host (Vp) scratch
     int num_buckets;
@@ -242,6 +248,16 @@ void gpt2_params_to_host(GPT2* model, float* host_params) {
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
+// the one layout of the wte-gradient buckets (bucket_memory, bucket_host), sized by the allocated batch so
+// that every micro batch, whatever its B, puts the parts where gpt2_backward reads them
+static size_t bucket_ints(const GPT2* model) { return 3 * (size_t)model->batch_size * model->seq_len + 1; }
+static void bucket_parts(const GPT2* model, int* base, int** token, int** start, int** pos) {
+    size_t N = (size_t)model->batch_size * model->seq_len;
+    *token = base;
+    *start = base + N;
+    *pos = base + 2 * N + 1;
+}
+
 // allocate activations for micro batches of (B,T) and the input buffers; once, before training
 void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     GPT2Config c = model->config;
@@ -255,20 +271,25 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     ActivationTensors* a = &model->acts;
 #define ALLOC_X(n) (floatX*)cudaMallocCheck((n) * sizeof(floatX))
 #define ALLOC_F(n) (float*)cudaMallocCheck((n) * sizeof(float))
+    size_t sx = 256 / sizeof(floatX), sf = 256 / sizeof(float);
+    a->btc_stride = (BT * C + sx - 1) / sx * sx;
+    a->bt_stride = (BT + sf - 1) / sf * sf;
+    a->lse_stride = (BT * NH + sf - 1) / sf * sf;
+    size_t sbtc = a->btc_stride;
     a->encoded = ALLOC_X(BT * C);
-    a->ln1 = ALLOC_X(Lln * BT * C);
-    a->ln1_mean = ALLOC_F(L * BT);
-    a->ln1_rstd = ALLOC_F(L * BT);
-    a->qkv = ALLOC_X(L * BT * 3 * C);
-    a->atty = ALLOC_X(L * BT * C);
-    a->att_lse = ALLOC_F(L * B * NH * T);
-    a->residual2 = ALLOC_X(L * BT * C);
-    a->ln2 = ALLOC_X(Lln * BT * C);
-    a->ln2_mean = ALLOC_F(L * BT);
-    a->ln2_rstd = ALLOC_F(L * BT);
-    a->fch = ALLOC_X(L * BT * 4 * C);
-    a->fch_gelu = ALLOC_X(Lgelu * BT * 4 * C);
-    a->residual3 = ALLOC_X(L * BT * C);
+    a->ln1 = ALLOC_X(Lln * sbtc);
+    a->ln1_mean = ALLOC_F(L * a->bt_stride);
+    a->ln1_rstd = ALLOC_F(L * a->bt_stride);
+    a->qkv = ALLOC_X(L * 3 * sbtc);
+    a->atty = ALLOC_X(L * sbtc);
+    a->att_lse = ALLOC_F(L * a->lse_stride);
+    a->residual2 = ALLOC_X(L * sbtc);
+    a->ln2 = ALLOC_X(Lln * sbtc);
+    a->ln2_mean = ALLOC_F(L * a->bt_stride);
+    a->ln2_rstd = ALLOC_F(L * a->bt_stride);
+    a->fch = ALLOC_X(L * 4 * sbtc);
+    a->fch_gelu = ALLOC_X(Lgelu * 4 * sbtc);
+    a->residual3 = ALLOC_X(L * sbtc);
     a->lnf = ALLOC_X(BT * C);
     a->lnf_mean = ALLOC_F(BT);
     a->lnf_rstd = ALLOC_F(BT);
@@ -282,8 +303,8 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
 #undef ALLOC_F
     model->inputs = (int*)cudaMallocCheck(BT * sizeof(int));
     model->targets = (int*)cudaMallocCheck(BT * sizeof(int));
-    model->bucket_memory = (int*)cudaMallocCheck((3 * BT + 1) * sizeof(int));
-    model->bucket_host = (int*)mallocCheck((3 * BT + 1) * sizeof(int));
+    model->bucket_memory = (int*)cudaMallocCheck(bucket_ints(model) * sizeof(int));
+    model->bucket_host = (int*)mallocCheck(bucket_ints(model) * sizeof(int));
     model->bucket_count = (int*)mallocCheck(Vp * sizeof(int));
     size_t scratch_floats = (size_t)REDUCE_CHUNKS * 2 * 4 * C;
     if (scratch_floats < NORM_BLOCKS) { scratch_floats = NORM_BLOCKS; }
@@ -298,7 +319,7 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     char err[256];
     cudnn_att_init();
     model->use_cudnn = cudnn_att_prepare(B, T, (int)NH, (int)(C / NH), err, sizeof(err)) == 0;
-    if (!model->use_cudnn) { fprintf(stderr, "cuDNN attention unavailable (%s): using the built-in kernels\n", err); }
+    if (!model->use_cudnn) { fprintf(stderr, "cuDNN attention unavailable (%s): using the built-in tensor-core kernels (llmc/attention.cuh)\n", err); }
 #endif
 }
 
@@ -339,9 +360,11 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
         cudaCheck(cudaMemcpyAsync(model->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, model->stream));
     }
     // group positions by token for the deterministic wte gradient
-    int* h = model->bucket_host;
-    model->num_buckets = encoder_buckets(h, h + BT, h + 2 * BT + 1, model->bucket_count, inputs, (int)BT, V);
-    cudaCheck(cudaMemcpyAsync(model->bucket_memory, h, (3 * BT + 1) * sizeof(int), cudaMemcpyHostToDevice, model->stream));
+    int *token, *start, *pos;
+    bucket_parts(model, model->bucket_host, &token, &start, &pos);
+    model->num_buckets = encoder_buckets(token, start, pos, model->bucket_count, inputs, (int)BT, V);
+    cudaCheck(cudaMemcpyAsync(model->bucket_memory, model->bucket_host, bucket_ints(model) * sizeof(int),
+                              cudaMemcpyHostToDevice, model->stream));
     // the host buffers are reused by the next call: wait until the copies have read them
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
@@ -354,11 +377,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
     int N = B * T;
-    size_t BTC = (size_t)N * C;
     cudaStream_t s = model->stream;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
     int ln_all = model->recompute < 2, gelu_all = model->recompute < 1;
+    size_t BTC = a.btc_stride, BTs = a.bt_stride;  // per-layer strides (not B*T*C: see ActivationTensors)
     gpt2_upload_batch(model, inputs, targets, B, T);
 
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, s);
@@ -374,17 +397,17 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         floatX* fch_gelu = a.fch_gelu + (gelu_all ? (size_t)l * 4 * BTC : 0);
         floatX* residual3 = a.residual3 + (size_t)l * BTC;
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, s);
-        gpt2_attention_forward(model, atty, a.att_lse + (size_t)l * B * NH * T, qkv, B, T, C, NH, s);
+        gpt2_attention_forward(model, atty, a.att_lse + l * a.lse_stride, qkv, B, T, C, NH, s);
         matmul_forward(a.btc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, s);
-        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
+        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * BTs, a.ln2_rstd + l * BTs,
                                          residual, a.btc, p.ln2w + l * C, p.ln2b + l * C, N, C, s);
         matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, s);
         gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
         matmul_forward(a.btc, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, N, 4 * C, C, s);
         if (l + 1 < L) {
             floatX* next_ln1 = a.ln1 + (ln_all ? (l + 1) * BTC : 0);
-            fused_residual_layernorm_forward(residual3, next_ln1, a.ln1_mean + (size_t)(l + 1) * N,
-                                             a.ln1_rstd + (size_t)(l + 1) * N, residual2, a.btc,
+            fused_residual_layernorm_forward(residual3, next_ln1, a.ln1_mean + (l + 1) * BTs,
+                                             a.ln1_rstd + (l + 1) * BTs, residual2, a.btc,
                                              p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, s);
         } else {
             fused_residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, a.btc,
@@ -421,19 +444,19 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
     int B = model->batch_size, T = model->seq_len;
     int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
     int N = B * T;
-    size_t BTC = (size_t)N * C;
     cudaStream_t s = model->stream;
     ParameterTensors p = model->params;
     GradTensors g = model->grads;
     ActivationTensors a = model->acts;
     int ln_all = model->recompute < 2, gelu_all = model->recompute < 1;
+    size_t BTC = a.btc_stride, BTs = a.bt_stride;  // per-layer strides (not B*T*C: see ActivationTensors)
     float* scratch = model->scratch;
     cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
 
     // classifier: losses accumulate (for the step's mean loss), logits become dlogits in place
     fused_classifier(a.logits, a.losses, model->targets, dloss, 1, N, V, Vp, s);
     matmul_backward(a.btc, g.wte, NULL, scratch, a.logits, a.lnf, p.wte, N, C, Vp, s);
-    cudaCheck(cudaMemsetAsync(a.dresidual, 0, BTC * sizeof(floatX), s));
+    cudaCheck(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), s));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, scratch, a.btc, a.residual3 + (size_t)(L - 1) * BTC, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, N, C, s);
 
@@ -446,10 +469,10 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
         floatX* residual2 = a.residual2 + (size_t)l * BTC;
         floatX* fch = a.fch + (size_t)l * 4 * BTC;
         floatX* fch_gelu = a.fch_gelu + (gelu_all ? (size_t)l * 4 * BTC : 0);
-        float* ln1_mean = a.ln1_mean + (size_t)l * N;
-        float* ln1_rstd = a.ln1_rstd + (size_t)l * N;
-        float* ln2_mean = a.ln2_mean + (size_t)l * N;
-        float* ln2_rstd = a.ln2_rstd + (size_t)l * N;
+        float* ln1_mean = a.ln1_mean + l * BTs;
+        float* ln1_rstd = a.ln1_rstd + l * BTs;
+        float* ln2_mean = a.ln2_mean + l * BTs;
+        float* ln2_rstd = a.ln2_rstd + l * BTs;
         // dresidual holds d(loss)/d(residual3[l]), which is also the gradient flowing into residual2[l]
         if (!gelu_all) { gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s); }
         matmul_backward(a.bt4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, scratch, a.dresidual,
@@ -462,7 +485,7 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
                            ln2_mean, ln2_rstd, N, C, s);
         matmul_backward(a.btc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, a.dresidual, atty,
                         p.attprojw + (size_t)l * C * C, N, C, C, s);
-        gpt2_attention_backward(model, a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + (size_t)l * B * NH * T, B, T,
+        gpt2_attention_backward(model, a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + l * a.lse_stride, B, T,
                                 C, NH, s);
         if (!ln_all) { layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C, s); }
         matmul_backward(a.btc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, a.bt4c, ln1,
@@ -470,8 +493,9 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, a.btc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, s);
     }
-    int* bk = model->bucket_memory;
-    encoder_backward(g.wte, g.wpe, a.dresidual, bk, bk + N, bk + 2 * N + 1, model->num_buckets, B, T, C, s);
+    int *token, *start, *pos;
+    bucket_parts(model, model->bucket_memory, &token, &start, &pos);
+    encoder_backward(g.wte, g.wpe, a.dresidual, token, start, pos, model->num_buckets, B, T, C, s);
     model->micro_steps++;
 }
 
@@ -725,7 +749,7 @@ typedef struct {
     // --offload-optimizer: m and v live in host_off_m/v during Predict runs
     float* host_off_m;        // (shard) pinned
     float* host_off_v;        // (shard) pinned
-    int offloaded;            // m, v are on the host now (device copies freed)
+    int offloaded;            // m, v have been copied to the host for this Predict run
     int restoring;            // the copy back has been issued on copy_stream
     cudaStream_t copy_stream;
     cudaEvent_t copy_done;
@@ -779,18 +803,15 @@ static void hybrid_setup(Trainer* tr) {
 }
 
 // --offload-optimizer. Predict runs with the ema direction never read m and v: they go to pinned host
-// memory and their device memory returns to the pool (the one place the loop frees and allocates, and
-// only with this flag: that is the point of it); they come back on a side stream while the run's last
-// Predict step computes, and the Correct step waits for them.
+// memory (allocated once, in trainer setup) and come back on a side stream while the run's last Predict step
+// computes; the Correct step waits for them. Their device buffers stay allocated (the loop never frees or
+// allocates), so the flag moves the optimizer state through the host but frees no device memory.
 static void offload_optimizer_out(Trainer* tr) {
     GPT2* model = &tr->model;
     size_t bytes = model->shard_size * sizeof(float);
     cudaCheck(cudaMemcpyAsync(tr->host_off_m, model->m_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaMemcpyAsync(tr->host_off_v, model->v_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaFreeAsync(model->m_memory, model->stream));
-    cudaCheck(cudaFreeAsync(model->v_memory, model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));
-    model->m_memory = model->v_memory = NULL;
+    cudaCheck(cudaStreamSynchronize(model->stream));  // the copy back (on copy_stream) must not overtake these
     tr->offloaded = 1;
     tr->restoring = 0;
 }
@@ -799,8 +820,6 @@ static void offload_optimizer_begin_restore(Trainer* tr) {
     if (!tr->offloaded || tr->restoring) { return; }
     GPT2* model = &tr->model;
     size_t bytes = model->shard_size * sizeof(float);
-    cudaCheck(cudaMallocAsync((void**)&model->m_memory, bytes, tr->copy_stream));
-    cudaCheck(cudaMallocAsync((void**)&model->v_memory, bytes, tr->copy_stream));
     cudaCheck(cudaMemcpyAsync(model->m_memory, tr->host_off_m, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
     cudaCheck(cudaMemcpyAsync(model->v_memory, tr->host_off_v, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
     cudaCheck(cudaEventRecord(tr->copy_done, tr->copy_stream));
