@@ -933,6 +933,7 @@ int main(int argc, char** argv) {
         gpt2_hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
         hybrid_init(&tr.hybrid, &cfg->hybrid, offsets, nblocks, tr.total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
                     ADAM_EPS, block_wd, (uint64_t)cfg->seed);
+        hybrid_set_micro_batches(&tr.hybrid, tr.grad_accum);
         free(offsets);
         free(block_wd);
         if (cfg->hybrid.direction == DIRECTION_EMA) {

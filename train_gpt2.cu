@@ -777,6 +777,7 @@ static void hybrid_setup(Trainer* tr) {
     tr->nblocks = gpt2_hybrid_blocks(model, offsets, block_wd, tr->cfg.weight_decay);
     hybrid_init(&tr->hybrid, &tr->cfg.hybrid, offsets, nblocks, tr->total_steps, tr->cfg.lr, ADAM_BETA1, ADAM_BETA2,
                 ADAM_EPS, block_wd, (uint64_t)tr->cfg.seed);
+    hybrid_set_micro_batches(&tr->hybrid, tr->grad_accum);
     tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     tr->block_wd = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
