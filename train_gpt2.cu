@@ -675,7 +675,6 @@ static const ArgSpec GPU_ARGS[] = {
     ARG("-pi", ARG_STR, TrainConfig, init_method, 0, 0, 0, "multi-process init: mpi (USE_MPI=1 builds) | fs | tcp"),
     ARG("-pf", ARG_STR, TrainConfig, fs_path, 0, 0, 0, "-pi fs: shared directory for the NCCL id"),
     ARG("-ps", ARG_STR, TrainConfig, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
-    ARG("--offload-optimizer", ARG_INT, TrainConfig, offload_optimizer, 0, 1, 0, "hybrid: AdamW m,v in pinned host memory during Predict runs (ema direction only)"),
 };
 
 static const TrainCli CLI = {
@@ -690,10 +689,6 @@ static const TrainCli CLI = {
 static void check_gpu_args(const TrainConfig* c) {
     if (c->process_rank >= c->num_processes && strcmp(c->init_method, "mpi") != 0) {
         fatal("flag -pr: rank %d is not below the number of processes -pn %d", c->process_rank, c->num_processes);
-    }
-    if (c->offload_optimizer && (!c->hybrid.enabled || c->hybrid.direction != DIRECTION_EMA)) {
-        fatal("flag --offload-optimizer: needs --hybrid 1 with --direction ema (the adam direction reads m and v "
-              "during Predict steps)");
     }
     if (strcmp(c->init_method, "mpi") != 0 && strcmp(c->init_method, "fs") != 0 && strcmp(c->init_method, "tcp") != 0) {
         fatal("flag -pi: expected mpi, fs or tcp, got '%s'", c->init_method);
@@ -746,13 +741,6 @@ typedef struct {
     float* direction;         // (shard) device, the EMA direction buffer (NULL unless hybrid with ema)
     float* host_dir;          // (P) pinned, checkpoint staging of the direction buffer
     float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
-    // --offload-optimizer: m and v live in host_off_m/v during Predict runs
-    float* host_off_m;        // (shard) pinned
-    float* host_off_v;        // (shard) pinned
-    int offloaded;            // m, v have been copied to the host for this Predict run
-    int restoring;            // the copy back has been issued on copy_stream
-    cudaStream_t copy_stream;
-    cudaEvent_t copy_done;
 } Trainer;
 
 // device memory in use now; remembered as the peak when it is the highest seen; logged with `where`
@@ -792,46 +780,8 @@ static void hybrid_setup(Trainer* tr) {
         cudaCheck(cudaMallocHost((void**)&tr->host_dir, P * sizeof(float)));
     }
     cudaCheck(cudaMallocHost((void**)&tr->host_keep, P * sizeof(float)));
-    if (tr->cfg.offload_optimizer) {
-        cudaCheck(cudaMallocHost((void**)&tr->host_off_m, model->shard_size * sizeof(float)));
-        cudaCheck(cudaMallocHost((void**)&tr->host_off_v, model->shard_size * sizeof(float)));
-        cudaCheck(cudaStreamCreateWithFlags(&tr->copy_stream, cudaStreamNonBlocking));
-        cudaCheck(cudaEventCreateWithFlags(&tr->copy_done, cudaEventDisableTiming));
-    }
     free(offsets);
     free(block_wd);
-}
-
-// --offload-optimizer. Predict runs with the ema direction never read m and v: they go to pinned host
-// memory (allocated once, in trainer setup) and come back on a side stream while the run's last Predict step
-// computes; the Correct step waits for them. Their device buffers stay allocated (the loop never frees or
-// allocates), so the flag moves the optimizer state through the host but frees no device memory.
-static void offload_optimizer_out(Trainer* tr) {
-    GPT2* model = &tr->model;
-    size_t bytes = model->shard_size * sizeof(float);
-    cudaCheck(cudaMemcpyAsync(tr->host_off_m, model->m_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaMemcpyAsync(tr->host_off_v, model->v_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));  // the copy back (on copy_stream) must not overtake these
-    tr->offloaded = 1;
-    tr->restoring = 0;
-}
-
-static void offload_optimizer_begin_restore(Trainer* tr) {
-    if (!tr->offloaded || tr->restoring) { return; }
-    GPT2* model = &tr->model;
-    size_t bytes = model->shard_size * sizeof(float);
-    cudaCheck(cudaMemcpyAsync(model->m_memory, tr->host_off_m, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
-    cudaCheck(cudaMemcpyAsync(model->v_memory, tr->host_off_v, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
-    cudaCheck(cudaEventRecord(tr->copy_done, tr->copy_stream));
-    tr->restoring = 1;
-}
-
-static void offload_optimizer_finish_restore(Trainer* tr) {
-    if (!tr->offloaded) { return; }
-    offload_optimizer_begin_restore(tr);
-    cudaCheck(cudaStreamWaitEvent(tr->model.stream, tr->copy_done, 0));
-    tr->offloaded = 0;
-    tr->restoring = 0;
 }
 
 // a Predict step: theta += coef_b * d_b on this rank's shard (no forward, no backward, no batch, no
@@ -851,10 +801,6 @@ static StepResult train_predict_step(Trainer* tr) {
     if (model->multi_gpu->zero_stage == 1) {
         multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
                              model->stream);
-    }
-    if (tr->cfg.offload_optimizer) {
-        if (first) { offload_optimizer_out(tr); }
-        if (h->ctrl.run_done >= h->ctrl.run_length) { offload_optimizer_begin_restore(tr); }
     }
     if (hybrid_micro_due(h)) {
         // forward-only check on the last batch read (a Predict step consumes none); the loss over ranks
@@ -921,7 +867,6 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     HybridState* h = &tr->hybrid;
     int B = tr->cfg.B, T = tr->cfg.T, np = tr->multi_gpu.num_processes;
     int hybrid = tr->cfg.hybrid.enabled;
-    offload_optimizer_finish_restore(tr);
     if (hybrid && h->phase == PHASE_CORRECT) {
         if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
         // the first micro batch (rank 0's) is the check batch: one decision, the same on every rank
@@ -1026,7 +971,6 @@ static void gpu_save(void* ctx) {
     size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
     int zero1 = model->multi_gpu->zero_stage == 1;
     int open_run = tr->cfg.hybrid.enabled && h->run_steps > 0;
-    offload_optimizer_finish_restore(tr);
     if (open_run) {  // the rollback point (in the gradient buffer, sharded like the weights)
         multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
                              model->stream);
@@ -1182,18 +1126,11 @@ int main(int argc, char** argv) {
     }
 
     if (tr.cfg.hybrid.enabled && cfg->max_steps != 0) {
-        offload_optimizer_finish_restore(&tr);
         cudaCheck(cudaStreamSynchronize(tr.model.stream));
         void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.stats, tr.stats_partial, tr.direction};
         for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
         if (tr.host_dir != NULL) { cudaCheck(cudaFreeHost(tr.host_dir)); }
         cudaCheck(cudaFreeHost(tr.host_keep));
-        if (tr.cfg.offload_optimizer) {
-            cudaCheck(cudaFreeHost(tr.host_off_m));
-            cudaCheck(cudaFreeHost(tr.host_off_v));
-            cudaCheck(cudaEventDestroy(tr.copy_done));
-            cudaCheck(cudaStreamDestroy(tr.copy_stream));
-        }
     }
     train_free(run);
     free(tr.gen_batch);
