@@ -58,6 +58,7 @@ $(BUILD)/bench_sgemm: dev/bench_sgemm.c llmc/cpu_blas.h | $(BUILD)
 TESTS += $(BUILD)/test_cpu_blas
 $(BUILD)/test_cpu_blas: test/test_cpu_blas.c llmc/cpu_blas.h train_gpt2 $(BUILD)/bench_sgemm | $(BUILD)
 	$(CC) $(CFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
+
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c train_gpt2.c $(wildcard llmc/*.h hybrid/*.h) | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -o $@ $< $(LDLIBS)
 
