@@ -289,6 +289,10 @@ fuzz-merge: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 TESTS += test/test_compare.py
 test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
 
+# ---- section: documentation (README.md, docs/) ----
+# every relative link resolves inside the repository; the README's quick start works in a fresh clone
+TESTS += test/test_links.py test/test_quickstart.sh
+
 # ---- end of sections ----
 
 all: $(PROGRAMS)
