@@ -29,7 +29,7 @@ train_gpt2: train_gpt2.c
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
                 $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step
 TESTS += $(TRAINER_TESTS)
-$(TRAINER_TESTS): $(BUILD)/%: test/%.c | $(BUILD) train_gpt2
+$(TRAINER_TESTS): $(BUILD)/%: test/%.c | $(BUILD) train_gpt2 tokenize
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
 # ---- section: PyTorch reference, gradient checks, benchmark (scripts/train_gpt2.py, test/test_gpt2.c,
@@ -220,10 +220,11 @@ $(SAN_SCRIPTS): $(SAN_TRAINER) $(SAN_TOKENIZE) $(BUILD)/nan_sgemm.so
 else
 export LLMC_TRAINER = ./train_gpt2
 TESTS += $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
-TESTS += test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_kill.sh \
+TESTS += test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
+         test/reliability/test_kill.sh \
          test/reliability/test_diskfull.sh test/reliability/test_numeric.sh test/reliability/test_asan.sh
-test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_kill.sh \
-test/reliability/test_diskfull.sh test/reliability/test_numeric.sh: train_gpt2
+test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
+test/reliability/test_kill.sh test/reliability/test_diskfull.sh test/reliability/test_numeric.sh: train_gpt2
 test/reliability/test_bad_inputs.sh: tokenize
 test/reliability/test_numeric.sh: $(BUILD)/nan_sgemm.so
 endif

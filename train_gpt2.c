@@ -11,25 +11,15 @@
  */
 #include <float.h>
 #include <math.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <sys/stat.h>
 #include <cblas.h>
 #include <omp.h>
 
-#include "llmc/utils.h"
-#include "llmc/args.h"
-#include "llmc/rand.h"
-#include "llmc/dataloader.h"
-#include "llmc/schedulers.h"
-#include "llmc/tokenizer.h"
-#include "llmc/checkpoint.h"
-#include "llmc/logger.h"
-#include "hybrid/hybrid.h"
+#include "llmc/train_common.h"  // utils, args, data, schedule, checkpoints, logs, hybrid/
 
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
@@ -764,185 +754,23 @@ void gpt2_hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay,
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------
-// command line: one table gives the parser, the usage text and the defaults
-
-typedef struct {
-    const char* train_pattern; // -i
-    const char* val_pattern;   // -j
-    const char* init;          // -e: model file, or dN
-    const char* output_dir;    // -o (NULL: no logs, no checkpoints)
-    int B;                     // -b
-    int T;                     // -t
-    int total_batch;           // -d tokens per step (-1: B*T)
-    int max_steps;             // -x (-1: one epoch)
-    float lr;                  // -l peak learning rate
-    int warmup;                // -u
-    float final_frac;          // -q
-    const char* schedule;      // -k
-    float weight_decay;        // -c
-    int val_every;             // -v (0: off)
-    int val_batches;           // -m (-1: all)
-    int sample_every;          // -s (0: off)
-    int sample_tokens;         // -g
-    int ckpt_every;            // -n (0: off)
-    int ckpt_keep;             // -nk (0: all)
-    int resume;                // -y
-    int overfit;               // -a
-    long long seed;            // --seed
-    const char* tokenizer;     // --tokenizer
-    HybridConfig hybrid;       // --hybrid, --predictor, ... (hybrid/hybrid.h)
-} TrainConfig;
-
-static TrainConfig default_config(void) {
-    TrainConfig c;
-    c.train_pattern = "data/default/train_*.bin";
-    c.val_pattern = "data/default/val_*.bin";
-    c.init = "d6";
-    c.output_dir = NULL;
-    c.B = 4;
-    c.T = 64;
-    c.total_batch = -1;
-    c.max_steps = -1;
-    c.lr = 3e-4f;
-    c.warmup = 0;
-    c.final_frac = 1.0f;
-    c.schedule = "cosine";
-    c.weight_decay = 0.0f;
-    c.val_every = 20;
-    c.val_batches = 20;
-    c.sample_every = 20;
-    c.sample_tokens = 64;
-    c.ckpt_every = 0;
-    c.ckpt_keep = 0;
-    c.resume = 0;
-    c.overfit = 0;
-    c.seed = 1337;
-    c.tokenizer = "data/gpt2_tokenizer.bin";
-    hybrid_config_default(&c.hybrid);
-    return c;
-}
-
-
-static const ArgSpec ARGS[] = {
-    ARG("-i", ARG_STR, TrainConfig, train_pattern, 0, 0, 0, "train data shards (glob)"),
-    ARG("-j", ARG_STR, TrainConfig, val_pattern, 0, 0, 0, "val data shards (glob)"),
-    ARG("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
-    ARG("-o", ARG_STR, TrainConfig, output_dir, 0, 0, 0, "output dir: main.log, metrics.jsonl, summary.json, checkpoints"),
-    ARG("-b", ARG_INT, TrainConfig, B, 1, 1 << 20, 0, "micro batch size B"),
-    ARG("-t", ARG_INT, TrainConfig, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
-    ARG("-d", ARG_INT, TrainConfig, total_batch, 1, 1 << 30, 1, "total batch in tokens per step (multiple of B*T; -1: B*T)"),
-    ARG("-x", ARG_INT, TrainConfig, max_steps, 1, 1 << 30, 1, "number of steps (-1: one epoch of the train data)"),
-    ARG("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
-    ARG("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
-    ARG("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
-    ARG("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
-    ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
-    ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
-    ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
-    ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps (0: off)"),
-    ARG("-g", ARG_INT, TrainConfig, sample_tokens, 1, 1 << 20, 0, "tokens per sample (past T, the model sees the last T)"),
-    ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
-    ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
-    ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
-    ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
-    ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order and sampling"),
-    ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),
-};
-#define NUM_ARGS ((int)(sizeof(ARGS) / sizeof(ARGS[0])))
-
-static void print_usage(FILE* out) {
-    TrainConfig d = default_config();
-    fprintf(out, "usage: ./train_gpt2 [options]   (GPT-2 training on the CPU, fp32; llm.c's flags)\n");
-    arg_print_usage(out, ARGS, NUM_ARGS, &d);
-    hybrid_usage(out);
-    fprintf(out, "  -h, --help            this text\n");
-    fprintf(out, "Example: ./train_gpt2 -e d6 -b 8 -t 256 -x 50 -o out/d6\n");
-}
-
-static void parse_args(TrainConfig* c, int argc, char** argv) {
-    *c = default_config();
-    for (int i = 1; i < argc; i++) {
-        const char* flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { print_usage(stdout); exit(EXIT_SUCCESS); }
-        // hybrid mode's flags (--hybrid, --predictor, ...) are matched here, by hybrid/hybrid.h's parser,
-        // before the trainer's own table
-        if (hybrid_parse_flag(&c->hybrid, argc, argv, &i)) { continue; }
-        const ArgSpec* spec = arg_find(ARGS, NUM_ARGS, flag);
-        if (spec == NULL) { fatal("unknown flag '%s' (./train_gpt2 -h lists the flags)", flag); }
-        if (i + 1 >= argc) { fatal("flag %s: missing value", flag); }
-        arg_parse_value(c, spec, argv[++i]);
-    }
-    LRScheduleKind kind;
-    if (lr_schedule_parse(c->schedule, &kind) != 0) {
-        fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
-    }
-    if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
-    if ((long long)c->B * c->T > (1 << 24)) {
-        fatal("flag -b: B*T = %lld tokens per micro batch is more than this trainer supports (%d)",
-              (long long)c->B * c->T, 1 << 24);
-    }
-    if (c->total_batch != -1 && c->total_batch % (c->B * c->T) != 0) {
-        fatal("flag -d: total batch %d is not a multiple of B*T = %d", c->total_batch, c->B * c->T);
-    }
-}
-
-// ----------------------------------------------------------------------------
-// the trainer: model, data, schedule, logs, and the counters a checkpoint saves
+// the trainer: the shared run (llmc/train_common.h: flags, data, schedule, logs, counters) and the model
 
 // MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine (290 GFLOP/s on
 // 2 threads). `make bench` measures the real peak next to the trainer.
 #define CPU_PEAK_GFLOPS_PER_THREAD 145.0
-#define MAX_FAULTS 5                 // consecutive NaN/Inf steps before giving up
-#define GRAD_CLIP 1.0f
-#define ADAM_BETA1 0.9f
-#define ADAM_BETA2 0.95f
-#define ADAM_EPS 1e-8f
 
 typedef struct {
-    TrainConfig cfg;
+    TRAIN_RUN_FIELDS          // first: (TrainRun*)&trainer is the shared part
     GPT2 model;
-    DataLoader train_loader;
-    DataLoader val_loader;
-    int has_val;
-    LRScheduler scheduler;
-    Tokenizer tokenizer;
-    Logger logger;
-    int grad_accum;           // micro batches per step
-    int total_steps;
-    // counters, saved in the state file
-    int step;                 // steps completed
-    int adam_steps;           // AdamW updates applied
-    uint64_t sample_rng;
-    uint64_t tokens;          // train tokens consumed
-    uint64_t backward;        // backward passes (micro batches)
-    double train_time_s;      // cumulative training seconds
-    // run state
-    int faults;               // consecutive non-finite steps
-    float last_val_loss;      // -1 until computed
-    float last_train_loss;
-    unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
-    // hybrid mode (--hybrid): its state and the direction buffer (P floats, --direction ema only)
-    HybridState hybrid;
-    float* direction;
-    int* gen_tokens;          // (-g) sampling buffer
-    double flops_per_token;
+    float* direction;         // (P) hybrid mode's direction buffer (--direction ema only)
 } Trainer;
 
-typedef struct {
-    float loss;       // mean over the step's micro batches
-    float grad_norm;  // before clipping
-    int skipped;      // non-finite loss or norm: no update
-    double ms;
-} StepResult;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static volatile sig_atomic_t stop_signal = 0;
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static const TrainCli CLI = {
+    "./train_gpt2", "GPT-2 training on the CPU, fp32", NULL, 0,
+    "Example: ./train_gpt2 -e d6 -b 8 -t 256 -x 50 -o out/d6\n"
+    "Text from a model file: ./train_gpt2 -e out/d6/model_00000050.bin -x 0 --prompt \"And God said\" -g 200\n",
+};
 
 // one Full step: forward and backward over grad_accum micro batches, global norm, clip, AdamW.
 // A non-finite loss or norm never reaches the weights: the update is skipped.
@@ -1017,171 +845,43 @@ static StepResult train_predict_step(Trainer* tr) {
     return r;
 }
 
-// mean loss over the first -m val batches (all with -m -1), always the same batches
-static float evaluate(Trainer* tr) {
-    DataLoader* val = &tr->val_loader;
-    dataloader_reset(val, (uint64_t)tr->cfg.seed);
-    size_t n = tr->cfg.val_batches == -1 || (size_t)tr->cfg.val_batches > val->total_batches
-             ? val->total_batches : (size_t)tr->cfg.val_batches;
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        dataloader_next_batch(val);
-        gpt2_forward(&tr->model, val->inputs, val->targets, tr->cfg.B, tr->cfg.T);
-        sum += tr->model.mean_loss;
-    }
-    return (float)(sum / n);
+
+// ----------------------------------------------------------------------------
+// the backend of the shared loop (llmc/train_common.h)
+
+static StepResult cpu_full_step(void* ctx, float lr) { return train_full_step((Trainer*)ctx, lr); }
+static StepResult cpu_predict_step(void* ctx) { return train_predict_step((Trainer*)ctx); }
+
+static float cpu_batch_loss(void* ctx, const int* inputs, const int* targets) {
+    Trainer* tr = (Trainer*)ctx;
+    gpt2_forward(&tr->model, inputs, targets, tr->cfg.B, tr->cfg.T);
+    return tr->model.mean_loss;
 }
 
-// -g tokens from an EOT prompt, sampled at temperature 1 with the sampling stream; printed decoded.
-// The context is the last T tokens at most (a sliding window), so -g is not bounded by -t.
-static void sample_text(Trainer* tr) {
-    GPT2* model = &tr->model;
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    int eot = tr->tokenizer.init_ok ? tr->tokenizer.eot_token : GPT2_EOT;
-    if (eot < 0 || eot >= V) { eot = V > GPT2_EOT ? GPT2_EOT : 0; }
-    tr->gen_tokens[0] = eot;
-    printf("generating:\n---\n");
-    for (int t = 1; t < tr->cfg.sample_tokens; t++) {
-        int ctx = t < tr->cfg.T ? t : tr->cfg.T;
-        gpt2_forward(model, tr->gen_tokens + (t - ctx), NULL, 1, ctx);
-        const float* logits = model->acts.logits + (size_t)(ctx - 1) * Vp;
-        float maxval = -FLT_MAX;
-        for (int i = 0; i < V; i++) { maxval = logits[i] > maxval ? logits[i] : maxval; }
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) { sum += expf_vec(logits[i] - maxval); }
-        double coin = random_f32(&tr->sample_rng) * sum, cdf = 0.0;
-        int next = V - 1;
-        for (int i = 0; i < V; i++) {
-            cdf += expf_vec(logits[i] - maxval);
-            if (coin < cdf) { next = i; break; }
-        }
-        tr->gen_tokens[t] = next;
-        tokenizer_print(&tr->tokenizer, (uint32_t)next, stdout);
-        fflush(stdout);
-    }
-    printf("\n---\n");
+// logits (V) after tokens[0..n): a forward at (1, n) on the same arena
+static void cpu_next_logits(void* ctx, const int* tokens, int n, float* logits) {
+    GPT2* model = &((Trainer*)ctx)->model;
+    gpt2_forward(model, tokens, NULL, 1, n);
+    memcpy(logits, model->acts.logits + (size_t)(n - 1) * model->config.padded_vocab_size,
+           (size_t)model->config.vocab_size * sizeof(float));
 }
 
-// writes model, state (and, in hybrid mode, hybrid state) for the current step, then the DONE marker
-static void save_checkpoint(Trainer* tr) {
-    const char* dir = tr->cfg.output_dir;
+// model, state and (hybrid mode) hybrid state of this step; the gradient buffer holds the rollback point
+static void cpu_save(void* ctx) {
+    Trainer* tr = (Trainer*)ctx;
     char path[4096];
-    checkpoint_path(path, sizeof(path), dir, "model", tr->step);
+    checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "model", tr->step);
     model_write(path, &tr->model.config, tr->model.params_memory, tr->model.num_parameters);
-    TrainState s = {0};
-    s.step = tr->step;
-    s.shuffle = 1;
-    s.sample_rng = tr->sample_rng;
-    s.shard_index = dataloader_shard_index(&tr->train_loader);
-    s.batch_index = dataloader_batch_index(&tr->train_loader);
-    s.num_parameters = tr->model.num_parameters;
-    s.tokens = tr->tokens;
-    s.backward = tr->backward;
-    s.train_time_s = tr->train_time_s;
-    s.init_seed = (uint64_t)tr->cfg.seed;
-    s.adam_steps = (uint64_t)tr->adam_steps;
-    dataloader_state_save(&tr->train_loader, tr->loader_blob);
-    checkpoint_path(path, sizeof(path), dir, "state", tr->step);
-    state_write(path, &s, tr->model.m_memory, tr->model.v_memory, tr->loader_blob,
-                dataloader_state_size(&tr->train_loader));
-    // extra state of other modes (hybrid_%08d.bin) is written here, before the DONE marker
-    if (tr->cfg.hybrid.enabled) {
-        checkpoint_path(path, sizeof(path), dir, "hybrid", tr->step);
-        AtomicFile af;
-        atomic_open(&af, path);
-        char err[200];
-        if (hybrid_save(&tr->hybrid, af.fp, tr->direction, tr->model.grads_memory, err, sizeof(err)) != 0) {
-            fclose(af.fp);
-            unlink(af.tmp_path);
-            fatal("%s: %s", path, err);
-        }
-        atomic_commit(&af);
-    }
-    checkpoint_write_done(dir, tr->step);
-    checkpoint_prune(dir, tr->cfg.ckpt_keep);
-    printf("checkpoint: step %d written to %s\n", tr->step, dir);
+    train_write_state((TrainRun*)tr, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory);
+    if (tr->cfg.hybrid.enabled) { train_write_hybrid_state((TrainRun*)tr, tr->direction, tr->model.grads_memory); }
 }
 
-// restores the counters, AdamW state and data position of checkpoint `step` (the model is already loaded)
-static void load_state(Trainer* tr, int step) {
-    char path[4096];
-    checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "state", step);
-    TrainState s;
-    unsigned char* blob;
-    size_t blob_bytes;
-    state_read(path, &s, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory, &blob, &blob_bytes);
-    if (s.step != step) { fatal("%s: state is for step %d, expected %d", path, s.step, step); }
-    dataloader_state_load(&tr->train_loader, blob, blob_bytes, path);
-    free(blob);
-    tr->step = s.step;
-    tr->adam_steps = (int)s.adam_steps;
-    tr->sample_rng = s.sample_rng;
-    tr->tokens = s.tokens;
-    tr->backward = s.backward;
-    tr->train_time_s = s.train_time_s;
-    // extra state of other modes (hybrid_%08d.bin) is read here
-    if (tr->cfg.hybrid.enabled) {
-        checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "hybrid", step);
-        FILE* fp = fopen(path, "rb");
-        if (fp == NULL) { fatal("%s: cannot open (%s); was the run saved without --hybrid?", path, strerror(errno)); }
-        char err[200];
-        if (hybrid_load(&tr->hybrid, fp, tr->direction, tr->model.grads_memory, err, sizeof(err)) != 0) {
-            fatal("%s: %s", path, err);
-        }
-        fcloseCheck(fp, path);
-    }
-}
-
-static void print_config(const Trainer* tr, int resume_step) {
-    const GPT2Config* c = &tr->model.config;
-    printf("+----------------------+----------------------------------------------------+\n");
-    printf("| %-20s | %-50s |\n", "Parameter", "Value");
-    printf("+----------------------+----------------------------------------------------+\n");
-    for (int i = 0; i < NUM_ARGS; i++) {
-        char v[256];
-        arg_format_value(v, sizeof(v), &tr->cfg, &ARGS[i]);
-        printf("| %-20s | %-50s |\n", ARGS[i].help[0] ? ARGS[i].flag : "", v);
-    }
-    printf("+----------------------+----------------------------------------------------+\n");
-    printf("| %-20s | %-50d |\n", "max_seq_len", c->max_seq_len);
-    printf("| %-20s | %-50d |\n", "vocab_size", c->vocab_size);
-    printf("| %-20s | %-50d |\n", "padded_vocab_size", c->padded_vocab_size);
-    printf("| %-20s | %-50d |\n", "num_layers", c->num_layers);
-    printf("| %-20s | %-50d |\n", "num_heads", c->num_heads);
-    printf("| %-20s | %-50d |\n", "channels", c->channels);
-    printf("| %-20s | %-50zu |\n", "num_parameters", tr->model.num_parameters);
-    printf("| %-20s | %-50zu |\n", "train batches/epoch", tr->train_loader.total_batches);
-    printf("| %-20s | %-50zu |\n", "val batches", tr->has_val ? tr->val_loader.total_batches : 0);
-    printf("| %-20s | %-50d |\n", "grad accumulation", tr->grad_accum);
-    printf("| %-20s | %-50d |\n", "steps", tr->total_steps);
-    printf("| %-20s | %-50d |\n", "threads", omp_get_max_threads());
-    printf("| %-20s | %-50.0f |\n", "MFU peak GFLOP/s", CPU_PEAK_GFLOPS_PER_THREAD * omp_get_max_threads());
-    printf("| %-20s | %-50.1f |\n", "activation MiB", tr->model.num_activations * 4.0 / 1048576.0);
-    hybrid_config_table(&tr->cfg.hybrid, stdout, 20, 50);
-    if (resume_step >= 0) { printf("| %-20s | %-50d |\n", "resumed from step", resume_step); }
-    printf("+----------------------+----------------------------------------------------+\n");
-}
-
-static void write_summary(Trainer* tr) {
-    char body[4096];
-    char val[64];
-    if (tr->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", tr->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
-    int n = snprintf(body, sizeof(body),
-             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"train_loss\": %.9g, \"backward\": %llu, "
-             "\"tokens\": %llu",
-             tr->step, tr->train_time_s, val, tr->last_train_loss, (unsigned long long)tr->backward,
-             (unsigned long long)tr->tokens);
-    if (tr->cfg.hybrid.enabled) {
-        const int* ps = tr->hybrid.metrics.steps;
-        n += snprintf(body + n, sizeof(body) - n,
-                      ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
-                      ps[PHASE_WARMUP], ps[PHASE_FULL], ps[PHASE_PREDICT], ps[PHASE_CORRECT]);
-        n += hybrid_summary_fields(&tr->hybrid, body + n, sizeof(body) - n - 2);
-        snprintf(body + n, sizeof(body) - n, "}");
-    } else {
-        snprintf(body + n, sizeof(body) - n, ", \"phase_steps\": {\"full\": %d}", tr->step);
-    }
-    logger_write_summary(&tr->logger, body);
+static void cpu_config_rows(const void* ctx) {
+    const Trainer* tr = (const Trainer*)ctx;
+    char v[64];
+    snprintf(v, sizeof(v), "%d", omp_get_max_threads()); train_print_row("threads", v);
+    snprintf(v, sizeof(v), "%.0f", CPU_PEAK_GFLOPS_PER_THREAD * omp_get_max_threads()); train_print_row("MFU peak GFLOP/s", v);
+    snprintf(v, sizeof(v), "%.1f", tr->model.num_activations * 4.0 / 1048576.0); train_print_row("activation MiB", v);
 }
 
 int main(int argc, char** argv) {
@@ -1193,60 +893,40 @@ int main(int argc, char** argv) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
         execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
     }
-    Trainer tr;
-    memset(&tr, 0, sizeof(tr));
-    parse_args(&tr.cfg, argc, argv);
+    static Trainer tr;
+    TrainRun* run = (TrainRun*)&tr;
+    train_parse_args(&tr.cfg, argc, argv, &CLI);
     TrainConfig* cfg = &tr.cfg;
-    if (cfg->output_dir != NULL && mkdir(cfg->output_dir, 0755) != 0 && errno != EEXIST) {
-        fatal("%s: cannot create output dir (%s)", cfg->output_dir, strerror(errno));
-    }
+    tr.num_processes = 1;
+    tr.rank0 = 1;
+    if (cfg->output_dir != NULL) { train_make_dirs(cfg->output_dir); }
 
     // the model: from the latest checkpoint when resuming, else from -e
-    int resume_step = cfg->resume ? checkpoint_find_latest(cfg->output_dir) : -1;
-    if (cfg->resume && resume_step < 0) {
-        printf("note: no complete checkpoint in %s; starting from -e %s\n", cfg->output_dir, cfg->init);
-    }
-    int depth = 0;
-    char tail;
-    if (resume_step >= 0) {
-        char path[4096];
-        checkpoint_path(path, sizeof(path), cfg->output_dir, "model", resume_step);
+    int resume_step = train_resume_step(run);
+    char path[4096];
+    int depth;
+    if (train_model_source(cfg, resume_step, path, sizeof(path), &depth)) {
         gpt2_build_from_checkpoint(&tr.model, path);
-    } else if (sscanf(cfg->init, "d%d%c", &depth, &tail) == 1) {
-        if (depth <= 0 || depth > 64) { fatal("flag -e: depth must be in [1, 64], got '%s'", cfg->init); }
-        gpt2_build_from_random(&tr.model, depth, shard_vocab_size(cfg->train_pattern), (uint64_t)cfg->seed);
     } else {
-        gpt2_build_from_checkpoint(&tr.model, cfg->init);
+        gpt2_build_from_random(&tr.model, depth, shard_vocab_size(cfg->train_pattern), (uint64_t)cfg->seed);
     }
     if (cfg->T > tr.model.config.max_seq_len) {
         fatal("flag -t: sequence length %d exceeds the model's maximum %d", cfg->T, tr.model.config.max_seq_len);
     }
     gpt2_allocate(&tr.model, cfg->B, cfg->T);
+    const GPT2Config* mc = &tr.model.config;
+    TrainBackend be = {&tr, cpu_full_step, cpu_predict_step, cpu_batch_loss, cpu_next_logits, cpu_save, NULL, NULL};
 
-    // data, schedule, logs
-    dataloader_init(&tr.train_loader, cfg->train_pattern, cfg->B, cfg->T, tr.model.config.vocab_size, 1, (uint64_t)cfg->seed);
-    tr.has_val = cfg->val_every > 0;
-    if (tr.has_val) {
-        dataloader_init(&tr.val_loader, cfg->val_pattern, cfg->B, cfg->T, tr.model.config.vocab_size, 0, (uint64_t)cfg->seed);
+    // data, schedule, sampling, logs; -x 0: text from the model, no training
+    train_setup(run, mc->vocab_size, resume_step);
+    if (cfg->max_steps == 0) {
+        train_sample_text(run, &be, mc->vocab_size);
+        train_free(run);
+        gpt2_free(&tr.model);
+        return EXIT_SUCCESS;
     }
-    tr.grad_accum = cfg->total_batch == -1 ? 1 : cfg->total_batch / (cfg->B * cfg->T);
-    tr.total_steps = cfg->max_steps;
-    if (tr.total_steps == -1) {
-        tr.total_steps = (int)(tr.train_loader.total_batches / tr.grad_accum);
-        if (tr.total_steps == 0) {
-            fatal("%s: one epoch has %zu batches, fewer than one step needs (%d)", cfg->train_pattern,
-                  tr.train_loader.total_batches, tr.grad_accum);
-        }
-    }
-    LRScheduleKind kind;
-    lr_schedule_parse(cfg->schedule, &kind);
-    lr_scheduler_init(&tr.scheduler, kind, cfg->lr, cfg->warmup, tr.total_steps, cfg->final_frac);
-    tr.sample_rng = random_state((uint64_t)cfg->seed, RNG_SAMPLE_SALT);
-    tr.loader_blob = (unsigned char*)mallocCheck(dataloader_state_max_size(&tr.train_loader));
-    tr.gen_tokens = (int*)mallocCheck((size_t)cfg->sample_tokens * sizeof(int));
-    tr.last_val_loss = -1.0f;
     if (cfg->hybrid.enabled) {
-        int L = tr.model.config.num_layers, nblocks = 12 * L + 4;
+        int L = mc->num_layers, nblocks = 12 * L + 4;
         size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
         gpt2_hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
@@ -1258,139 +938,30 @@ int main(int argc, char** argv) {
             tr.direction = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
         }
     }
-    if (resume_step >= 0) { load_state(&tr, resume_step); }
+    if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
+        train_load_state(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory);
+        if (cfg->hybrid.enabled) {
+            FILE* fp = train_open_hybrid_state(run, resume_step, path, sizeof(path));
+            char err[200];
+            if (hybrid_load(&tr.hybrid, fp, tr.direction, tr.model.grads_memory, err, sizeof(err)) != 0) {
+                fatal("%s: %s", path, err);
+            }
+            fcloseCheck(fp, path);
+        }
+    }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
         dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
         dataloader_next_batch(&tr.train_loader);
     }
-    if (cfg->sample_every > 0) {
-        tokenizer_init(&tr.tokenizer, cfg->tokenizer);
-        if (!tr.tokenizer.init_ok) { printf("note: no tokenizer at %s; samples print token ids\n", cfg->tokenizer); }
-    }
-    logger_init(&tr.logger, cfg->output_dir, resume_step);
-    const GPT2Config* mc = &tr.model.config;
     tr.flops_per_token = 6.0 * tr.model.num_parameters + 6.0 * mc->num_layers * mc->channels * cfg->T;
-    print_config(&tr, resume_step);
+    tr.peak_flops = CPU_PEAK_GFLOPS_PER_THREAD * 1e9 * omp_get_max_threads();
+    train_print_config(run, &CLI, mc, tr.model.num_parameters, resume_step, cpu_config_rows, &tr);
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    train_loop(run, &be, mc->vocab_size, argc, argv);
+    train_write_summary(run, "");
 
-    if (tr.has_val && tr.step == 0) {
-        tr.last_val_loss = evaluate(&tr);
-        printf("val loss %.6f\n", tr.last_val_loss);
-        logger_log_init_val(&tr.logger, tr.last_val_loss);
-    }
-    double peak_flops = CPU_PEAK_GFLOPS_PER_THREAD * 1e9 * omp_get_max_threads();
-    while (tr.step < tr.total_steps) {
-        // the phase of this step: Full, or in hybrid mode whatever the controller decides
-        const char* phase = "full";
-        float lr = lr_scheduler_get(&tr.scheduler, tr.step);
-        StepResult r;
-        char hybrid_json[256] = "";
-        if (cfg->hybrid.enabled) {
-            double h0 = now_seconds();
-            HybridPhase ph = hybrid_begin_step(&tr.hybrid, tr.step, lr);
-            double decide_ms = (now_seconds() - h0) * 1000.0;
-            r = ph == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
-            h0 = now_seconds();
-            hybrid_end_step(&tr.hybrid, r.skipped ? NAN : r.loss, r.skipped ? NAN : r.grad_norm, r.ms + decide_ms);
-            double hybrid_ms = decide_ms + (now_seconds() - h0) * 1000.0;  // the controller's own work is training time
-            r.ms += hybrid_ms;
-            tr.train_time_s += hybrid_ms / 1000.0;
-            phase = hybrid_phase_name(&tr.hybrid);
-            hybrid_step_json(&tr.hybrid, hybrid_json, sizeof(hybrid_json));
-            char event[160];
-            if (hybrid_take_event(&tr.hybrid, event, sizeof(event))) { printf("%s\n", event); }
-        } else {
-            r = train_full_step(&tr, lr);
-        }
-        int predict = cfg->hybrid.enabled && tr.hybrid.phase == PHASE_PREDICT;
-        tr.step++;
-        if (!predict) { tr.last_train_loss = r.loss; }
-        double tokens_per_step = (double)tr.grad_accum * cfg->B * cfg->T;
-        if (predict) {
-            printf("step %4d/%d | predict | predicted loss %.6f | lr %.2e | %.2f ms\n",
-                   tr.step, tr.total_steps, tr.hybrid.metrics.predicted_loss, lr, r.ms);
-        } else {
-            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.1f%% MFU | %.0f tok/s%s%s\n",
-                   tr.step, tr.total_steps, r.loss, r.grad_norm, lr, r.ms,
-                   100.0 * tr.flops_per_token * tokens_per_step / (r.ms / 1000.0) / peak_flops,
-                   tokens_per_step / (r.ms / 1000.0), cfg->hybrid.enabled ? " | " : "",
-                   cfg->hybrid.enabled ? phase : "");
-        }
-        // per-step metrics: val loss (after the update) joins the step's line
-        StepMetrics m = {0};
-        m.step = tr.step;
-        m.phase = phase;
-        m.has_loss = !predict;
-        m.loss = r.loss;
-        m.lr = lr;
-        m.has_norm = !predict;
-        m.grad_norm = r.grad_norm;
-        m.extra = cfg->hybrid.enabled ? hybrid_json : NULL;
-        m.ms = r.ms;
-        m.train_time_s = tr.train_time_s;
-        m.tokens = tr.tokens;
-        m.backward = tr.backward;
-        m.skipped = r.skipped;
-        if (tr.has_val && (tr.step % cfg->val_every == 0 || tr.step == tr.total_steps)) {
-            tr.last_val_loss = evaluate(&tr);
-            printf("val loss %.6f\n", tr.last_val_loss);
-            m.has_val = 1;
-            m.val_loss = tr.last_val_loss;
-        }
-        logger_log_step(&tr.logger, &m);
-        if (r.skipped) {
-            tr.faults++;
-            printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
-                   tr.step, r.loss, r.grad_norm, tr.faults, MAX_FAULTS);
-            fflush(stdout);
-            if (tr.faults >= MAX_FAULTS) {
-                fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
-                      "of the last good step (lower -l?)", MAX_FAULTS, tr.step);
-            }
-        } else {
-            tr.faults = 0;
-        }
-        if (cfg->sample_every > 0 && tr.step % cfg->sample_every == 0) { sample_text(&tr); }
-        int last = tr.step == tr.total_steps;
-        if (cfg->output_dir != NULL &&
-            ((cfg->ckpt_every > 0 && (tr.step % cfg->ckpt_every == 0 || last)) || stop_signal)) {
-            save_checkpoint(&tr);
-        }
-        if (stop_signal && !last) {
-            printf("stopped by signal %d after step %d.", (int)stop_signal, tr.step);
-            if (cfg->output_dir != NULL) {
-                printf(" Resume with the same flags plus -y 1:\n ");
-                for (int i = 0; i < argc; i++) {
-                    if (strcmp(argv[i], "-y") == 0) { i++; continue; }
-                    printf(" %s", argv[i]);
-                }
-                printf(" -y 1\n");
-            } else {
-                printf(" No -o given: nothing saved.\n");
-            }
-            break;
-        }
-    }
-    write_summary(&tr);
-    if (cfg->hybrid.enabled) { hybrid_print_summary(&tr.hybrid, stdout); }
-    printf("done: %d steps, %.2f s training time, %llu backward passes\n", tr.step, tr.train_time_s,
-           (unsigned long long)tr.backward);
-    if (cfg->hybrid.enabled) {
-        hybrid_free(&tr.hybrid);
-        free(tr.direction);
-    }
-
-    logger_free(&tr.logger);
-    tokenizer_free(&tr.tokenizer);
-    dataloader_free(&tr.train_loader);
-    if (tr.has_val) { dataloader_free(&tr.val_loader); }
-    free(tr.loader_blob);
-    free(tr.gen_tokens);
+    free(tr.direction);
+    train_free(run);
     gpt2_free(&tr.model);
     return EXIT_SUCCESS;
 }

@@ -12,16 +12,7 @@
 #include <string.h>
 #include <math.h>
 #include <time.h>
-#include <signal.h>
-#include <sys/stat.h>
-#include "llmc/utils.h"
-#include "llmc/args.h"
-#include "llmc/rand.h"
-#include "llmc/dataloader.h"
-#include "llmc/schedulers.h"
-#include "llmc/tokenizer.h"
-#include "llmc/checkpoint.h"
-#include "llmc/logger.h"
+#include "llmc/train_common.h"  // utils, args, data, schedule, checkpoints, logs, hybrid/
 #include "llmc/cuda_common.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/layernorm.cuh"
@@ -37,7 +28,6 @@
 #include "llmc/adamw.cuh"
 #include "llmc/reduce.cuh"
 #include "llmc/zero.cuh"
-#include "hybrid/hybrid.h"
 #include "llmc/hybrid_apply.cuh"
 
 // ----------------------------------------------------------------------------
@@ -650,111 +640,9 @@ void gpt2_free(GPT2* model) {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------
-// command line: train_gpt2.c's table plus the GPU flags (-r, -z, multi-process -pn -pr -pg -pi -pf -ps)
+// command line: the shared table (llmc/train_common.h) plus the GPU flags
 
-typedef struct {
-    const char* train_pattern; // -i
-    const char* val_pattern;   // -j
-    const char* init;          // -e: model file, or dN
-    const char* output_dir;    // -o (NULL: no logs, no checkpoints)
-    int B;                     // -b
-    int T;                     // -t
-    int total_batch;           // -d tokens per step over all processes (-1: B*T*processes)
-    int max_steps;             // -x (-1: one epoch)
-    float lr;                  // -l peak learning rate
-    int warmup;                // -u
-    float final_frac;          // -q
-    const char* schedule;      // -k
-    float weight_decay;        // -c
-    int val_every;             // -v (0: off)
-    int val_batches;           // -m (-1: all)
-    int sample_every;          // -s (0: off)
-    int sample_tokens;         // -g
-    int ckpt_every;            // -n (0: off)
-    int ckpt_keep;             // -nk (0: all)
-    int resume;                // -y
-    int overfit;               // -a
-    long long seed;            // --seed
-    const char* tokenizer;     // --tokenizer
-    int recompute;             // -r
-    int zero_stage;            // -z
-    int num_processes;         // -pn
-    int process_rank;          // -pr
-    int gpus_per_node;         // -pg
-    const char* init_method;   // -pi
-    const char* fs_path;       // -pf
-    const char* server_ip;     // -ps
-    int offload_optimizer;     // --offload-optimizer
-    HybridConfig hybrid;       // --hybrid and its flags (hybrid/hybrid.h)
-} TrainConfig;
-
-static TrainConfig default_config(void) {
-    TrainConfig c;
-    c.train_pattern = "data/default/train_*.bin";
-    c.val_pattern = "data/default/val_*.bin";
-    c.init = "d6";
-    c.output_dir = NULL;
-    c.B = 4;
-    c.T = 64;
-    c.total_batch = -1;
-    c.max_steps = -1;
-    c.lr = 3e-4f;
-    c.warmup = 0;
-    c.final_frac = 1.0f;
-    c.schedule = "cosine";
-    c.weight_decay = 0.0f;
-    c.val_every = 20;
-    c.val_batches = 20;
-    c.sample_every = 20;
-    c.sample_tokens = 64;
-    c.ckpt_every = 0;
-    c.ckpt_keep = 0;
-    c.resume = 0;
-    c.overfit = 0;
-    c.seed = 1337;
-    c.tokenizer = "data/gpt2_tokenizer.bin";
-    c.recompute = 1;
-    c.zero_stage = 0;
-    c.num_processes = 1;
-    c.process_rank = 0;
-    c.gpus_per_node = 8;
-#ifdef USE_MPI
-    c.init_method = "mpi";
-#else
-    c.init_method = "fs";
-#endif
-    c.fs_path = "/tmp";
-    c.server_ip = "127.0.0.1";
-    c.offload_optimizer = 0;
-    hybrid_config_default(&c.hybrid);
-    return c;
-}
-
-
-static const ArgSpec ARGS[] = {
-    ARG("-i", ARG_STR, TrainConfig, train_pattern, 0, 0, 0, "train data shards (glob)"),
-    ARG("-j", ARG_STR, TrainConfig, val_pattern, 0, 0, 0, "val data shards (glob)"),
-    ARG("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
-    ARG("-o", ARG_STR, TrainConfig, output_dir, 0, 0, 0, "output dir: main.log, metrics.jsonl, summary.json, checkpoints"),
-    ARG("-b", ARG_INT, TrainConfig, B, 1, 1 << 20, 0, "micro batch size B (per GPU)"),
-    ARG("-t", ARG_INT, TrainConfig, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
-    ARG("-d", ARG_INT, TrainConfig, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all GPUs (multiple of B*T*GPUs; -1: B*T*GPUs)"),
-    ARG("-x", ARG_INT, TrainConfig, max_steps, 1, 1 << 30, 1, "number of steps (-1: one epoch of the train data)"),
-    ARG("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
-    ARG("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
-    ARG("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
-    ARG("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
-    ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
-    ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
-    ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
-    ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps (0: off)"),
-    ARG("-g", ARG_INT, TrainConfig, sample_tokens, 1, 1 << 20, 0, "tokens per sample (at most T)"),
-    ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
-    ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
-    ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
-    ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
-    ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order, sampling and rounding"),
-    ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),
+static const ArgSpec GPU_ARGS[] = {
     ARG("-r", ARG_INT, TrainConfig, recompute, 0, 2, 0, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm"),
     ARG("-z", ARG_INT, TrainConfig, zero_stage, 0, 1, 0, "ZeRO stage: 0 replicated optimizer, 1 sharded optimizer state"),
     ARG("-pn", ARG_INT, TrainConfig, num_processes, 1, 1 << 16, 0, "number of processes (one per GPU)"),
@@ -763,50 +651,19 @@ static const ArgSpec ARGS[] = {
     ARG("-pi", ARG_STR, TrainConfig, init_method, 0, 0, 0, "multi-process init: mpi (USE_MPI=1 builds) | fs | tcp"),
     ARG("-pf", ARG_STR, TrainConfig, fs_path, 0, 0, 0, "-pi fs: shared directory for the NCCL id"),
     ARG("-ps", ARG_STR, TrainConfig, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
+    ARG("--offload-optimizer", ARG_INT, TrainConfig, offload_optimizer, 0, 1, 0, "hybrid: AdamW m,v in pinned host memory during Predict runs (ema direction only)"),
 };
-#define NUM_ARGS ((int)(sizeof(ARGS) / sizeof(ARGS[0])))
 
-static void print_usage(FILE* out) {
-    TrainConfig d = default_config();
-    fprintf(out, "usage: ./train_gpt2cu [options]   (GPT-2 training on NVIDIA GPUs, %s; llm.c's flags)\n", PRECISION_NAME);
-    arg_print_usage(out, ARGS, NUM_ARGS, &d);
-    fprintf(out, "  --offload-optimizer <0|1>   hybrid: AdamW m,v in pinned host memory during Predict runs, back\n"
-                 "                              asynchronously before the Correct step (ema direction only) (default %d)\n",
-            d.offload_optimizer);
-    hybrid_usage(out);
-    fprintf(out, "  -h, --help            this text\n");
-    fprintf(out, "Example: ./train_gpt2cu -e d12 -b 16 -t 1024 -d 524288 -x 100 -o out/d12\n");
-    fprintf(out, "Two GPUs, one process each: ./train_gpt2cu -pn 2 -pr 0 -pi fs -pf /tmp/run1 ... &\n"
-                 "                            ./train_gpt2cu -pn 2 -pr 1 -pi fs -pf /tmp/run1 ...\n");
-}
+static const TrainCli CLI = {
+    "./train_gpt2cu", "GPT-2 training on NVIDIA GPUs, " PRECISION_NAME, GPU_ARGS, (int)(sizeof(GPU_ARGS) / sizeof(GPU_ARGS[0])),
+    "Example: ./train_gpt2cu -e d12 -b 16 -t 1024 -d 524288 -x 100 -o out/d12\n"
+    "Text from a model file: ./train_gpt2cu -e out/d12/model_00000100.bin -x 0 --prompt \"And God said\" -g 200\n"
+    "Two GPUs, one process each: ./train_gpt2cu -pn 2 -pr 0 -pi fs -pf /tmp/run1 ... &\n"
+    "                            ./train_gpt2cu -pn 2 -pr 1 -pi fs -pf /tmp/run1 ...\n",
+};
 
-static void parse_args(TrainConfig* c, int argc, char** argv) {
-    *c = default_config();
-    for (int i = 1; i < argc; i++) {
-        const char* flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { print_usage(stdout); exit(EXIT_SUCCESS); }
-        // hybrid mode's flags (--hybrid, --predictor, ...) are matched by hybrid/hybrid.h's parser
-        if (hybrid_parse_flag(&c->hybrid, argc, argv, &i)) { continue; }
-        if (strcmp(flag, "--offload-optimizer") == 0) {
-            if (i + 1 >= argc || (strcmp(argv[i + 1], "0") != 0 && strcmp(argv[i + 1], "1") != 0)) {
-                fatal("flag --offload-optimizer: expected 0 or 1, got '%s'", i + 1 < argc ? argv[i + 1] : "");
-            }
-            c->offload_optimizer = atoi(argv[++i]);
-            continue;
-        }
-        const ArgSpec* spec = arg_find(ARGS, NUM_ARGS, flag);
-        if (spec == NULL) { fatal("unknown flag '%s' (./train_gpt2cu -h lists the flags)", flag); }
-        if (i + 1 >= argc) { fatal("flag %s: missing value", flag); }
-        arg_parse_value(c, spec, argv[++i]);
-    }
-    LRScheduleKind kind;
-    if (lr_schedule_parse(c->schedule, &kind) != 0) {
-        fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
-    }
-    if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
-    if (c->sample_tokens > c->T && c->sample_every > 0) {
-        fatal("flag -g: %d sample tokens exceed the sequence length -t %d", c->sample_tokens, c->T);
-    }
+// the GPU flags' checks (the shared ones are in train_parse_args)
+static void check_gpu_args(const TrainConfig* c) {
     if (c->process_rank >= c->num_processes && strcmp(c->init_method, "mpi") != 0) {
         fatal("flag -pr: rank %d is not below the number of processes -pn %d", c->process_rank, c->num_processes);
     }
@@ -820,13 +677,7 @@ static void parse_args(TrainConfig* c, int argc, char** argv) {
 }
 
 // ----------------------------------------------------------------------------
-// the trainer: model, data, schedule, logs, and the counters a checkpoint saves
-
-#define MAX_FAULTS 5                 // consecutive NaN/Inf steps before giving up
-#define GRAD_CLIP 1.0f
-#define ADAM_BETA1 0.9f
-#define ADAM_BETA2 0.95f
-#define ADAM_EPS 1e-8f
+// the trainer: the shared run (llmc/train_common.h) and the model, its device buffers and staging
 
 // dense peak TFLOP/s for the MFU column: bf16 tensor cores, and plain fp32 (PRECISION=FP32)
 typedef struct { const char* name; double bf16, fp32; } GpuPeak;
@@ -850,42 +701,18 @@ static double gpu_peak_flops(const char* device_name) {
 }
 
 typedef struct {
-    TrainConfig cfg;
+    TRAIN_RUN_FIELDS          // first: (TrainRun*)&trainer is the shared part
     MultiGpuConfig multi_gpu;
-    int rank0;                // this process prints, logs and writes checkpoints
     GPT2 model;
-    DataLoader train_loader;
-    DataLoader val_loader;
-    int has_val;
-    LRScheduler scheduler;
-    Tokenizer tokenizer;
-    Logger logger;
-    int grad_accum;           // micro batches per step and process
-    int total_steps;
-    // counters, saved in the state file
-    int step;                 // steps completed
-    int adam_steps;           // AdamW updates applied
-    uint64_t sample_rng;
-    uint64_t tokens;          // train tokens consumed (all processes)
-    uint64_t backward;        // backward passes (micro batches, all processes)
-    double train_time_s;      // cumulative training seconds
-    // run state
-    int faults;               // consecutive non-finite steps
-    float last_val_loss;      // -1 until computed
-    float last_train_loss;
-    unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
     float* host_params;       // (P) checkpoint staging
     float* host_m;            // (P)
     float* host_v;            // (P)
-    int* gen_tokens;          // (B*T) sampling input
-    floatX* gen_logits;       // (Vp) host, one row of logits
-    float* gen_probs;         // (V) host
-    double flops_per_token;
-    double peak_flops;
+    int* gen_batch;           // (B*T) sampling input: the context window, padded
+    floatX* gen_row;          // (Vp) host, one row of logits
     double peak_device_mib;   // highest device memory in use seen at the logged points
+    HybridPhase last_phase;   // for the device memory log at phase changes
     char device_name[256];
     // hybrid mode (hybrid/hybrid.h decides on the host; llmc/hybrid_apply.cuh applies on the device)
-    HybridState hybrid;
     int nblocks;              // 12*L + 4 parameter blocks
     size_t* block_offsets;    // (nblocks+1) device, in floats
     float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
@@ -904,22 +731,6 @@ typedef struct {
     cudaEvent_t copy_done;
 } Trainer;
 
-typedef struct {
-    float loss;       // mean over the step's micro batches and processes
-    float grad_norm;  // before clipping
-    int skipped;      // non-finite loss or norm: no update
-    double ms;
-} StepResult;
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static volatile sig_atomic_t stop_signal = 0;
-static void on_stop_signal(int sig) { stop_signal = sig; }
-
 // device memory in use now; remembered as the peak when it is the highest seen; logged with `where`
 static void log_device_memory(Trainer* tr, const char* where) {
     double used = cuda_used_mib();
@@ -930,6 +741,7 @@ static void log_device_memory(Trainer* tr, const char* where) {
     }
 }
 
+// ----------------------------------------------------------------------------
 // ----------------------------------------------------------------------------
 // hybrid mode on the device
 
@@ -1143,57 +955,36 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     return r;
 }
 
-// mean loss over the first -m val batches (all with -m -1), always the same batches, split over ranks
-static float evaluate(Trainer* tr) {
-    DataLoader* val = &tr->val_loader;
-    dataloader_reset(val, (uint64_t)tr->cfg.seed);
-    size_t n = tr->cfg.val_batches == -1 || (size_t)tr->cfg.val_batches > val->total_batches
-             ? val->total_batches : (size_t)tr->cfg.val_batches;
-    int np = tr->multi_gpu.num_processes;
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        dataloader_next_batch(val);
-        if ((int)(i % np) != tr->multi_gpu.process_rank) { continue; }
-        gpt2_forward(&tr->model, val->inputs, val->targets, tr->cfg.B, tr->cfg.T);
-        sum += tr->model.mean_loss;
-    }
-    return gpt2_sum_over_ranks(&tr->model, (float)sum) / (float)n;
+
+// ----------------------------------------------------------------------------
+// the backend of the shared loop (llmc/train_common.h)
+
+static StepResult gpu_full_step(void* ctx, float lr) { return train_full_step((Trainer*)ctx, lr); }
+static StepResult gpu_predict_step(void* ctx) { return train_predict_step((Trainer*)ctx); }
+static float gpu_sum_over_ranks(void* ctx, float x) { return gpt2_sum_over_ranks(&((Trainer*)ctx)->model, x); }
+
+static float gpu_batch_loss(void* ctx, const int* inputs, const int* targets) {
+    Trainer* tr = (Trainer*)ctx;
+    gpt2_forward(&tr->model, inputs, targets, tr->cfg.B, tr->cfg.T);
+    return tr->model.mean_loss;
 }
 
-// -g tokens from an EOT prompt, sampled at temperature 1 with the sampling stream (as train_gpt2.c).
-// The forward pass runs on the full allocated (B,T) batch; causality makes the padding irrelevant.
-static void sample_text(Trainer* tr) {
+// logits (V) after tokens[0..n): the forward runs on the full allocated (B,T) batch, the window at
+// the start of the first row; causality makes the padding after it irrelevant
+static void gpu_next_logits(void* ctx, const int* tokens, int n, float* logits) {
+    Trainer* tr = (Trainer*)ctx;
     GPT2* model = &tr->model;
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size, B = tr->cfg.B, T = tr->cfg.T;
-    int eot = tr->tokenizer.init_ok ? tr->tokenizer.eot_token : GPT2_EOT;
-    if (eot < 0 || eot >= V) { eot = V > GPT2_EOT ? GPT2_EOT : 0; }
-    for (int i = 0; i < B * T; i++) { tr->gen_tokens[i] = eot; }
-    printf("generating:\n---\n");
-    for (int t = 1; t < tr->cfg.sample_tokens; t++) {
-        gpt2_forward(model, tr->gen_tokens, NULL, B, T);
-        cudaCheck(cudaMemcpy(tr->gen_logits, model->acts.logits + (size_t)(t - 1) * Vp, Vp * sizeof(floatX),
-                             cudaMemcpyDeviceToHost));
-        float maxval = -INFINITY;
-        for (int i = 0; i < V; i++) { float x = (float)tr->gen_logits[i]; maxval = x > maxval ? x : maxval; }
-        double sum = 0.0;
-        for (int i = 0; i < V; i++) { tr->gen_probs[i] = expf((float)tr->gen_logits[i] - maxval); sum += tr->gen_probs[i]; }
-        double coin = random_f32(&tr->sample_rng) * sum, cdf = 0.0;
-        int next = V - 1;
-        for (int i = 0; i < V; i++) {
-            cdf += tr->gen_probs[i];
-            if (coin < cdf) { next = i; break; }
-        }
-        tr->gen_tokens[t] = next;
-        tokenizer_print(&tr->tokenizer, (uint32_t)next, stdout);
-        fflush(stdout);
-    }
-    printf("\n---\n");
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    memcpy(tr->gen_batch, tokens, (size_t)n * sizeof(int));
+    gpt2_forward(model, tr->gen_batch, NULL, tr->cfg.B, tr->cfg.T);
+    cudaCheck(cudaMemcpy(tr->gen_row, model->acts.logits + (size_t)(n - 1) * Vp, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+    for (int i = 0; i < V; i++) { logits[i] = (float)tr->gen_row[i]; }
 }
 
 // model (fp32 master weights), state (AdamW m and v gathered to one llm.c-layout file, so a run can
-// resume on another number of GPUs), then the DONE marker. Every rank takes part in the gathers;
-// rank 0 writes.
-static void save_checkpoint(Trainer* tr) {
+// resume on another number of GPUs). Every rank takes part in the gathers; rank 0 writes.
+static void gpu_save(void* ctx) {
+    Trainer* tr = (Trainer*)ctx;
     GPT2* model = &tr->model;
     HybridState* h = &tr->hybrid;
     size_t P = model->num_parameters, lo = model->shard_offset;
@@ -1224,369 +1015,138 @@ static void save_checkpoint(Trainer* tr) {
                                   cudaMemcpyHostToDevice, model->stream));
         cudaCheck(cudaStreamSynchronize(model->stream));
     }
-    if (tr->rank0) {
-        const char* dir = tr->cfg.output_dir;
-        char path[4096];
-        checkpoint_path(path, sizeof(path), dir, "model", tr->step);
-        model_write(path, &model->config, tr->host_params, model->num_parameters);
-        TrainState s;
-        memset(&s, 0, sizeof(s));
-        s.step = tr->step;
-        s.shuffle = 1;
-        s.sample_rng = tr->sample_rng;
-        s.shard_index = dataloader_shard_index(&tr->train_loader);
-        s.batch_index = dataloader_batch_index(&tr->train_loader);
-        s.num_parameters = model->num_parameters;
-        s.tokens = tr->tokens;
-        s.backward = tr->backward;
-        s.train_time_s = tr->train_time_s;
-        s.init_seed = (uint64_t)tr->cfg.seed;
-        s.adam_steps = (uint64_t)tr->adam_steps;
-        dataloader_state_save(&tr->train_loader, tr->loader_blob);
-        checkpoint_path(path, sizeof(path), dir, "state", tr->step);
-        state_write(path, &s, tr->host_m, tr->host_v, tr->loader_blob, dataloader_state_size(&tr->train_loader));
-        if (tr->cfg.hybrid.enabled) {
-            checkpoint_path(path, sizeof(path), dir, "hybrid", tr->step);
-            AtomicFile af;
-            atomic_open(&af, path);
-            char err[256];
-            if (hybrid_save(h, af.fp, tr->host_dir, open_run ? tr->host_keep : NULL, err, sizeof(err)) != 0) {
-                fatal("%s: cannot write the hybrid state (%s)", path, err);
-            }
-            atomic_commit(&af);
-        }
-        checkpoint_write_done(dir, tr->step);
-        checkpoint_prune(dir, tr->cfg.ckpt_keep);
-        printf("checkpoint: step %d written to %s\n", tr->step, dir);
-    }
-    // nobody continues (or exits) before rank 0 has finished writing
-    gpt2_sum_over_ranks(model, 0.0f);
-}
-
-// restores the counters, AdamW state and data position of checkpoint `step` (the model is already loaded)
-static void load_state(Trainer* tr, int step) {
+    if (!tr->rank0) { return; }
     char path[4096];
-    checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "state", step);
-    TrainState s;
-    unsigned char* blob;
-    size_t blob_bytes;
-    state_read(path, &s, tr->model.num_parameters, tr->host_m, tr->host_v, &blob, &blob_bytes);
-    if (s.step != step) { fatal("%s: state is for step %d, expected %d", path, s.step, step); }
-    gpt2_optimizer_from_host(&tr->model, tr->host_m, tr->host_v);
-    dataloader_state_load(&tr->train_loader, blob, blob_bytes, path);
-    free(blob);
-    tr->step = s.step;
-    tr->adam_steps = (int)s.adam_steps;
-    tr->sample_rng = s.sample_rng;
-    tr->tokens = s.tokens;
-    tr->backward = s.backward;
-    tr->train_time_s = s.train_time_s;
-    if (tr->cfg.hybrid.enabled) {
-        GPT2* model = &tr->model;
-        HybridState* h = &tr->hybrid;
-        checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "hybrid", step);
-        FILE* f = fopen(path, "rb");
-        if (f == NULL) { fatal("%s: missing (resuming with --hybrid 1 needs the hybrid state of the checkpoint)", path); }
-        char err[256];
-        if (hybrid_load(h, f, tr->host_dir, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
-        fcloseCheck(f, path);
-        size_t P = model->num_parameters, lo = model->shard_offset;
-        size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
-        if (tr->direction != NULL) {
-            cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
-            cudaCheck(cudaMemcpy(tr->direction, tr->host_dir + lo, own * sizeof(float), cudaMemcpyHostToDevice));
-        }
-        if (h->run_steps > 0) {  // an open Predict run: its rollback point goes back into the gradient buffer
-            cudaCheck(cudaMemcpy(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float), cudaMemcpyHostToDevice));
-        }
-    }
-    // the floatX copy as this step left it: the resumed run continues bit-exactly
-    gpt2_sync_floatX(&tr->model, tr->step);
+    checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "model", tr->step);
+    model_write(path, &model->config, tr->host_params, P);
+    train_write_state((TrainRun*)tr, P, tr->host_m, tr->host_v);
+    if (tr->cfg.hybrid.enabled) { train_write_hybrid_state((TrainRun*)tr, tr->host_dir, open_run ? tr->host_keep : NULL); }
 }
 
-static void print_config(const Trainer* tr, int resume_step) {
-    const GPT2Config* c = &tr->model.config;
-    printf("+----------------------+----------------------------------------------------+\n");
-    printf("| %-20s | %-50s |\n", "Parameter", "Value");
-    printf("+----------------------+----------------------------------------------------+\n");
-    for (int i = 0; i < NUM_ARGS; i++) {
-        char v[256];
-        arg_format_value(v, sizeof(v), &tr->cfg, &ARGS[i]);
-        printf("| %-20s | %-50s |\n", ARGS[i].flag, v);
+// the hybrid state of checkpoint `step` onto the device: direction buffer, and an open Predict run's
+// rollback point into the gradient buffer
+static void gpu_load_hybrid(Trainer* tr, int step) {
+    GPT2* model = &tr->model;
+    char path[4096];
+    FILE* f = train_open_hybrid_state((TrainRun*)tr, step, path, sizeof(path));
+    char err[256];
+    if (hybrid_load(&tr->hybrid, f, tr->host_dir, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
+    fcloseCheck(f, path);
+    size_t P = model->num_parameters, lo = model->shard_offset;
+    size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
+    if (tr->direction != NULL) {
+        cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
+        cudaCheck(cudaMemcpy(tr->direction, tr->host_dir + lo, own * sizeof(float), cudaMemcpyHostToDevice));
     }
-    printf("+----------------------+----------------------------------------------------+\n");
-    printf("| %-20s | %-50d |\n", "max_seq_len", c->max_seq_len);
-    printf("| %-20s | %-50d |\n", "vocab_size", c->vocab_size);
-    printf("| %-20s | %-50d |\n", "padded_vocab_size", c->padded_vocab_size);
-    printf("| %-20s | %-50d |\n", "num_layers", c->num_layers);
-    printf("| %-20s | %-50d |\n", "num_heads", c->num_heads);
-    printf("| %-20s | %-50d |\n", "channels", c->channels);
-    printf("| %-20s | %-50zu |\n", "num_parameters", tr->model.num_parameters);
-    printf("| %-20s | %-50zu |\n", "train batches/epoch", tr->train_loader.total_batches);
-    printf("| %-20s | %-50zu |\n", "val batches", tr->has_val ? tr->val_loader.total_batches : 0);
-    printf("| %-20s | %-50d |\n", "grad accumulation", tr->grad_accum);
-    printf("| %-20s | %-50d |\n", "steps", tr->total_steps);
-    printf("| %-20s | %-50s |\n", "device", tr->device_name);
-    printf("| %-20s | %-50s |\n", "precision", PRECISION_NAME);
-    printf("| %-20s | %-50s |\n", "attention", tr->model.use_cudnn ? "cuDNN (fused flash attention)" : "built-in kernels");
-    printf("| %-20s | %-50d |\n", "processes (GPUs)", tr->multi_gpu.num_processes);
-    printf("| %-20s | %-50.0f |\n", "MFU peak TFLOP/s", tr->peak_flops / 1e12);
-    printf("| %-20s | %-50d |\n", "--offload-optimizer", tr->cfg.offload_optimizer);
-    hybrid_config_table(&tr->cfg.hybrid, stdout, 20, 50);
-    if (resume_step >= 0) { printf("| %-20s | %-50d |\n", "resumed from step", resume_step); }
-    printf("+----------------------+----------------------------------------------------+\n");
+    if (tr->hybrid.run_steps > 0) {
+        cudaCheck(cudaMemcpy(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float), cudaMemcpyHostToDevice));
+    }
 }
 
-static void write_summary(Trainer* tr) {
-    char body[4096];
-    char val[64];
-    if (tr->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", tr->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
-    int n = snprintf(body, sizeof(body),
-             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"train_loss\": %.9g, \"backward\": %llu, "
-             "\"tokens\": %llu, \"peak_device_mib\": %.1f, \"processes\": %d",
-             tr->step, tr->train_time_s, val, tr->last_train_loss, (unsigned long long)tr->backward,
-             (unsigned long long)tr->tokens, tr->peak_device_mib, tr->multi_gpu.num_processes);
-    if (tr->cfg.hybrid.enabled) {
-        const int* ps = tr->hybrid.metrics.steps;
-        n += snprintf(body + n, sizeof(body) - n,
-                      ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
-                      ps[PHASE_WARMUP], ps[PHASE_FULL], ps[PHASE_PREDICT], ps[PHASE_CORRECT]);
-        n += hybrid_summary_fields(&tr->hybrid, body + n, sizeof(body) - n - 2);
-        snprintf(body + n, sizeof(body) - n, "}");
-    } else {
-        snprintf(body + n, sizeof(body) - n, ", \"phase_steps\": {\"full\": %d}", tr->step);
+// device memory after the first step and at every phase change
+static void gpu_after_step(void* ctx) {
+    Trainer* tr = (Trainer*)ctx;
+    if (tr->step == 1) { log_device_memory(tr, "after the first step"); }
+    if (tr->cfg.hybrid.enabled && tr->hybrid.phase != tr->last_phase) {
+        char where[64];
+        snprintf(where, sizeof(where), "step %d, %s", tr->step, hybrid_phase_name(&tr->hybrid));
+        log_device_memory(tr, where);
+        tr->last_phase = tr->hybrid.phase;
     }
-    logger_write_summary(&tr->logger, body);
+}
+
+static void gpu_config_rows(const void* ctx) {
+    const Trainer* tr = (const Trainer*)ctx;
+    char v[64];
+    train_print_row("device", tr->device_name);
+    train_print_row("precision", PRECISION_NAME);
+    train_print_row("attention", tr->model.use_cudnn ? "cuDNN (fused flash attention)" : "built-in kernels");
+    snprintf(v, sizeof(v), "%d", tr->multi_gpu.num_processes); train_print_row("processes (GPUs)", v);
+    snprintf(v, sizeof(v), "%.0f", tr->peak_flops / tr->multi_gpu.num_processes / 1e12); train_print_row("MFU peak TFLOP/s", v);
 }
 
 int main(int argc, char** argv) {
     static Trainer tr;  // large: not on the stack
-    parse_args(&tr.cfg, argc, argv);
+    TrainRun* run = (TrainRun*)&tr;
+    train_parse_args(&tr.cfg, argc, argv, &CLI);
     TrainConfig* cfg = &tr.cfg;
+    check_gpu_args(cfg);
     tr.multi_gpu = multi_gpu_config_init(cfg->num_processes, cfg->process_rank, cfg->gpus_per_node,
                                          cfg->init_method, cfg->fs_path, cfg->server_ip, cfg->zero_stage);
     tr.rank0 = tr.multi_gpu.process_rank == 0;
-    int np = tr.multi_gpu.num_processes;
-    if (!tr.rank0) { cfg->sample_every = 0; }
+    int np = tr.num_processes = tr.multi_gpu.num_processes;
+    cfg->process_rank = tr.multi_gpu.process_rank;
     if (cfg->total_batch != -1 && cfg->total_batch % (cfg->B * cfg->T * np) != 0) {
         fatal("flag -d: total batch %d is not a multiple of B*T*processes = %d", cfg->total_batch, cfg->B * cfg->T * np);
     }
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, tr.multi_gpu.local_device_idx));
     snprintf(tr.device_name, sizeof(tr.device_name), "%s", prop.name);
-    tr.peak_flops = gpu_peak_flops(prop.name);
-    if (cfg->output_dir != NULL && tr.rank0 && mkdir(cfg->output_dir, 0755) != 0 && errno != EEXIST) {
-        fatal("%s: cannot create output dir (%s)", cfg->output_dir, strerror(errno));
-    }
+    tr.peak_flops = gpu_peak_flops(prop.name) * np;
+    if (cfg->output_dir != NULL && tr.rank0) { train_make_dirs(cfg->output_dir); }
     matmul_init();
 
     // the model: from the latest checkpoint when resuming, else from -e
-    int resume_step = cfg->resume ? checkpoint_find_latest(cfg->output_dir) : -1;
-    if (cfg->resume && resume_step < 0 && tr.rank0) {
-        printf("note: no complete checkpoint in %s; starting from -e %s\n", cfg->output_dir, cfg->init);
-    }
+    int resume_step = train_resume_step(run);
     uint32_t rounding_seed = (uint32_t)((uint64_t)cfg->seed ^ ((uint64_t)cfg->seed >> 32));
-    int depth = 0;
-    char tail;
-    if (resume_step >= 0) {
-        char path[4096];
-        checkpoint_path(path, sizeof(path), cfg->output_dir, "model", resume_step);
+    char path[4096];
+    int depth;
+    if (train_model_source(cfg, resume_step, path, sizeof(path), &depth)) {
         gpt2_build_from_checkpoint(&tr.model, path, &tr.multi_gpu, rounding_seed, 0);
-    } else if (sscanf(cfg->init, "d%d%c", &depth, &tail) == 1) {
-        if (depth <= 0 || depth > 64) { fatal("flag -e: depth must be in [1, 64], got '%s'", cfg->init); }
+    } else {
         gpt2_build_from_random(&tr.model, depth, shard_vocab_size(cfg->train_pattern), (uint64_t)cfg->seed,
                                &tr.multi_gpu, rounding_seed);
-    } else {
-        gpt2_build_from_checkpoint(&tr.model, cfg->init, &tr.multi_gpu, rounding_seed, 0);
     }
     if (cfg->T > tr.model.config.max_seq_len) {
         fatal("flag -t: sequence length %d exceeds the model's maximum %d", cfg->T, tr.model.config.max_seq_len);
     }
     gpt2_allocate(&tr.model, cfg->B, cfg->T, cfg->recompute);
-
-    // data, schedule, logs
-    dataloader_init(&tr.train_loader, cfg->train_pattern, cfg->B, cfg->T, tr.model.config.vocab_size, 1, (uint64_t)cfg->seed);
-    tr.has_val = cfg->val_every > 0;
-    if (tr.has_val) {
-        dataloader_init(&tr.val_loader, cfg->val_pattern, cfg->B, cfg->T, tr.model.config.vocab_size, 0, (uint64_t)cfg->seed);
-    }
-    tr.grad_accum = cfg->total_batch == -1 ? 1 : cfg->total_batch / (cfg->B * cfg->T * np);
-    tr.total_steps = cfg->max_steps;
-    if (tr.total_steps == -1) {
-        tr.total_steps = (int)(tr.train_loader.total_batches / ((size_t)tr.grad_accum * np));
-        if (tr.total_steps == 0) {
-            fatal("%s: one epoch has %zu batches, fewer than one step needs (%d)", cfg->train_pattern,
-                  tr.train_loader.total_batches, tr.grad_accum * np);
-        }
-    }
-    LRScheduleKind kind;
-    lr_schedule_parse(cfg->schedule, &kind);
-    lr_scheduler_init(&tr.scheduler, kind, cfg->lr, cfg->warmup, tr.total_steps, cfg->final_frac);
-    tr.sample_rng = random_state((uint64_t)cfg->seed, RNG_SAMPLE_SALT);
-    size_t P = tr.model.num_parameters;
-    tr.loader_blob = (unsigned char*)mallocCheck(dataloader_state_max_size(&tr.train_loader));
-    cudaCheck(cudaMallocHost((void**)&tr.host_params, P * sizeof(float)));
-    cudaCheck(cudaMallocHost((void**)&tr.host_m, P * sizeof(float)));
-    cudaCheck(cudaMallocHost((void**)&tr.host_v, P * sizeof(float)));
-    tr.gen_tokens = (int*)mallocCheck((size_t)cfg->B * cfg->T * sizeof(int));
-    tr.gen_logits = (floatX*)mallocCheck((size_t)tr.model.config.padded_vocab_size * sizeof(floatX));
-    tr.gen_probs = (float*)mallocCheck((size_t)tr.model.config.vocab_size * sizeof(float));
-    tr.last_val_loss = -1.0f;
-    if (cfg->hybrid.enabled) { hybrid_setup(&tr); }
-    if (resume_step >= 0) { load_state(&tr, resume_step); }
-    if (cfg->overfit) {  // the same first batch on every step, also after a resume
-        dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
-        dataloader_next_batch(&tr.train_loader);
-    }
-    if (cfg->sample_every > 0) {
-        tokenizer_init(&tr.tokenizer, cfg->tokenizer);
-        if (!tr.tokenizer.init_ok) { printf("note: no tokenizer at %s; samples print token ids\n", cfg->tokenizer); }
-    }
-    logger_init(&tr.logger, tr.rank0 ? cfg->output_dir : NULL, resume_step);
     const GPT2Config* mc = &tr.model.config;
-    tr.flops_per_token = 6.0 * tr.model.num_parameters + 6.0 * mc->num_layers * mc->channels * cfg->T;
-    if (tr.rank0) { print_config(&tr, resume_step); }
-    log_device_memory(&tr, "start-up");
+    size_t P = tr.model.num_parameters;
+    tr.gen_batch = (int*)callocCheck((size_t)cfg->B * cfg->T, sizeof(int));
+    tr.gen_row = (floatX*)mallocCheck((size_t)mc->padded_vocab_size * sizeof(floatX));
+    TrainBackend be = {&tr, gpu_full_step, gpu_predict_step, gpu_batch_loss, gpu_next_logits, gpu_save,
+                       gpu_sum_over_ranks, gpu_after_step};
 
-    struct sigaction sa;
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_stop_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    // data, schedule, sampling, logs; -x 0: text from the model, no training
+    train_setup(run, mc->vocab_size, resume_step);
+    if (cfg->max_steps == 0) {
+        if (tr.rank0) { train_sample_text(run, &be, mc->vocab_size); }
+    } else {
+        cudaCheck(cudaMallocHost((void**)&tr.host_params, P * sizeof(float)));
+        cudaCheck(cudaMallocHost((void**)&tr.host_m, P * sizeof(float)));
+        cudaCheck(cudaMallocHost((void**)&tr.host_v, P * sizeof(float)));
+        if (cfg->hybrid.enabled) { hybrid_setup(&tr); }
+        if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
+            train_load_state(run, resume_step, P, tr.host_m, tr.host_v);
+            gpt2_optimizer_from_host(&tr.model, tr.host_m, tr.host_v);
+            if (cfg->hybrid.enabled) { gpu_load_hybrid(&tr, resume_step); }
+            // the floatX copy as this step left it: the resumed run continues bit-exactly
+            gpt2_sync_floatX(&tr.model, tr.step);
+        }
+        if (cfg->overfit) {  // the same first batch on every step, also after a resume
+            dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
+            dataloader_next_batch(&tr.train_loader);
+        }
+        tr.flops_per_token = 6.0 * P + 6.0 * mc->num_layers * mc->channels * cfg->T;
+        if (tr.rank0) { train_print_config(run, &CLI, mc, P, resume_step, gpu_config_rows, &tr); }
+        log_device_memory(&tr, "start-up");
+        tr.last_phase = (HybridPhase)PHASE_COUNT;
 
-    if (tr.has_val && tr.step == 0) {
-        tr.last_val_loss = evaluate(&tr);
-        if (tr.rank0) { printf("val loss %.6f\n", tr.last_val_loss); }
-        logger_log_init_val(&tr.logger, tr.last_val_loss);
-    }
-    HybridPhase last_phase = (HybridPhase)PHASE_COUNT;
-    while (tr.step < tr.total_steps) {
-        // the phase of this step: Full, or in hybrid mode whatever the controller decides
-        const char* phase = "full";
-        float lr = lr_scheduler_get(&tr.scheduler, tr.step);
-        StepResult r;
-        char hybrid_json[256] = "";
-        if (cfg->hybrid.enabled) {
-            double h0 = now_seconds();
-            HybridPhase ph = hybrid_begin_step(&tr.hybrid, tr.step, lr);
-            double decide_ms = (now_seconds() - h0) * 1000.0;
-            r = ph == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
-            // the controller's inputs must be the same on every rank: with the bandit, the step time too
-            double ms = np > 1 && cfg->hybrid.adaptive ? gpt2_sum_over_ranks(&tr.model, (float)r.ms) / np : r.ms;
-            h0 = now_seconds();
-            hybrid_end_step(&tr.hybrid, r.skipped ? NAN : r.loss, r.skipped ? NAN : r.grad_norm, ms + decide_ms);
-            double hybrid_ms = decide_ms + (now_seconds() - h0) * 1000.0;  // the controller's own work is training time
-            r.ms += hybrid_ms;
-            tr.train_time_s += hybrid_ms / 1000.0;
-            phase = hybrid_phase_name(&tr.hybrid);
-            hybrid_step_json(&tr.hybrid, hybrid_json, sizeof(hybrid_json));
-        } else {
-            r = train_full_step(&tr, lr);
-        }
-        int predict = cfg->hybrid.enabled && tr.hybrid.phase == PHASE_PREDICT;
-        tr.step++;
-        if (!predict) { tr.last_train_loss = r.loss; }
-        if (tr.step == 1) { log_device_memory(&tr, "after the first step"); }
-        if (cfg->hybrid.enabled && tr.hybrid.phase != last_phase) {
-            char where[64];
-            snprintf(where, sizeof(where), "step %d, %s", tr.step, phase);
-            log_device_memory(&tr, where);
-            last_phase = tr.hybrid.phase;
-        }
-        double tokens_per_step = (double)tr.grad_accum * np * cfg->B * cfg->T;
-        double tok_s = tokens_per_step / (r.ms / 1000.0);
+        train_loop(run, &be, mc->vocab_size, argc, argv);
+        log_device_memory(&tr, "end");
         if (tr.rank0) {
-            char mfu[32] = "n/a";
-            if (tr.peak_flops > 0.0) { snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * tr.flops_per_token * tok_s / (tr.peak_flops * np)); }
-            if (predict) {
-                printf("step %4d/%d | predict | predicted loss %.6f | lr %.2e | %.2f ms\n",
-                       tr.step, tr.total_steps, tr.hybrid.metrics.predicted_loss, lr, r.ms);
-            } else {
-                printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %s MFU | %.0f tok/s%s%s\n",
-                       tr.step, tr.total_steps, r.loss, r.grad_norm, lr, r.ms, mfu, tok_s,
-                       cfg->hybrid.enabled ? " | " : "", cfg->hybrid.enabled ? phase : "");
-            }
+            char extra[128];
+            snprintf(extra, sizeof(extra), ", \"peak_device_mib\": %.1f, \"processes\": %d", tr.peak_device_mib, np);
+            train_write_summary(run, extra);
+            printf("peak device memory %.1f MiB\n", tr.peak_device_mib);
         }
-        if (r.skipped) {
-            tr.faults++;
-            if (tr.rank0) {
-                printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
-                       tr.step, r.loss, r.grad_norm, tr.faults, MAX_FAULTS);
-            }
-            if (tr.faults >= MAX_FAULTS) {
-                fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
-                      "of the last good step (lower -l?)", MAX_FAULTS, tr.step);
-            }
-        } else {
-            tr.faults = 0;
-        }
-        StepMetrics m;
-        memset(&m, 0, sizeof(m));
-        m.step = tr.step;
-        m.phase = phase;
-        m.has_loss = !predict;
-        m.loss = r.loss;
-        m.lr = lr;
-        m.has_norm = !predict;
-        m.grad_norm = r.grad_norm;
-        m.extra = cfg->hybrid.enabled ? hybrid_json : NULL;
-        m.ms = r.ms;
-        m.train_time_s = tr.train_time_s;
-        m.tokens = tr.tokens;
-        m.backward = tr.backward;
-        m.skipped = r.skipped;
-        if (tr.has_val && (tr.step % cfg->val_every == 0 || tr.step == tr.total_steps)) {
-            tr.last_val_loss = evaluate(&tr);
-            if (tr.rank0) { printf("val loss %.6f\n", tr.last_val_loss); }
-            m.has_val = 1;
-            m.val_loss = tr.last_val_loss;
-        }
-        logger_log_step(&tr.logger, &m);
-        if (cfg->sample_every > 0 && tr.step % cfg->sample_every == 0) { sample_text(&tr); }
-        int last = tr.step == tr.total_steps;
-        // a signal reaches ranks at different moments: rank 0's decision is everyone's. Predict steps
-        // communicate nothing, so the decision waits for the next measured step (a run is at most 16 steps)
-        int stop = predict && !last ? 0 : (int)gpt2_sum_over_ranks(&tr.model, tr.rank0 && stop_signal ? 1.0f : 0.0f);
-        if (cfg->output_dir != NULL && ((cfg->ckpt_every > 0 && (tr.step % cfg->ckpt_every == 0 || last)) || stop)) {
-            save_checkpoint(&tr);
-        }
-        if (stop && !last) {
-            if (tr.rank0) {
-                printf("stopped by signal after step %d.", tr.step);
-                if (cfg->output_dir != NULL) {
-                    printf(" Resume with the same flags plus -y 1:\n ");
-                    for (int i = 0; i < argc; i++) {
-                        if (strcmp(argv[i], "-y") == 0) { i++; continue; }
-                        printf(" %s", argv[i]);
-                    }
-                    printf(" -y 1\n");
-                } else {
-                    printf(" No -o given: nothing saved.\n");
-                }
-            }
-            break;
-        }
-    }
-    log_device_memory(&tr, "end");
-    if (tr.rank0) {
-        if (tr.cfg.hybrid.enabled) { hybrid_print_summary(&tr.hybrid, stdout); }
-        write_summary(&tr);
-        printf("done: %d steps, %.2f s training time, %llu backward passes, peak device memory %.1f MiB\n", tr.step,
-               tr.train_time_s, (unsigned long long)tr.backward, tr.peak_device_mib);
+        cudaCheck(cudaFreeHost(tr.host_params));
+        cudaCheck(cudaFreeHost(tr.host_m));
+        cudaCheck(cudaFreeHost(tr.host_v));
     }
 
-    logger_free(&tr.logger);
-    tokenizer_free(&tr.tokenizer);
-    dataloader_free(&tr.train_loader);
-    if (tr.has_val) { dataloader_free(&tr.val_loader); }
-    free(tr.loader_blob);
-    cudaCheck(cudaFreeHost(tr.host_params));
-    cudaCheck(cudaFreeHost(tr.host_m));
-    cudaCheck(cudaFreeHost(tr.host_v));
-    free(tr.gen_tokens);
-    free(tr.gen_logits);
-    free(tr.gen_probs);
-    if (tr.cfg.hybrid.enabled) {
+    if (tr.cfg.hybrid.enabled && cfg->max_steps != 0) {
         offload_optimizer_finish_restore(&tr);
         cudaCheck(cudaStreamSynchronize(tr.model.stream));
         void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.stats, tr.stats_partial, tr.direction};
@@ -1599,8 +1159,10 @@ int main(int argc, char** argv) {
             cudaCheck(cudaEventDestroy(tr.copy_done));
             cudaCheck(cudaStreamDestroy(tr.copy_stream));
         }
-        hybrid_free(&tr.hybrid);
     }
+    train_free(run);
+    free(tr.gen_batch);
+    free(tr.gen_row);
     gpt2_free(&tr.model);
     matmul_free();
     multi_gpu_config_free(&tr.multi_gpu);

@@ -19,6 +19,7 @@
 #define HYBRID_HYBRID_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,112 +77,36 @@ static inline void hybrid_config_default(HybridConfig* c) {
     c->direction_beta = 0.98f;
 }
 
-__attribute__((noreturn))
-static inline void hybrid_flag_error(const char* flag, const char* want, const char* got) {
-    fprintf(stderr, "error: flag %s: expected %s, got '%s'\n", flag, want, got);
-    exit(EXIT_FAILURE);
-}
+// The flags as a table, one row per HybridConfig field. The trainer's command-line parser
+// (llmc/args.h through llmc/train_common.h) reads this table, so hybrid mode has no parser of its own.
+// An enum field's value is the index of its name in `choices` ("a|b|c").
+typedef enum { HYBRID_FLAG_INT, HYBRID_FLAG_FLOAT, HYBRID_FLAG_CHOICE } HybridFlagType;
+typedef struct {
+    const char* flag;
+    HybridFlagType type;
+    size_t offset;          // into HybridConfig
+    double min, max;        // valid range (numbers)
+    const char* choices;    // HYBRID_FLAG_CHOICE: "name0|name1|..."
+    const char* bare;       // value of the flag given without one (a bare --hybrid), or NULL
+    const char* help;
+} HybridFlag;
 
-static inline int hybrid_parse_int(const char* flag, const char* s, int lo, int hi) {
-    char* end = NULL;
-    long v = strtol(s, &end, 10);
-    if (s[0] == '\0' || *end != '\0' || v < lo || v > hi) {
-        char want[64];
-        snprintf(want, sizeof(want), "an integer in [%d, %d]", lo, hi);
-        hybrid_flag_error(flag, want, s);
-    }
-    return (int)v;
-}
-
-static inline float hybrid_parse_float(const char* flag, const char* s, float lo, float hi) {
-    char* end = NULL;
-    float v = strtof(s, &end);
-    if (s[0] == '\0' || *end != '\0' || !(v >= lo && v <= hi)) {
-        char want[64];
-        snprintf(want, sizeof(want), "a number in [%g, %g]", lo, hi);
-        hybrid_flag_error(flag, want, s);
-    }
-    return v;
-}
-
-// Parse argv[*i] if it is a hybrid flag: returns 1 and advances *i past its value, 0 if it is not
-// a hybrid flag. A bad value prints one error line and exits 1. A bare `--hybrid` (last argument,
-// or followed by another flag) turns hybrid mode on.
-static inline int hybrid_parse_flag(HybridConfig* c, int argc, char** argv, int* i) {
-    const char* f = argv[*i];
-    if (strncmp(f, "--", 2) != 0) { return 0; }
-    const char* val = (*i + 1 < argc) ? argv[*i + 1] : NULL;
-    if (strcmp(f, "--hybrid") == 0) {
-        if (val != NULL && val[0] != '-') { c->enabled = hybrid_parse_int(f, val, 0, 1); (*i)++; }
-        else { c->enabled = 1; }
-        return 1;
-    }
-    static const char* known[] = {"--predictor", "--hybrid-warmup", "--full-steps", "--max-predict-steps",
-        "--confidence-threshold", "--divergence-threshold", "--correction-interval", "--hybrid-cooldown",
-        "--adaptive", "--direction", "--direction-beta"};
-    int k = -1;
-    for (int j = 0; j < (int)(sizeof(known) / sizeof(known[0])); j++) { if (strcmp(f, known[j]) == 0) { k = j; } }
-    if (k < 0) { return 0; }
-    if (val == NULL) { hybrid_flag_error(f, "a value", ""); }
-    switch (k) {
-        case 0: c->predictor = predictor_parse(val);
-                if (c->predictor < 0) { hybrid_flag_error(f, "momentum|linear|mlp|rssm", val); } break;
-        case 1: c->warmup = hybrid_parse_int(f, val, 0, 1 << 30); break;
-        case 2: c->full_steps = hybrid_parse_int(f, val, 1, 1 << 20); break;
-        case 3: c->max_predict_steps = hybrid_parse_int(f, val, 0, 16); break;
-        case 4: c->confidence_threshold = hybrid_parse_float(f, val, 0.0f, 1.0f); break;
-        case 5: c->divergence_threshold = hybrid_parse_float(f, val, 0.1f, 1000.0f); break;
-        case 6: c->correction_interval = hybrid_parse_int(f, val, 0, 16); break;
-        case 7: c->cooldown = hybrid_parse_float(f, val, 0.0f, 1.0f); break;
-        case 8: c->adaptive = hybrid_parse_int(f, val, 0, 1); break;
-        case 9: if (strcmp(val, "ema") == 0) { c->direction = DIRECTION_EMA; }
-                else if (strcmp(val, "adam") == 0) { c->direction = DIRECTION_ADAM; }
-                else { hybrid_flag_error(f, "ema|adam", val); } break;
-        case 10: c->direction_beta = hybrid_parse_float(f, val, 0.0f, 0.9999f); break;
-    }
-    (*i)++;
-    return 1;
-}
-
-static inline void hybrid_usage(FILE* f) {
-    HybridConfig d;
-    hybrid_config_default(&d);
-    fprintf(f, "hybrid predictive training (see hybrid/hybrid.h):\n");
-    fprintf(f, "  --hybrid [0|1]              hybrid mode; a bare --hybrid turns it on (default 0)\n");
-    fprintf(f, "  --predictor <name>          momentum|linear|mlp|rssm (default %s)\n", predictor_name(d.predictor));
-    fprintf(f, "  --hybrid-warmup <int>       Full steps before any prediction (default %d)\n", d.warmup);
-    fprintf(f, "  --full-steps <int>          min Full/Correct steps between Predict runs (default %d)\n", d.full_steps);
-    fprintf(f, "  --max-predict-steps <int>   longest Predict run, 0..16 (default %d)\n", d.max_predict_steps);
-    fprintf(f, "  --confidence-threshold <f>  Predict only above this confidence, 0..1 (default %g)\n", d.confidence_threshold);
-    fprintf(f, "  --divergence-threshold <f>  monitor z-score / grad-norm ratio (default %g)\n", d.divergence_threshold);
-    fprintf(f, "  --correction-interval <int> forward-only check every N Predict steps, 0 = off (default %d)\n", d.correction_interval);
-    fprintf(f, "  --hybrid-cooldown <f>       no Predict in this last fraction of the schedule (default %g)\n", d.cooldown);
-    fprintf(f, "  --adaptive <0|1>            horizon from a LinUCB bandit (not bit-reproducible: wall-clock reward) (default %d)\n", d.adaptive);
-    fprintf(f, "  --direction <ema|adam>      predicted direction: EMA of updates, or Adam's mhat/sqrt(vhat) (default %s)\n", direction_name(d.direction));
-    fprintf(f, "  --direction-beta <f>        EMA decay of the direction buffer (default %g)\n", d.direction_beta);
-}
-
-// rows of the trainer's start-up config table: "| name | value |" with the trainer's column widths
-static inline void hybrid_config_table(const HybridConfig* c, FILE* f, int name_width, int value_width) {
-    char v[12][32];
-    const char* names[12] = {"--hybrid", "--predictor", "--hybrid-warmup", "--full-steps", "--max-predict-steps",
-        "--confidence-threshold", "--divergence-threshold", "--correction-interval", "--hybrid-cooldown",
-        "--adaptive", "--direction", "--direction-beta"};
-    snprintf(v[0], 32, "%d", c->enabled);
-    snprintf(v[1], 32, "%s", predictor_name(c->predictor));
-    snprintf(v[2], 32, "%d", c->warmup);
-    snprintf(v[3], 32, "%d", c->full_steps);
-    snprintf(v[4], 32, "%d", c->max_predict_steps);
-    snprintf(v[5], 32, "%g", c->confidence_threshold);
-    snprintf(v[6], 32, "%g", c->divergence_threshold);
-    snprintf(v[7], 32, "%d", c->correction_interval);
-    snprintf(v[8], 32, "%g", c->cooldown);
-    snprintf(v[9], 32, "%d", c->adaptive);
-    snprintf(v[10], 32, "%s", direction_name(c->direction));
-    snprintf(v[11], 32, "%g", c->direction_beta);
-    int rows = c->enabled ? 12 : 1;
-    for (int i = 0; i < rows; i++) { fprintf(f, "| %-*s | %-*s |\n", name_width, names[i], value_width, v[i]); }
-}
+#define HYBRID_FLAG(f, t, field, lo, hi, ch, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, ch, bare, h}
+static const HybridFlag HYBRID_FLAGS[] = {
+    HYBRID_FLAG("--hybrid", HYBRID_FLAG_INT, enabled, 0, 1, NULL, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
+    HYBRID_FLAG("--predictor", HYBRID_FLAG_CHOICE, predictor, 0, 0, "momentum|linear|mlp|rssm", NULL, "hybrid: predictor of the next loss"),
+    HYBRID_FLAG("--hybrid-warmup", HYBRID_FLAG_INT, warmup, 0, 1 << 30, NULL, NULL, "hybrid: Full steps before any prediction"),
+    HYBRID_FLAG("--full-steps", HYBRID_FLAG_INT, full_steps, 1, 1 << 20, NULL, NULL, "hybrid: min Full/Correct steps between Predict runs"),
+    HYBRID_FLAG("--max-predict-steps", HYBRID_FLAG_INT, max_predict_steps, 0, 16, NULL, NULL, "hybrid: longest Predict run"),
+    HYBRID_FLAG("--confidence-threshold", HYBRID_FLAG_FLOAT, confidence_threshold, 0, 1, NULL, NULL, "hybrid: Predict only above this confidence"),
+    HYBRID_FLAG("--divergence-threshold", HYBRID_FLAG_FLOAT, divergence_threshold, 0.1, 1000, NULL, NULL, "hybrid: monitor z-score / grad-norm ratio"),
+    HYBRID_FLAG("--correction-interval", HYBRID_FLAG_INT, correction_interval, 0, 16, NULL, NULL, "hybrid: forward-only check every N Predict steps (0: off)"),
+    HYBRID_FLAG("--hybrid-cooldown", HYBRID_FLAG_FLOAT, cooldown, 0, 1, NULL, NULL, "hybrid: no Predict in this last fraction of the schedule"),
+    HYBRID_FLAG("--adaptive", HYBRID_FLAG_INT, adaptive, 0, 1, NULL, NULL, "hybrid: horizon from a LinUCB bandit (not bit-reproducible: wall-clock reward)"),
+    HYBRID_FLAG("--direction", HYBRID_FLAG_CHOICE, direction, 0, 0, "ema|adam", NULL, "hybrid: predicted direction, EMA of updates or Adam's mhat/sqrt(vhat)"),
+    HYBRID_FLAG("--direction-beta", HYBRID_FLAG_FLOAT, direction_beta, 0, 0.9999, NULL, NULL, "hybrid: EMA decay of the direction buffer"),
+};
+#define NUM_HYBRID_FLAGS ((int)(sizeof(HYBRID_FLAGS) / sizeof(HYBRID_FLAGS[0])))
 
 // ----------------------------------------------------------------------------
 // state

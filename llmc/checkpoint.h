@@ -153,6 +153,14 @@ typedef struct {
     double train_time_s;      // cumulative training seconds
     uint64_t init_seed;
     uint64_t adam_steps;      // AdamW updates applied so far
+    // the flags a resume must not change (slots 60-97; files without them, has_run_flags 0, are not checked)
+    int has_run_flags;
+    int max_steps;            // -x
+    float lr;                 // -l
+    int warmup;               // -u
+    float final_frac;         // -q
+    char schedule[16];        // -k
+    char init[112];           // -e (longer values are cut)
 } TrainState;
 
 static inline void put_u64(int* h, int slot, uint64_t v) { memcpy(h + slot, &v, 8); }
@@ -179,6 +187,15 @@ static inline void state_write(const char* path, const TrainState* s, const floa
     memcpy(header + 48, &s->train_time_s, 8);
     put_u64(header, 50, s->init_seed);
     put_u64(header, 52, s->adam_steps);
+    if (s->has_run_flags) {
+        header[60] = 1;
+        header[61] = s->max_steps;
+        memcpy(header + 62, &s->lr, 4);
+        header[63] = s->warmup;
+        memcpy(header + 64, &s->final_frac, 4);
+        memcpy(header + 66, s->schedule, sizeof(s->schedule));
+        memcpy(header + 70, s->init, sizeof(s->init));
+    }
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, header, sizeof(int), 256);
@@ -218,6 +235,17 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
     memcpy(&s->train_time_s, header + 48, 8);
     s->init_seed = get_u64(header, 50);
     s->adam_steps = get_u64(header, 52);
+    if (header[60] == 1) {
+        s->has_run_flags = 1;
+        s->max_steps = header[61];
+        memcpy(&s->lr, header + 62, 4);
+        s->warmup = header[63];
+        memcpy(&s->final_frac, header + 64, 4);
+        memcpy(s->schedule, header + 66, sizeof(s->schedule));
+        memcpy(s->init, header + 70, sizeof(s->init));
+        s->schedule[sizeof(s->schedule) - 1] = '\0';
+        s->init[sizeof(s->init) - 1] = '\0';
+    }
     if (s->num_parameters != num_parameters) {
         fatal("%s: state is for %zu parameters, the model has %zu", path, s->num_parameters, num_parameters);
     }

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include "hybrid/hybrid.h"
+#include "llmc/train_common.h"  // the parser that reads hybrid/'s flag table
 
 #define NB 4
 #define STEPS 120
@@ -253,38 +254,41 @@ Test(state, file_round_trip_and_refusals) {
     sim_free(&s);
 }
 
+// hybrid/'s flag table, read by the trainers' parser (llmc/args.h through llmc/train_common.h)
+static int parse_hybrid(TrainConfig* c, int argc, char** argv, int* i) {
+    return arg_parse_one(c, train_hybrid_args(), NUM_HYBRID_FLAGS, argc, argv, i);
+}
+
 Test(state, flags_parse_and_reject_bad_values) {
-    HybridConfig c;
-    hybrid_config_default(&c);
+    TrainConfig t = train_config_default();
+    HybridConfig* c = &t.hybrid;
     char* argv[] = {"prog", "--hybrid", "--predictor", "rssm", "--max-predict-steps", "8", "--direction", "adam",
                     "--hybrid", "0", "--adaptive", "1", "--hybrid", "-x", "--other"};
     int argc = 15;
     int i = 1;
-    cr_assert(hybrid_parse_flag(&c, argc, argv, &i)); cr_assert_eq(c.enabled, 1); cr_assert_eq(i, 1); i++;
-    cr_assert(hybrid_parse_flag(&c, argc, argv, &i)); cr_assert_eq(c.predictor, PREDICTOR_RSSM); i++;
-    cr_assert(hybrid_parse_flag(&c, argc, argv, &i)); cr_assert_eq(c.max_predict_steps, 8); i++;
-    cr_assert(hybrid_parse_flag(&c, argc, argv, &i)); cr_assert_eq(c.direction, DIRECTION_ADAM); i++;
-    cr_assert(hybrid_parse_flag(&c, argc, argv, &i)); cr_assert_eq(c.enabled, 0); i++;
-    cr_assert(hybrid_parse_flag(&c, argc, argv, &i)); cr_assert_eq(c.adaptive, 1); i++;
-    cr_assert(hybrid_parse_flag(&c, argc, argv, &i)); cr_assert_eq(c.enabled, 1); i++; // bare, before -x
-    cr_assert_not(hybrid_parse_flag(&c, argc, argv, &i)); i++;                          // -x is not ours
-    cr_assert_not(hybrid_parse_flag(&c, argc, argv, &i));                               // --other neither
+    cr_assert(parse_hybrid(&t, argc, argv, &i)); cr_assert_eq(c->enabled, 1); cr_assert_eq(i, 1); i++;
+    cr_assert(parse_hybrid(&t, argc, argv, &i)); cr_assert_eq(c->predictor, PREDICTOR_RSSM); i++;
+    cr_assert(parse_hybrid(&t, argc, argv, &i)); cr_assert_eq(c->max_predict_steps, 8); i++;
+    cr_assert(parse_hybrid(&t, argc, argv, &i)); cr_assert_eq(c->direction, DIRECTION_ADAM); i++;
+    cr_assert(parse_hybrid(&t, argc, argv, &i)); cr_assert_eq(c->enabled, 0); i++;
+    cr_assert(parse_hybrid(&t, argc, argv, &i)); cr_assert_eq(c->adaptive, 1); i++;
+    cr_assert(parse_hybrid(&t, argc, argv, &i)); cr_assert_eq(c->enabled, 1); i++; // bare, before -x
+    cr_assert_not(parse_hybrid(&t, argc, argv, &i)); i++;                          // -x is not ours
+    cr_assert_not(parse_hybrid(&t, argc, argv, &i));                               // --other neither
 }
 
 Test(state, bad_predictor_name_exits_with_one_line, .exit_code = 1) {
-    HybridConfig c;
-    hybrid_config_default(&c);
+    TrainConfig t = train_config_default();
     char* argv[] = {"prog", "--predictor", "oracle"};
     int i = 1;
-    hybrid_parse_flag(&c, 3, argv, &i);
+    parse_hybrid(&t, 3, argv, &i);
 }
 
 Test(state, bad_number_exits_with_one_line, .exit_code = 1) {
-    HybridConfig c;
-    hybrid_config_default(&c);
+    TrainConfig t = train_config_default();
     char* argv[] = {"prog", "--max-predict-steps", "17"};
     int i = 1;
-    hybrid_parse_flag(&c, 3, argv, &i);
+    parse_hybrid(&t, 3, argv, &i);
 }
 
 Test(state, summary_fields_and_table) {

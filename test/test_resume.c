@@ -97,11 +97,12 @@ Test(resume, ten_steps_then_ten_more_equal_twenty) {
     char a[512], b[512], pa[700], pb[700];
     join_path(a, sizeof(a), dir, "twenty");
     join_path(b, sizeof(b), dir, "ten_ten");
-    // the schedule depends on -x, so this split uses the constant schedule (with warm-up)
+    // the schedule depends on -x, so this split uses the constant schedule (with warm-up), and the
+    // resume says that -x changes on purpose
     // (val every 5 steps, so that the first run's final val at step 10 is also one of the long run's)
     train("-x 20 -k constant -v 5", a);
     train("-x 10 -k constant -v 5 -n 10", b);
-    train("-x 20 -k constant -v 5 -n 10 -y 1", b);
+    train("-x 20 -k constant -v 5 -n 10 -y 1 --allow-changed 1", b);  // a longer run, said explicitly
     char* ma = metrics_without_times(a);
     char* mb = metrics_without_times(b);
     cr_assert_str_eq(ma, mb);
@@ -205,4 +206,27 @@ Test(resume, minus_one_steps_is_one_epoch) {
     cr_assert_not_null(strstr(m, "\"step\": 27,"));
     cr_assert_not_null(strstr(m, "\"tokens\": 6912,"), "27 steps x 256 tokens");
     free(m);
+}
+
+// a resume with another schedule or init is refused with one line naming the flag and both values
+static void expect_resume_refused(const char* first, const char* second, const char* name, const char* needle) {
+    char out[512], cmd[4096];
+    join_path(out, sizeof(out), dir, name);
+    train(first, out);
+    snprintf(cmd, sizeof(cmd), "%s %s -o %s", flags, second, out);
+    RunResult r = run_cmd(cmd, NULL);
+    assert_one_line_error(&r, needle);
+}
+
+Test(resume, changed_steps_refused) {
+    expect_resume_refused("-x 4 -n 2", "-x 6 -y 1", "refuse_x", "flag -x: 6 differs from the checkpoint's 4");
+}
+Test(resume, changed_lr_refused) {
+    expect_resume_refused("-x 4 -n 2", "-x 4 -l 1e-3 -y 1", "refuse_l", "flag -l: 0.001 differs from the checkpoint's 0.003");
+}
+Test(resume, changed_schedule_refused) {
+    expect_resume_refused("-x 4 -n 2", "-x 4 -k linear -y 1", "refuse_k", "flag -k: linear differs from the checkpoint's cosine");
+}
+Test(resume, changed_init_refused) {
+    expect_resume_refused("-x 4 -n 2", "-x 4 -e d2 -y 1", "refuse_e", "flag -e: d2 differs from the checkpoint's d1");
 }

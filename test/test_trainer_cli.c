@@ -37,7 +37,8 @@ Test(cli, help_lists_every_flag_with_its_default) {
     cr_assert(r.exited && r.status == 0);
     char* text = read_text(out);
     const char* flags[] = {"-i ", "-j ", "-e ", "-o ", "-b ", "-t ", "-d ", "-x ", "-l ", "-u ", "-q ", "-k ",
-                           "-c ", "-v ", "-m ", "-s ", "-g ", "-n ", "-nk ", "-y ", "-a ", "--seed ", "--tokenizer "};
+                           "-c ", "-v ", "-m ", "-s ", "-g ", "-n ", "-nk ", "-y ", "-a ", "--seed ", "--tokenizer ",
+                           "--allow-changed ", "--prompt ", "--vocab ", "--temperature ", "--top-k "};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
         char needle[32];
         snprintf(needle, sizeof(needle), "  %s", flags[i]);
@@ -51,7 +52,7 @@ Test(cli, help_lists_every_flag_with_its_default) {
             default_lines += strstr(line, "(default ") != NULL;
         }
     }
-    cr_assert_eq(flag_lines, 23 + 12);  // the trainer's table and the hybrid flags
+    cr_assert_eq(flag_lines, 28 + 12);  // the trainer's table and the hybrid flags
     cr_assert_eq(default_lines, flag_lines);
     free(text);
 }
@@ -185,4 +186,111 @@ Test(cli, nan_loss_never_reaches_the_weights_and_stops_after_five) {
     for (const char* p = text; (p = strstr(p, "\"skipped\": true")) != NULL; p++) { skipped++; }
     cr_assert_eq(skipped, 5);
     free(text);
+}
+
+// ---- issue 11: what a new user meets first
+
+Test(cli, checkpoints_without_output_dir) { expect_error("-n 5", "flag -n: checkpoints need an output dir (-o)"); }
+Test(cli, temperature_zero) { expect_error("--temperature 0", "flag --temperature"); }
+Test(cli, temperature_not_a_number) { expect_error("--temperature hot", "flag --temperature"); }
+Test(cli, negative_top_k) { expect_error("--top-k -1", "flag --top-k"); }
+Test(cli, batch_above_the_gpu_grid) { expect_error("-b 65536 -t 1", "flag -b"); }
+Test(cli, prompt_outside_the_vocabulary) {  // the shards' vocabulary is 256: GPT-2 ids of "And" are not in it
+    char* argv[] = {"./train_gpt2", "-i", train, "-e", "d1", "-x", "0", "--prompt", "And God said", "-g", "4", NULL};
+    RunResult r = run_argv(argv, NULL);
+    assert_one_line_error(&r, "flag --prompt");
+}
+
+Test(cli, output_dir_with_missing_parents_is_created) {
+    char out[512], extra[1024], model[700];
+    join_path(out, sizeof(out), dir, "a/b/c");
+    snprintf(extra, sizeof(extra), "-e d1 -n 2 -o %s", out);
+    RunResult r = run_with(extra);
+    cr_assert(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+    join_path(model, sizeof(model), out, "model_00000002.bin");
+    cr_assert_eq(access(model, F_OK), 0, "no %s", model);
+}
+
+Test(cli, output_dir_below_a_file) {
+    char extra[1024];
+    snprintf(extra, sizeof(extra), "-e d1 -o %s/sub", train);  // train is a file
+    RunResult r = run_with(extra);
+    assert_one_line_error(&r, "cannot create output dir");
+}
+
+// -i without -j: val from the val_* shards beside the train shards, or off with a note; never the default corpus
+static char* run_without_j(const char* train_pattern, const char* name) {
+    char out[512], cmd[4096];
+    join_path(out, sizeof(out), dir, name);
+    snprintf(cmd, sizeof(cmd), "./train_gpt2 -i %s -e d1 -b 2 -t 16 -x 2 -v 1 -m 2 -s 0", train_pattern);
+    RunResult r = run_cmd(cmd, out);
+    cr_assert(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+    return read_text(out);
+}
+
+Test(cli, val_shards_beside_the_train_shards) {
+    char* text = run_without_j(train, "val_beside.txt");
+    cr_assert_null(strstr(text, "note: no val shards"), "%s", text);
+    cr_assert_not_null(strstr(text, "val loss "), "%s", text);
+    cr_assert_not_null(strstr(text, "| val batches          | 31 "), "val = the 1000-token shard beside: %s", text);
+    free(text);
+}
+
+Test(cli, no_val_shards_beside_means_val_off_with_a_note) {
+    char lone[512], path[600];
+    join_path(lone, sizeof(lone), dir, "lone");
+    mkdir(lone, 0755);
+    join_path(path, sizeof(path), lone, "train_000000.bin");
+    write_learnable_shard(path, 4000, 256, 1);
+    char* text = run_without_j(path, "val_off.txt");
+    cr_assert_not_null(strstr(text, "note: no val shards beside"), "%s", text);
+    cr_assert_null(strstr(text, "val loss "), "val must be off: %s", text);
+    free(text);
+}
+
+// ---- generation from a model file: -x 0 --prompt; the prompt is encoded by our BPE (data/bpe.h)
+
+static char* generate(const char* model, const char* seed, const char* tokenizer, const char* name) {
+    char out[512];
+    join_path(out, sizeof(out), dir, name);
+    char* argv[] = {"./train_gpt2", "-e", (char*)model, "-x", "0", "--prompt", "And God said", "-g", "12",
+                    "--seed", (char*)seed, "--top-k", "40", "--temperature", "0.8", "--tokenizer", (char*)tokenizer, NULL};
+    RunResult r = run_argv(argv, out);
+    cr_assert(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+    char* text = read_text(out);
+    char* sample = strstr(text, "---\n");
+    cr_assert_not_null(sample, "%s", text);
+    return sample;
+}
+
+Test(cli, generation_from_a_checkpoint_with_a_prompt) {
+    // a checkpoint with GPT-2's vocabulary: one step on the default corpus
+    char out[512], model[700];
+    join_path(out, sizeof(out), dir, "gen");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "./train_gpt2 -e d1 -b 2 -t 16 -x 1 -v 0 -s 0 -n 1 -o %s", out);
+    RunResult r = run_cmd(cmd, NULL);
+    cr_assert(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
+    join_path(model, sizeof(model), out, "model_00000001.bin");
+    // same seed, same text; another seed, another text; the text starts with the prompt
+    char* a = generate(model, "5", "data/gpt2_tokenizer.bin", "gen_a.txt");
+    char* b = generate(model, "5", "data/gpt2_tokenizer.bin", "gen_b.txt");
+    char* c = generate(model, "6", "data/gpt2_tokenizer.bin", "gen_c.txt");
+    cr_assert_str_eq(a, b);
+    cr_assert_str_neq(a, c);
+    cr_assert_eq(strncmp(a, "---\nAnd God said", 16), 0, "%s", a);
+    // without a tokenizer file the ids are printed: the prompt's are those of ./tokenize ids
+    char* ids = generate(model, "5", "/nonexistent.bin", "gen_ids.txt");
+    char text_path[512], ids_path[512];
+    join_path(text_path, sizeof(text_path), dir, "prompt.txt");
+    join_path(ids_path, sizeof(ids_path), dir, "prompt_ids.txt");
+    write_bytes(text_path, "And God said", 12);
+    char* targv[] = {"./tokenize", "ids", text_path, NULL};
+    r = run_argv(targv, ids_path);
+    cr_assert(r.exited && r.status == 0, "./tokenize ids failed (%d): %s", r.status, r.err);
+    char* want = read_text(ids_path);
+    char expected[256] = "---\n", *e = expected + 4;
+    for (char* tok = strtok(want, " \n"); tok != NULL; tok = strtok(NULL, " \n")) { e += sprintf(e, "<%s>", tok); }
+    cr_assert_gt(strlen(expected), 4);
+    cr_assert_eq(strncmp(ids, expected, strlen(expected)), 0, "prompt ids %s, ./tokenize ids gives %s", ids, expected);
 }

@@ -5,7 +5,8 @@ and the fuzz seed corpora. Standard library only.
   shard PATH NTOK VOCAB SEED         llm.c token shard (magic 20240520), random tokens below VOCAB
   model PATH MAXT V L NH C VP SEED   llm.c fp32 model file (magic 20240326, version 3), small random weights
   tokenizer PATH V [VERSION]         llm.c tokenizer file (magic 20240328), token i = bytes of "t<i>"
-  statehash PATH                     md5 of a state file without its wall-clock slot (header ints 48..49)
+  statehash PATH                     md5 of a state file without its wall-clock slot (header ints 48..49) and
+                                     the run's flags (60..97: -x -l -u -q -k -e, checked on resume)
   set-int32 PATH INDEX VALUE         overwrite the int32 at INDEX (e.g. a header slot)
   set-f32 PATH BYTE_OFFSET VALUE     overwrite the float at BYTE_OFFSET (nan, inf, -inf or a number)
   blob-index PATH                    int32 index where a state file's data-loader blob starts
@@ -53,6 +54,7 @@ def tokenizer(path, V, version=2):
 def statehash(path):
     data = bytearray(open(path, "rb").read())
     data[48 * 4:50 * 4] = bytes(8)
+    data[60 * 4:98 * 4] = bytes(38 * 4)
     print(hashlib.md5(data).hexdigest())
 
 
