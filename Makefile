@@ -107,6 +107,15 @@ TESTS += $(BUILD)/test_hybrid_train
 $(BUILD)/test_hybrid_train: test/test_hybrid_train.c train_gpt2 | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
+# `make bench` also times hybrid mode next to the baseline: Full/Correct/Predict step times of the trainer,
+# and its per-element passes against the measured memory bandwidth (scripts/bench_hybrid_overhead.py)
+.PHONY: bench-hybrid
+bench: bench-hybrid
+bench-hybrid: $(BUILD)/bench_hybrid train_gpt2
+	$(PYTHON) scripts/bench_hybrid_overhead.py --threads $(BENCH_THREADS)
+$(BUILD)/bench_hybrid: dev/bench_hybrid.c | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
+
 # ---- section: CUDA ----
 # GPU trainer train_gpt2cu and its test test_gpt2cu. Everything is found by its header and library;
 # nothing is linked that was not found. Knobs:
@@ -134,9 +143,21 @@ NVCC_FLAGS = -O3 -std=c++17 -lineinfo $(NVCC_ARCH) -I. -Xcompiler -Wall,-Wextra,
 NVCC_LDLIBS = -lcublas -lcublasLt
 NVCC_DEFS = -DENABLE_$(PRECISION)
 # no --use_fast_math: the kernels must match the CPU path's expf/tanhf to test tolerances
-cuda_found = $(and $(wildcard $(CUDA_HOME)/include/$(1)),$(wildcard $(CUDA_HOME)/lib64/$(2) /usr/lib/x86_64-linux-gnu/$(2) /usr/lib64/$(2)))
+# NCCL and cuDNN come with the toolkit (NVIDIA's tarballs, conda) or as Debian/NVIDIA packages, which put the
+# headers in /usr/include (or its multiarch directory) and the libraries in the multiarch lib directory.
+# cuda_inc/cuda_lib: the first directory holding the file (empty if none); cuda_paths: the -I/-L flags a
+# found pair needs (none for the directories the compiler and linker search anyway)
+CUDA_MULTIARCH := $(or $(shell $(CC) -print-multiarch 2>/dev/null),x86_64-linux-gnu)
+CUDA_INC_DIRS = $(CUDA_HOME)/include /usr/include /usr/include/$(CUDA_MULTIARCH)
+CUDA_LIB_DIRS = $(CUDA_HOME)/lib64 $(CUDA_HOME)/lib /usr/lib/$(CUDA_MULTIARCH) /usr/lib64 /usr/lib
+cuda_inc = $(patsubst %/,%,$(dir $(firstword $(wildcard $(addsuffix /$(1),$(CUDA_INC_DIRS))))))
+cuda_lib = $(patsubst %/,%,$(dir $(firstword $(wildcard $(addsuffix /$(1),$(CUDA_LIB_DIRS))))))
+cuda_found = $(and $(call cuda_inc,$(1)),$(call cuda_lib,$(2)))
+cuda_paths = $(addprefix -I,$(filter-out $(CUDA_HOME)/include /usr/include,$(call cuda_inc,$(1)))) \
+             $(addprefix -L,$(filter-out $(CUDA_HOME)/lib64 /usr/lib/$(CUDA_MULTIARCH) /usr/lib64 /usr/lib,$(call cuda_lib,$(2))))
 ifneq ($(call cuda_found,nccl.h,libnccl.so),)
   NVCC_DEFS += -DMULTI_GPU
+  NVCC_FLAGS += $(call cuda_paths,nccl.h,libnccl.so)
   NVCC_LDLIBS += -lnccl
 endif
 ifeq ($(USE_MPI),1)
@@ -153,7 +174,9 @@ CUDNN_OBJ =
 ifeq ($(USE_CUDNN)$(PRECISION),1BF16)
   ifneq ($(call cuda_found,cudnn.h,libcudnn.so),)
     CUDNN_OBJ = $(BUILD)/cudnn_att.o
+    CUDNN_PATHS = $(call cuda_paths,cudnn.h,libcudnn.so)
     NVCC_DEFS += -DENABLE_CUDNN
+    NVCC_FLAGS += $(CUDNN_PATHS)
     NVCC_LDLIBS += -lcudnn
   endif
 endif
@@ -166,7 +189,7 @@ test_gpt2cu: test_gpt2.cu $(CUDNN_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $(DEPFLAGS) $< $(CUDNN_OBJ) $(NVCC_LDLIBS) -o $@
 # host code only (the backend API): no device code, so no architecture flags
 $(BUILD)/cudnn_att.o: llmc/cudnn_att.cpp | $(BUILD)
-	$(NVCC) -O3 -std=c++17 -I. -Xcompiler -Wall,-Wextra $(DEPFLAGS) -c $< -o $@
+	$(NVCC) -O3 -std=c++17 -I. $(filter -I%,$(CUDNN_PATHS)) -Xcompiler -Wall,-Wextra $(DEPFLAGS) -c $< -o $@
 # kernel development files: make dev/cuda/layernorm etc. (one file per kernel, CPU reference + timing sweep)
 dev/cuda/%: dev/cuda/%.cu $(CUDNN_OBJ)
 	$(NVCC) $(NVCC_FLAGS) $(NVCC_DEFS) $(DEPFLAGS) $< $(CUDNN_OBJ) $(NVCC_LDLIBS) -o $@

@@ -776,7 +776,7 @@ static const TrainCli CLI = {
 // A non-finite loss or norm never reaches the weights: the update is skipped.
 // Hybrid mode: a Correct step first checks the loss at the predicted point (the first micro batch's)
 // and may roll the Predict run back, while the gradient buffer still holds the pre-Predict weights;
-// after the update, the hybrid pass measures the update against the direction (and updates it).
+// the update then also measures itself against the direction (and updates it), in the same pass.
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r = {0};
     double t0 = now_seconds();
@@ -810,10 +810,11 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->adam_steps++;
-        gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps);
-        if (hybrid) {
-            hybrid_observe(&tr->hybrid, tr->direction, model->params_memory, model->m_memory, model->v_memory,
-                           model->grads_memory, grad_scale, tr->adam_steps);
+        if (hybrid) { // the same AdamW, fused with the statistics (hybrid/apply.h): no extra pass
+            hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                          tr->direction, grad_scale, tr->adam_steps);
+        } else {
+            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps);
         }
     }
     tr->tokens += (uint64_t)tr->grad_accum * B * T;
@@ -932,6 +933,7 @@ int main(int argc, char** argv) {
         gpt2_hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
         hybrid_init(&tr.hybrid, &cfg->hybrid, offsets, nblocks, tr.total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
                     ADAM_EPS, block_wd, (uint64_t)cfg->seed);
+        hybrid_set_micro_batches(&tr.hybrid, tr.grad_accum);
         free(offsets);
         free(block_wd);
         if (cfg->hybrid.direction == DIRECTION_EMA) {

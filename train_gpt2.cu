@@ -96,6 +96,12 @@ typedef struct {
     floatX* btc;        // (B,T,C)
     floatX* dresidual;  // (B,T,C)
     float* att_delta;   // (B,NH,T)
+    // element strides between the layers of the (L,...) tensors: the allocated sizes rounded up to 256 bytes,
+    // so every layer's slice is as aligned as a fresh cudaMalloc whatever B, T and -r are (cuBLASLt plans are
+    // chosen per operand alignment: -r 0/1/2 then pick the same algorithms; cuDNN wants 16-byte tensors)
+    size_t btc_stride;  // (B,T,C) floatX; (B,T,3C) and (B,T,4C) slices are 3x and 4x this
+    size_t bt_stride;   // (B,T) fp32
+    size_t lse_stride;  // (B,NH,T) fp32
 } ActivationTensors;
 
 typedef struct {
@@ -120,7 +126,7 @@ typedef struct {
     // inputs: device copies and host scratch for the wte gradient buckets
     int* inputs;                  // (B,T) device
     int* targets;                 // (B,T) device
-    int* bucket_memory;           // device: token (B*T) | start (B*T+1) | pos (B*T)
+    int* bucket_memory;           // device: token (N) | start (N+1) | pos (N), N = the allocated B*T (bucket_parts)
     int* bucket_host;             // host, same layout
     int* bucket_count;            // host (Vp) scratch
     int num_buckets;
@@ -242,6 +248,16 @@ void gpt2_params_to_host(GPT2* model, float* host_params) {
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
+// the one layout of the wte-gradient buckets (bucket_memory, bucket_host), sized by the allocated batch so
+// that every micro batch, whatever its B, puts the parts where gpt2_backward reads them
+static size_t bucket_ints(const GPT2* model) { return 3 * (size_t)model->batch_size * model->seq_len + 1; }
+static void bucket_parts(const GPT2* model, int* base, int** token, int** start, int** pos) {
+    size_t N = (size_t)model->batch_size * model->seq_len;
+    *token = base;
+    *start = base + N;
+    *pos = base + 2 * N + 1;
+}
+
 // allocate activations for micro batches of (B,T) and the input buffers; once, before training
 void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     GPT2Config c = model->config;
@@ -255,20 +271,25 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     ActivationTensors* a = &model->acts;
 #define ALLOC_X(n) (floatX*)cudaMallocCheck((n) * sizeof(floatX))
 #define ALLOC_F(n) (float*)cudaMallocCheck((n) * sizeof(float))
+    size_t sx = 256 / sizeof(floatX), sf = 256 / sizeof(float);
+    a->btc_stride = (BT * C + sx - 1) / sx * sx;
+    a->bt_stride = (BT + sf - 1) / sf * sf;
+    a->lse_stride = (BT * NH + sf - 1) / sf * sf;
+    size_t sbtc = a->btc_stride;
     a->encoded = ALLOC_X(BT * C);
-    a->ln1 = ALLOC_X(Lln * BT * C);
-    a->ln1_mean = ALLOC_F(L * BT);
-    a->ln1_rstd = ALLOC_F(L * BT);
-    a->qkv = ALLOC_X(L * BT * 3 * C);
-    a->atty = ALLOC_X(L * BT * C);
-    a->att_lse = ALLOC_F(L * B * NH * T);
-    a->residual2 = ALLOC_X(L * BT * C);
-    a->ln2 = ALLOC_X(Lln * BT * C);
-    a->ln2_mean = ALLOC_F(L * BT);
-    a->ln2_rstd = ALLOC_F(L * BT);
-    a->fch = ALLOC_X(L * BT * 4 * C);
-    a->fch_gelu = ALLOC_X(Lgelu * BT * 4 * C);
-    a->residual3 = ALLOC_X(L * BT * C);
+    a->ln1 = ALLOC_X(Lln * sbtc);
+    a->ln1_mean = ALLOC_F(L * a->bt_stride);
+    a->ln1_rstd = ALLOC_F(L * a->bt_stride);
+    a->qkv = ALLOC_X(L * 3 * sbtc);
+    a->atty = ALLOC_X(L * sbtc);
+    a->att_lse = ALLOC_F(L * a->lse_stride);
+    a->residual2 = ALLOC_X(L * sbtc);
+    a->ln2 = ALLOC_X(Lln * sbtc);
+    a->ln2_mean = ALLOC_F(L * a->bt_stride);
+    a->ln2_rstd = ALLOC_F(L * a->bt_stride);
+    a->fch = ALLOC_X(L * 4 * sbtc);
+    a->fch_gelu = ALLOC_X(Lgelu * 4 * sbtc);
+    a->residual3 = ALLOC_X(L * sbtc);
     a->lnf = ALLOC_X(BT * C);
     a->lnf_mean = ALLOC_F(BT);
     a->lnf_rstd = ALLOC_F(BT);
@@ -282,8 +303,8 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
 #undef ALLOC_F
     model->inputs = (int*)cudaMallocCheck(BT * sizeof(int));
     model->targets = (int*)cudaMallocCheck(BT * sizeof(int));
-    model->bucket_memory = (int*)cudaMallocCheck((3 * BT + 1) * sizeof(int));
-    model->bucket_host = (int*)mallocCheck((3 * BT + 1) * sizeof(int));
+    model->bucket_memory = (int*)cudaMallocCheck(bucket_ints(model) * sizeof(int));
+    model->bucket_host = (int*)mallocCheck(bucket_ints(model) * sizeof(int));
     model->bucket_count = (int*)mallocCheck(Vp * sizeof(int));
     size_t scratch_floats = (size_t)REDUCE_CHUNKS * 2 * 4 * C;
     if (scratch_floats < NORM_BLOCKS) { scratch_floats = NORM_BLOCKS; }
@@ -298,7 +319,7 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     char err[256];
     cudnn_att_init();
     model->use_cudnn = cudnn_att_prepare(B, T, (int)NH, (int)(C / NH), err, sizeof(err)) == 0;
-    if (!model->use_cudnn) { fprintf(stderr, "cuDNN attention unavailable (%s): using the built-in kernels\n", err); }
+    if (!model->use_cudnn) { fprintf(stderr, "cuDNN attention unavailable (%s): using the built-in tensor-core kernels (llmc/attention.cuh)\n", err); }
 #endif
 }
 
@@ -339,9 +360,11 @@ static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets
         cudaCheck(cudaMemcpyAsync(model->targets, targets, BT * sizeof(int), cudaMemcpyHostToDevice, model->stream));
     }
     // group positions by token for the deterministic wte gradient
-    int* h = model->bucket_host;
-    model->num_buckets = encoder_buckets(h, h + BT, h + 2 * BT + 1, model->bucket_count, inputs, (int)BT, V);
-    cudaCheck(cudaMemcpyAsync(model->bucket_memory, h, (3 * BT + 1) * sizeof(int), cudaMemcpyHostToDevice, model->stream));
+    int *token, *start, *pos;
+    bucket_parts(model, model->bucket_host, &token, &start, &pos);
+    model->num_buckets = encoder_buckets(token, start, pos, model->bucket_count, inputs, (int)BT, V);
+    cudaCheck(cudaMemcpyAsync(model->bucket_memory, model->bucket_host, bucket_ints(model) * sizeof(int),
+                              cudaMemcpyHostToDevice, model->stream));
     // the host buffers are reused by the next call: wait until the copies have read them
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
@@ -354,11 +377,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     GPT2Config c = model->config;
     int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
     int N = B * T;
-    size_t BTC = (size_t)N * C;
     cudaStream_t s = model->stream;
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
     int ln_all = model->recompute < 2, gelu_all = model->recompute < 1;
+    size_t BTC = a.btc_stride, BTs = a.bt_stride;  // per-layer strides (not B*T*C: see ActivationTensors)
     gpt2_upload_batch(model, inputs, targets, B, T);
 
     encoder_forward(a.encoded, model->inputs, p.wte, p.wpe, B, T, C, s);
@@ -374,17 +397,17 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         floatX* fch_gelu = a.fch_gelu + (gelu_all ? (size_t)l * 4 * BTC : 0);
         floatX* residual3 = a.residual3 + (size_t)l * BTC;
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, N, C, 3 * C, s);
-        gpt2_attention_forward(model, atty, a.att_lse + (size_t)l * B * NH * T, qkv, B, T, C, NH, s);
+        gpt2_attention_forward(model, atty, a.att_lse + l * a.lse_stride, qkv, B, T, C, NH, s);
         matmul_forward(a.btc, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, N, C, C, s);
-        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + (size_t)l * N, a.ln2_rstd + (size_t)l * N,
+        fused_residual_layernorm_forward(residual2, ln2, a.ln2_mean + l * BTs, a.ln2_rstd + l * BTs,
                                          residual, a.btc, p.ln2w + l * C, p.ln2b + l * C, N, C, s);
         matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, N, C, 4 * C, s);
         gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s);
         matmul_forward(a.btc, fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, p.fcprojb + l * C, N, 4 * C, C, s);
         if (l + 1 < L) {
             floatX* next_ln1 = a.ln1 + (ln_all ? (l + 1) * BTC : 0);
-            fused_residual_layernorm_forward(residual3, next_ln1, a.ln1_mean + (size_t)(l + 1) * N,
-                                             a.ln1_rstd + (size_t)(l + 1) * N, residual2, a.btc,
+            fused_residual_layernorm_forward(residual3, next_ln1, a.ln1_mean + (l + 1) * BTs,
+                                             a.ln1_rstd + (l + 1) * BTs, residual2, a.btc,
                                              p.ln1w + (l + 1) * C, p.ln1b + (l + 1) * C, N, C, s);
         } else {
             fused_residual_layernorm_forward(residual3, a.lnf, a.lnf_mean, a.lnf_rstd, residual2, a.btc,
@@ -421,19 +444,19 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
     int B = model->batch_size, T = model->seq_len;
     int L = c.num_layers, C = c.channels, NH = c.num_heads, V = c.vocab_size, Vp = c.padded_vocab_size;
     int N = B * T;
-    size_t BTC = (size_t)N * C;
     cudaStream_t s = model->stream;
     ParameterTensors p = model->params;
     GradTensors g = model->grads;
     ActivationTensors a = model->acts;
     int ln_all = model->recompute < 2, gelu_all = model->recompute < 1;
+    size_t BTC = a.btc_stride, BTs = a.bt_stride;  // per-layer strides (not B*T*C: see ActivationTensors)
     float* scratch = model->scratch;
     cudaCheck(cudaMemcpyAsync(model->targets, targets, (size_t)N * sizeof(int), cudaMemcpyHostToDevice, s));
 
     // classifier: losses accumulate (for the step's mean loss), logits become dlogits in place
     fused_classifier(a.logits, a.losses, model->targets, dloss, 1, N, V, Vp, s);
     matmul_backward(a.btc, g.wte, NULL, scratch, a.logits, a.lnf, p.wte, N, C, Vp, s);
-    cudaCheck(cudaMemsetAsync(a.dresidual, 0, BTC * sizeof(floatX), s));
+    cudaCheck(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), s));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, scratch, a.btc, a.residual3 + (size_t)(L - 1) * BTC, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, N, C, s);
 
@@ -446,10 +469,10 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
         floatX* residual2 = a.residual2 + (size_t)l * BTC;
         floatX* fch = a.fch + (size_t)l * 4 * BTC;
         floatX* fch_gelu = a.fch_gelu + (gelu_all ? (size_t)l * 4 * BTC : 0);
-        float* ln1_mean = a.ln1_mean + (size_t)l * N;
-        float* ln1_rstd = a.ln1_rstd + (size_t)l * N;
-        float* ln2_mean = a.ln2_mean + (size_t)l * N;
-        float* ln2_rstd = a.ln2_rstd + (size_t)l * N;
+        float* ln1_mean = a.ln1_mean + l * BTs;
+        float* ln1_rstd = a.ln1_rstd + l * BTs;
+        float* ln2_mean = a.ln2_mean + l * BTs;
+        float* ln2_rstd = a.ln2_rstd + l * BTs;
         // dresidual holds d(loss)/d(residual3[l]), which is also the gradient flowing into residual2[l]
         if (!gelu_all) { gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s); }
         matmul_backward(a.bt4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, scratch, a.dresidual,
@@ -462,7 +485,7 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
                            ln2_mean, ln2_rstd, N, C, s);
         matmul_backward(a.btc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, a.dresidual, atty,
                         p.attprojw + (size_t)l * C * C, N, C, C, s);
-        gpt2_attention_backward(model, a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + (size_t)l * B * NH * T, B, T,
+        gpt2_attention_backward(model, a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + l * a.lse_stride, B, T,
                                 C, NH, s);
         if (!ln_all) { layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C, s); }
         matmul_backward(a.btc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, a.bt4c, ln1,
@@ -470,8 +493,9 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, a.btc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, s);
     }
-    int* bk = model->bucket_memory;
-    encoder_backward(g.wte, g.wpe, a.dresidual, bk, bk + N, bk + 2 * N + 1, model->num_buckets, B, T, C, s);
+    int *token, *start, *pos;
+    bucket_parts(model, model->bucket_memory, &token, &start, &pos);
+    encoder_backward(g.wte, g.wpe, a.dresidual, token, start, pos, model->num_buckets, B, T, C, s);
     model->micro_steps++;
 }
 
@@ -651,7 +675,6 @@ static const ArgSpec GPU_ARGS[] = {
     ARG("-pi", ARG_STR, TrainConfig, init_method, 0, 0, 0, "multi-process init: mpi (USE_MPI=1 builds) | fs | tcp"),
     ARG("-pf", ARG_STR, TrainConfig, fs_path, 0, 0, 0, "-pi fs: shared directory for the NCCL id"),
     ARG("-ps", ARG_STR, TrainConfig, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
-    ARG("--offload-optimizer", ARG_INT, TrainConfig, offload_optimizer, 0, 1, 0, "hybrid: AdamW m,v in pinned host memory during Predict runs (ema direction only)"),
 };
 
 static const TrainCli CLI = {
@@ -666,10 +689,6 @@ static const TrainCli CLI = {
 static void check_gpu_args(const TrainConfig* c) {
     if (c->process_rank >= c->num_processes && strcmp(c->init_method, "mpi") != 0) {
         fatal("flag -pr: rank %d is not below the number of processes -pn %d", c->process_rank, c->num_processes);
-    }
-    if (c->offload_optimizer && (!c->hybrid.enabled || c->hybrid.direction != DIRECTION_EMA)) {
-        fatal("flag --offload-optimizer: needs --hybrid 1 with --direction ema (the adam direction reads m and v "
-              "during Predict steps)");
     }
     if (strcmp(c->init_method, "mpi") != 0 && strcmp(c->init_method, "fs") != 0 && strcmp(c->init_method, "tcp") != 0) {
         fatal("flag -pi: expected mpi, fs or tcp, got '%s'", c->init_method);
@@ -718,17 +737,10 @@ typedef struct {
     float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
     float* coef;              // (nblocks) device, this Predict step's coefficients
     double* stats;            // (nblocks*3) device, filled by the observe kernel
-    double* stats_partial;    // (nblocks*APPLY_CHUNKS*3) device
+    double* stats_partial;    // (nblocks*HYBRID_GPU_CHUNKS*3) device
     float* direction;         // (shard) device, the EMA direction buffer (NULL unless hybrid with ema)
     float* host_dir;          // (P) pinned, checkpoint staging of the direction buffer
     float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
-    // --offload-optimizer: m and v live in host_off_m/v during Predict runs
-    float* host_off_m;        // (shard) pinned
-    float* host_off_v;        // (shard) pinned
-    int offloaded;            // m, v are on the host now (device copies freed)
-    int restoring;            // the copy back has been issued on copy_stream
-    cudaStream_t copy_stream;
-    cudaEvent_t copy_done;
 } Trainer;
 
 // device memory in use now; remembered as the peak when it is the highest seen; logged with `where`
@@ -753,13 +765,14 @@ static void hybrid_setup(Trainer* tr) {
     tr->nblocks = gpt2_hybrid_blocks(model, offsets, block_wd, tr->cfg.weight_decay);
     hybrid_init(&tr->hybrid, &tr->cfg.hybrid, offsets, nblocks, tr->total_steps, tr->cfg.lr, ADAM_BETA1, ADAM_BETA2,
                 ADAM_EPS, block_wd, (uint64_t)tr->cfg.seed);
+    hybrid_set_micro_batches(&tr->hybrid, tr->grad_accum);
     tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     tr->block_wd = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(tr->block_wd, block_wd, (size_t)nblocks * sizeof(float), cudaMemcpyHostToDevice));
     tr->coef = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
-    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * APPLY_CHUNKS * 3 * sizeof(double));
+    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
     size_t P = model->num_parameters;
     if (tr->cfg.hybrid.direction == DIRECTION_EMA) {
         tr->direction = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
@@ -767,51 +780,8 @@ static void hybrid_setup(Trainer* tr) {
         cudaCheck(cudaMallocHost((void**)&tr->host_dir, P * sizeof(float)));
     }
     cudaCheck(cudaMallocHost((void**)&tr->host_keep, P * sizeof(float)));
-    if (tr->cfg.offload_optimizer) {
-        cudaCheck(cudaMallocHost((void**)&tr->host_off_m, model->shard_size * sizeof(float)));
-        cudaCheck(cudaMallocHost((void**)&tr->host_off_v, model->shard_size * sizeof(float)));
-        cudaCheck(cudaStreamCreateWithFlags(&tr->copy_stream, cudaStreamNonBlocking));
-        cudaCheck(cudaEventCreateWithFlags(&tr->copy_done, cudaEventDisableTiming));
-    }
     free(offsets);
     free(block_wd);
-}
-
-// --offload-optimizer. Predict runs with the ema direction never read m and v: they go to pinned host
-// memory and their device memory returns to the pool (the one place the loop frees and allocates, and
-// only with this flag: that is the point of it); they come back on a side stream while the run's last
-// Predict step computes, and the Correct step waits for them.
-static void offload_optimizer_out(Trainer* tr) {
-    GPT2* model = &tr->model;
-    size_t bytes = model->shard_size * sizeof(float);
-    cudaCheck(cudaMemcpyAsync(tr->host_off_m, model->m_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaMemcpyAsync(tr->host_off_v, model->v_memory, bytes, cudaMemcpyDeviceToHost, model->stream));
-    cudaCheck(cudaFreeAsync(model->m_memory, model->stream));
-    cudaCheck(cudaFreeAsync(model->v_memory, model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));
-    model->m_memory = model->v_memory = NULL;
-    tr->offloaded = 1;
-    tr->restoring = 0;
-}
-
-static void offload_optimizer_begin_restore(Trainer* tr) {
-    if (!tr->offloaded || tr->restoring) { return; }
-    GPT2* model = &tr->model;
-    size_t bytes = model->shard_size * sizeof(float);
-    cudaCheck(cudaMallocAsync((void**)&model->m_memory, bytes, tr->copy_stream));
-    cudaCheck(cudaMallocAsync((void**)&model->v_memory, bytes, tr->copy_stream));
-    cudaCheck(cudaMemcpyAsync(model->m_memory, tr->host_off_m, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
-    cudaCheck(cudaMemcpyAsync(model->v_memory, tr->host_off_v, bytes, cudaMemcpyHostToDevice, tr->copy_stream));
-    cudaCheck(cudaEventRecord(tr->copy_done, tr->copy_stream));
-    tr->restoring = 1;
-}
-
-static void offload_optimizer_finish_restore(Trainer* tr) {
-    if (!tr->offloaded) { return; }
-    offload_optimizer_begin_restore(tr);
-    cudaCheck(cudaStreamWaitEvent(tr->model.stream, tr->copy_done, 0));
-    tr->offloaded = 0;
-    tr->restoring = 0;
 }
 
 // a Predict step: theta += coef_b * d_b on this rank's shard (no forward, no backward, no batch, no
@@ -832,10 +802,6 @@ static StepResult train_predict_step(Trainer* tr) {
         multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
                              model->stream);
     }
-    if (tr->cfg.offload_optimizer) {
-        if (first) { offload_optimizer_out(tr); }
-        if (h->ctrl.run_done >= h->ctrl.run_length) { offload_optimizer_begin_restore(tr); }
-    }
     if (hybrid_micro_due(h)) {
         // forward-only check on the last batch read (a Predict step consumes none); the loss over ranks
         DataLoader* loader = &tr->train_loader;
@@ -851,16 +817,29 @@ static StepResult train_predict_step(Trainer* tr) {
     return r;
 }
 
-// after the AdamW update of a measured step: per-block statistics and the direction update on the
-// device, summed over ranks (ZeRO-1 shards), into h->stats for hybrid_end_step
-static void hybrid_observe_step(Trainer* tr, float lr, float grad_scale) {
+// a measured step's AdamW update in hybrid mode: the same update as gpt2_update, fused with the per-block
+// statistics and the direction update in one kernel on this rank's shard (the padding after the last
+// tensor has no block: plain AdamW), the statistics summed over ranks into h->stats for hybrid_end_step
+static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     GPT2* model = &tr->model;
     HybridState* h = &tr->hybrid;
     ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->adam_steps, lr, h->lr_peak, grad_scale};
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
-    hybrid_observe_device(tr->stats, tr->stats_partial, tr->direction, model->master_weights, model->m_memory,
-                          model->v_memory, model->grads_memory, &st, h->cfg.direction, h->cfg.direction_beta,
-                          tr->block_offsets, tr->nblocks, lo, hi, model->stream);
+    uint32_t seed = gpt2_step_seed(model, tr->step + 1);
+    hybrid_adamw_observe_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
+                                model->grads_memory, model->m_memory, model->v_memory, tr->direction, &st,
+                                h->cfg.direction, h->cfg.direction_beta, tr->block_offsets, tr->nblocks, lo, hi, seed,
+                                model->stream);
+    size_t pad = h->num_params > lo ? h->num_params : lo;
+    if (pad < hi) {
+        adamw_update(model->master_weights + pad, model->params_memory + pad, model->grads_memory + pad,
+                     model->m_memory + (pad - lo), model->v_memory + (pad - lo), hi - pad, pad, lr, h->beta1, h->beta2,
+                     tr->adam_steps, h->eps, 0.0f, grad_scale, seed, model->stream);
+    }
+    if (model->multi_gpu->zero_stage == 1) {
+        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
+                             model->stream);
+    }
 #ifdef MULTI_GPU
     if (model->multi_gpu->zero_stage == 1) {
         ncclCheck(ncclAllReduce(tr->stats, tr->stats, (size_t)tr->nblocks * 3, ncclDouble, ncclSum,
@@ -888,7 +867,6 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     HybridState* h = &tr->hybrid;
     int B = tr->cfg.B, T = tr->cfg.T, np = tr->multi_gpu.num_processes;
     int hybrid = tr->cfg.hybrid.enabled;
-    offload_optimizer_finish_restore(tr);
     if (hybrid && h->phase == PHASE_CORRECT) {
         if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
         // the first micro batch (rank 0's) is the check batch: one decision, the same on every rank
@@ -943,9 +921,11 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->adam_steps++;
-        gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps,
-                    tr->step + 1);
-        if (hybrid) { hybrid_observe_step(tr, lr, grad_scale); }
+        if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the statistics
+        else {
+            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale,
+                        tr->adam_steps, tr->step + 1);
+        }
     }
     cudaCheck(cudaStreamSynchronize(model->stream));
     tr->tokens += (uint64_t)tr->grad_accum * np * B * T;
@@ -991,7 +971,6 @@ static void gpu_save(void* ctx) {
     size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
     int zero1 = model->multi_gpu->zero_stage == 1;
     int open_run = tr->cfg.hybrid.enabled && h->run_steps > 0;
-    offload_optimizer_finish_restore(tr);
     if (open_run) {  // the rollback point (in the gradient buffer, sharded like the weights)
         multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
                              model->stream);
@@ -1147,18 +1126,11 @@ int main(int argc, char** argv) {
     }
 
     if (tr.cfg.hybrid.enabled && cfg->max_steps != 0) {
-        offload_optimizer_finish_restore(&tr);
         cudaCheck(cudaStreamSynchronize(tr.model.stream));
         void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.stats, tr.stats_partial, tr.direction};
         for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
         if (tr.host_dir != NULL) { cudaCheck(cudaFreeHost(tr.host_dir)); }
         cudaCheck(cudaFreeHost(tr.host_keep));
-        if (tr.cfg.offload_optimizer) {
-            cudaCheck(cudaFreeHost(tr.host_off_m));
-            cudaCheck(cudaFreeHost(tr.host_off_v));
-            cudaCheck(cudaEventDestroy(tr.copy_done));
-            cudaCheck(cudaStreamDestroy(tr.copy_stream));
-        }
     }
     train_free(run);
     free(tr.gen_batch);

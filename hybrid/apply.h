@@ -19,8 +19,12 @@
  * back: bit-exact, no extra memory, one extra write per element per run (the later Predict steps of
  * the run do not touch it). The parameters stay the trainer's; nothing else is ever copied.
  *
- * A Predict step adds exactly fl(c_b * d_i): the loops are compiled without floating-point
+ * A Predict step adds exactly fl(c_b * d_i): its loops are compiled without floating-point
  * contraction (a*b+c -> fma rounds once), so a GPU kernel written with __fmul_rn/__fadd_rn matches.
+ *
+ * A measured step's AdamW update and the statistics hybrid mode needs (and the EMA direction update)
+ * are one fused pass, apply_adamw_observe: hybrid mode adds no pass over the parameters to a Full
+ * step, and a Predict step is one streaming pass (see each function).
  */
 #ifndef HYBRID_APPLY_H
 #define HYBRID_APPLY_H
@@ -42,7 +46,7 @@
 #define HYBRID_NOCONTRACT_BODY
 #endif
 
-#define APPLY_CHUNKS 64 // per-block partial sums of apply_observe
+#define APPLY_CHUNKS 64 // fixed chunks per block of apply_adamw_observe's partial sums
 
 typedef enum { DIRECTION_EMA = 0, DIRECTION_ADAM = 1 } DirectionKind;
 
@@ -68,19 +72,36 @@ static inline float apply_direction_at(const ApplyDirection* dir, size_t i) {
 // ----------------------------------------------------------------------------
 // Predict step: theta_b += fl(coef_b * d_b) in place. params, keep: (P); offsets: (nblocks+1) in
 // floats; coef: (nblocks). first: the run's first step, which keeps theta_0 in `keep` for rollback.
+// One streaming pass: read d (or m and v), read-write theta, write keep on a run's first step only.
+// One parallel region, each block split statically over the threads; the kind and `first` are
+// constants of each loop (no per-element branch), so every variant vectorises.
+
+#define APPLY_PREDICT_LOOP(BODY)                                        \
+    _Pragma("omp for simd schedule(static) nowait")                     \
+    for (size_t i = lo; i < hi; i++) { BODY }
 
 HYBRID_NOCONTRACT
 static inline void apply_predict(float* params, float* keep, const ApplyDirection* dir,
                                  const size_t* offsets, int nblocks, const float* coef, int first) {
     HYBRID_NOCONTRACT_BODY
+    const float* d = dir->d;
+    const float* m = dir->m;
+    const float* v = dir->v;
+    const float bc1 = dir->bc1, bc2 = dir->bc2, eps = dir->eps, scale = dir->scale;
+    const int ema = dir->kind == DIRECTION_EMA;
+    #pragma omp parallel
     for (int b = 0; b < nblocks; b++) {
         const float c = coef[b];
-        #pragma omp parallel for if (offsets[b + 1] - offsets[b] > 65536)
-        for (size_t i = offsets[b]; i < offsets[b + 1]; i++) {
-            float a = params[i];
-            float x = c * apply_direction_at(dir, i);
-            if (first) { keep[i] = a; }
-            params[i] = a + x;
+        const size_t lo = offsets[b], hi = offsets[b + 1];
+        if (ema && first) {
+            APPLY_PREDICT_LOOP(float a = params[i]; keep[i] = a; params[i] = a + c * d[i];)
+        } else if (ema) {
+            APPLY_PREDICT_LOOP(params[i] = params[i] + c * d[i];)
+        } else if (first) {
+            APPLY_PREDICT_LOOP(float a = params[i]; keep[i] = a;
+                               params[i] = a + c * (scale * ((m[i] / bc1) / (sqrtf(v[i] / bc2) + eps)));)
+        } else {
+            APPLY_PREDICT_LOOP(params[i] = params[i] + c * (scale * ((m[i] / bc1) / (sqrtf(v[i] / bc2) + eps)));)
         }
     }
 }
@@ -93,70 +114,95 @@ static inline void apply_rollback(float* params, const float* keep, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
-// After a measured step's AdamW update: per-block statistics of the real update against the
-// direction used so far, and (ema) the direction update, in one pass.
-// The real update is reconstructed from the optimizer state the step just wrote:
-//   dtheta_i = -lr_t * (mhat_i / (sqrt(vhat_i) + eps) + wd_b * theta_i)
-// The direction before this step: ema: d_i as stored; adam: the moments before this step,
-// recovered from m, v and the (clipped) gradient g_i * grad_scale.
-// stats (nblocks, 3): <dtheta_b, d_b>, |d_b|^2, |dtheta_b|^2, in double.
+// A measured step: the AdamW update fused with hybrid mode's per-element work, one pass over
+// theta, g, m, v (and d). Per element, with g = grads * grad_scale:
+//   m' = b1 m + (1-b1) g;  v' = b2 v + (1-b2) g^2
+//   theta' = theta - lr * ( (m'/bc1) / (sqrt(v'/bc2) + eps) + wd_b theta )   (as the plain AdamW loop)
+//   dtheta = theta' - theta, the update as applied
+//   d_old  = ema: d;  adam: -lr_peak * (m/pbc1) / (sqrt(v/pbc2) + eps), the moments before this step
+//            (0 on the first update, when there are none)
+//   ema: d <- fma(beta, d_old, (1-beta) * (dtheta * lr_peak/lr))   (d is kept at peak-lr scale)
+// stats (nblocks, 3): <dtheta_b, d_old_b>, |d_old_b|^2, |dtheta_b|^2, in double.
+// theta' is written with exactly the expression of the trainer's plain AdamW loop (compiled with the
+// same contraction), so hybrid mode moves the weights as a plain run would; dtheta is derived from it
+// rather than recomputed, so no product is shared between the update and the statistics (that would
+// change where the compiler fuses multiply-adds). The EMA uses an explicit fmaf, the same rounding a
+// GPU's __fmaf_rn gives. Sums: each block is cut into APPLY_CHUNKS fixed chunks summed in a fixed
+// (simd) order, the chunk sums added in chunk order: the same bits whatever the thread count or
+// scheduling, which bit-exact resume needs.
+// partial: (nblocks, APPLY_CHUNKS, 3) scratch.
+
+// stats[b*3 + k] = the sum of block b's chunk partials, in chunk order (the GPU path sums alike)
+static inline void apply_sum_partials(double* stats, const double* partial, int nblocks) {
+    for (int b = 0; b < nblocks; b++) {
+        for (int k = 0; k < 3; k++) {
+            double s = 0.0;
+            for (int c = 0; c < APPLY_CHUNKS; c++) { s += partial[((size_t)b * APPLY_CHUNKS + c) * 3 + k]; }
+            stats[3 * b + k] = s;
+        }
+    }
+}
 
 typedef struct {
     float beta1, beta2, eps;
     const float* weight_decay; // (nblocks) decoupled weight decay of each block
-    int t;              // AdamW step count of the update just made (1-based)
+    int t;              // AdamW step count of this update (1-based)
     float lr, lr_peak;  // lr of the step, peak lr
-    float grad_scale;   // the clipping factor the update applied to the gradients
+    float grad_scale;   // the clipping factor applied to the gradients
 } ApplyAdamStep;
 
-HYBRID_NOCONTRACT
-static inline void apply_observe(float* d, const float* params, const float* m, const float* v, const float* grads,
-                          const ApplyAdamStep* st, int kind, float ema_beta,
-                          const size_t* offsets, int nblocks, double* stats) {
-    const float bc1 = 1.0f - powf(st->beta1, (float)st->t), bc2 = 1.0f - powf(st->beta2, (float)st->t);
-    const float pbc1 = 1.0f - powf(st->beta1, (float)(st->t - 1)), pbc2 = 1.0f - powf(st->beta2, (float)(st->t - 1));
-    const float norm = st->lr_peak / st->lr; // d is kept at peak-lr scale
+#define APPLY_ADAMW_LOOP(DOLD, AFTER)                                                      \
+    _Pragma("omp simd reduction(+:dot, dd, uu)")                                           \
+    for (size_t i = lo; i < hi; i++) {                                                     \
+        float p = params[i];                                                               \
+        float grad = grads[i] * grad_scale;                                                \
+        float mo = m[i], vo = v[i];                                                        \
+        float mi = beta1 * mo + (1.0f - beta1) * grad;                                     \
+        float vi = beta2 * vo + (1.0f - beta2) * grad * grad;                              \
+        m[i] = mi;                                                                         \
+        v[i] = vi;                                                                         \
+        float mhat = mi / bc1, vhat = vi / bc2;                                            \
+        float pn = p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);                         \
+        params[i] = pn;                                                                    \
+        float delta = pn - p;                                                              \
+        float dold = DOLD;                                                                 \
+        AFTER                                                                              \
+        dot += (double)delta * dold;                                                       \
+        dd += (double)dold * dold;                                                         \
+        uu += (double)delta * delta;                                                       \
+    }
+
+static inline void apply_adamw_observe(float* params, const float* grads, float* m, float* v, float* d,
+                                       const ApplyAdamStep* st, int kind, float ema_beta,
+                                       const size_t* offsets, int nblocks, double* partial, double* stats) {
+    const float beta1 = st->beta1, beta2 = st->beta2, eps = st->eps, lr = st->lr, grad_scale = st->grad_scale;
+    const float bc1 = 1.0f - powf(beta1, (float)st->t), bc2 = 1.0f - powf(beta2, (float)st->t);
     const int have_prev = st->t > 1;
+    const float pbc1 = have_prev ? 1.0f - powf(beta1, (float)(st->t - 1)) : 1.0f;
+    const float pbc2 = have_prev ? 1.0f - powf(beta2, (float)(st->t - 1)) : 1.0f;
+    const float pscale = have_prev ? -st->lr_peak : 0.0f;
+    const float norm = st->lr_peak / st->lr, omb = 1.0f - ema_beta;
+    #pragma omp parallel
     for (int b = 0; b < nblocks; b++) {
-        // fixed chunks summed in a fixed order: the statistics (and so the predictions) are the
-        // same bits whatever the thread count or scheduling, which bit-exact resume needs
-        double part[APPLY_CHUNKS][3];
         const size_t n = offsets[b + 1] - offsets[b];
         const size_t chunk = (n + APPLY_CHUNKS - 1) / APPLY_CHUNKS;
         const float wd = st->weight_decay[b];
-        #pragma omp parallel for if (n > 65536)
+        #pragma omp for schedule(static) nowait
         for (int c = 0; c < APPLY_CHUNKS; c++) {
-            double dot = 0.0, dd = 0.0, uu = 0.0;
             size_t lo = offsets[b] + (size_t)c * chunk, hi = lo + chunk;
+            if (lo > offsets[b + 1]) { lo = offsets[b + 1]; }
             if (hi > offsets[b + 1]) { hi = offsets[b + 1]; }
-            for (size_t i = lo; i < hi; i++) {
-                float mh = m[i] / bc1, vh = v[i] / bc2;
-                float delta = -st->lr * (mh / (sqrtf(vh) + st->eps) + wd * params[i]);
-                float dold;
-                if (kind == DIRECTION_EMA) {
-                    dold = d[i];
-                    d[i] = ema_beta * dold + (1.0f - ema_beta) * (delta * norm);
-                } else if (have_prev) {
-                    float g = grads[i] * st->grad_scale;
-                    float mp = (m[i] - (1.0f - st->beta1) * g) / st->beta1;
-                    float vp = (v[i] - (1.0f - st->beta2) * g * g) / st->beta2;
-                    vp = vp > 0.0f ? vp : 0.0f;
-                    dold = -st->lr_peak * ((mp / pbc1) / (sqrtf(vp / pbc2) + st->eps));
-                } else {
-                    dold = 0.0f;
-                }
-                dot += (double)delta * dold;
-                dd += (double)dold * dold;
-                uu += (double)delta * delta;
+            double dot = 0.0, dd = 0.0, uu = 0.0;
+            if (kind == DIRECTION_EMA) {
+                APPLY_ADAMW_LOOP(d[i], d[i] = fmaf(ema_beta, dold, omb * (delta * norm));)
+            } else {
+                APPLY_ADAMW_LOOP(pscale * ((mo / pbc1) / (sqrtf(vo / pbc2) + eps)), )
             }
-            part[c][0] = dot; part[c][1] = dd; part[c][2] = uu;
+            double* out = partial + ((size_t)b * APPLY_CHUNKS + c) * 3;
+            out[0] = dot; out[1] = dd; out[2] = uu;
         }
-        double dot = 0.0, dd = 0.0, uu = 0.0;
-        for (int c = 0; c < APPLY_CHUNKS; c++) { dot += part[c][0]; dd += part[c][1]; uu += part[c][2]; }
-        stats[3 * b + 0] = dot;
-        stats[3 * b + 1] = dd;
-        stats[3 * b + 2] = uu;
     }
+    apply_sum_partials(stats, partial, nblocks);
 }
 
 #endif // HYBRID_APPLY_H

@@ -4,8 +4,15 @@
  * the confidence, the horizon wanted, and what the monitor demanded (shorten, force Full), and it
  * enforces the rules of HYBRID.md §2: no Predict before the warm-up ends, at least `full_steps`
  * Full/Correct steps between Predict runs, no Predict run reaching into the cool-down (the last
- * fraction of the LR schedule), and back-off: every harmful Correct doubles the Full steps
- * required before the next run, every harmless one halves them back toward the configured value.
+ * fraction of the LR schedule) nor starting before the LR has reached its peak (the warm-up), and
+ * back-off: every harmful Correct doubles the Full steps required before the next run and halves the
+ * gate (the factor on every predicted scale) down to a probe of 1/16; every harmless one halves the
+ * gaps back toward the configured value and doubles the gate back toward 1. Where Predict steps keep
+ * doing harm, what is left is one probe run at 1/16 scale every 64 x full_steps: predicting has
+ * stopped, and it resumes when the probes stop showing harm.
+ * The run length wanted can depend on the batch regime: with k micro batches per step a Full step
+ * costs ~k forward-backward passes and a Predict step none, so longer runs are affordable
+ * (phase_regime_horizon).
  */
 #ifndef HYBRID_CONTROLLER_H
 #define HYBRID_CONTROLLER_H
@@ -15,6 +22,7 @@
 
 typedef enum { PHASE_WARMUP = 0, PHASE_FULL = 1, PHASE_PREDICT = 2, PHASE_CORRECT = 3 } HybridPhase;
 #define PHASE_COUNT 4
+#define PHASE_GATE_PROBE 0.0625f // the gate's floor: the scale of a probe run after repeated harm
 
 static inline const char* phase_name(HybridPhase p) {
     static const char* names[PHASE_COUNT] = {"warmup", "full", "predict", "correct"};
@@ -37,6 +45,8 @@ typedef struct {
     int run_length;        // length H of the current Predict run
     int run_done;          // Predict steps done in the current run
     int runs;              // Predict runs started
+    int peak_reached;      // the LR has reached its peak (the LR warm-up is over)
+    float gate;            // factor on every predicted scale, in [PHASE_GATE_PROBE, 1]
 } Controller;
 
 static inline void phase_init(Controller* c, int warmup, int full_steps, int max_horizon,
@@ -50,6 +60,20 @@ static inline void phase_init(Controller* c, int warmup, int full_steps, int max
     c->phase = PHASE_WARMUP;
     c->full_required = c->full_steps;
     c->horizon_cap = max_horizon;
+    c->gate = 1.0f;
+}
+
+// the run length the batch regime affords: 1 at one micro batch per step, +1 per factor 4 in micro batches
+// (16 -> 3), never above max_horizon
+static inline int phase_regime_horizon(int max_horizon, int micro_batches) {
+    int h = 1;
+    for (int k = micro_batches; k >= 4; k /= 4) { h++; }
+    return h < max_horizon ? h : max_horizon;
+}
+
+// the learning rate of the coming step: no Predict run starts before it has reached the peak once
+static inline void phase_lr(Controller* c, float lr, float lr_peak) {
+    if (lr >= 0.999f * lr_peak) { c->peak_reached = 1; }
 }
 
 // decide the phase of step `step` (0-based). `confident`: the predictor's confidence passed the
@@ -71,7 +95,7 @@ static inline HybridPhase phase_next(Controller* c, int step, int confident, int
     }
     int h = horizon < c->horizon_cap ? horizon : c->horizon_cap;
     if (h > c->cooldown_start - step) { h = c->cooldown_start - step; } // the run's Predict steps end before the cool-down
-    if (confident && c->full_done >= c->full_required && h >= 1 && c->max_horizon > 0) {
+    if (confident && c->peak_reached && c->full_done >= c->full_required && h >= 1 && c->max_horizon > 0) {
         c->phase = PHASE_PREDICT;
         c->run_length = h;
         c->run_done = 1;
@@ -95,8 +119,10 @@ static inline void phase_stop_run(Controller* c) {
 static inline void phase_correct_outcome(Controller* c, int harmful) {
     if (harmful) {
         c->full_required = c->full_required * 2 > c->max_full_steps ? c->max_full_steps : c->full_required * 2;
+        c->gate = c->gate * 0.5f < PHASE_GATE_PROBE ? PHASE_GATE_PROBE : c->gate * 0.5f;
     } else {
         c->full_required = c->full_required / 2 < c->full_steps ? c->full_steps : c->full_required / 2;
+        c->gate = c->gate * 2.0f > 1.0f ? 1.0f : c->gate * 2.0f;
         if (c->horizon_cap < c->max_horizon) { c->horizon_cap++; } // shortened horizons recover slowly
     }
 }
@@ -126,6 +152,9 @@ static inline void phase_io(HybridIO* io, Controller* c) {
     hio_i32(io, &c->run_length);
     hio_i32(io, &c->run_done);
     hio_i32(io, &c->runs);
+    hio_i32(io, &c->peak_reached);
+    hio_f32(io, &c->gate);
+    if (!(c->gate >= PHASE_GATE_PROBE && c->gate <= 1.0f)) { hio_fail(io, "controller gate out of range"); }
 }
 
 #endif // HYBRID_CONTROLLER_H

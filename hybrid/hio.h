@@ -83,6 +83,16 @@ static inline void hio_expect_i32(HybridIO* io, int value, const char* what) {
     }
 }
 
+static inline void hio_expect_f32(HybridIO* io, float value, const char* what) {
+    float v = value;
+    hio_f32(io, &v);
+    if (!io->writing && !io->failed && memcmp(&v, &value, sizeof(v)) != 0) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "%s is %g in the file, this run has %g", what, v, value);
+        hio_fail(io, msg);
+    }
+}
+
 // save appends the hash; load compares it. Returns 0 on success, -1 with io->error set.
 static inline int hio_finish(HybridIO* io) {
     uint64_t h = io->hash;

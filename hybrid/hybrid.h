@@ -6,8 +6,8 @@
  *     Predict:  apply h->coef with hybrid_apply_predict (CPU) or its kernel; no forward, no backward,
  *               no batch; optionally a forward-only check when hybrid_micro_due(h) (hybrid_micro_result)
  *     otherwise: forward; on a Correct step hybrid_correct_check(h, loss) may answer ACTION_ROLLBACK:
- *               then hybrid_rollback (or its kernel) and forward again; backward, clip, AdamW;
- *               hybrid_observe (or its kernel, which fills h->stats)
+ *               then hybrid_rollback (or its kernel) and forward again; backward, clip; then AdamW
+ *               fused with the statistics: hybrid_update (or its kernel, which fills h->stats)
  *     hybrid_end_step(h, loss or NAN, grad_norm or NAN, ms);
  * Everything decided here is host-side and small (phases, horizons, per-block scales, rollback
  * coefficients); everything per element is in hybrid/apply.h, which a GPU trainer mirrors.
@@ -37,10 +37,11 @@
 #include "hybrid/apply.h"
 
 #define HYBRID_MAGIC 20261122
-#define HYBRID_VERSION 1
+#define HYBRID_VERSION 2
 #define HYBRID_RESIDUAL_CAPACITY 64
 #define HYBRID_MAX_SCALE 4.0f       // |s_b| cap: a scale beyond 4 steps' worth is an outlier, not a trend
 #define HYBRID_RESIDUAL_GAIN 0.5f   // share of the similarity-weighted residual added to a prediction
+#define HYBRID_HARM_Z 1.0f          // a Correct step is harmful when its excess loss passes this (noise units)
 
 // ----------------------------------------------------------------------------
 // configuration: one field per flag
@@ -58,6 +59,7 @@ typedef struct {
     int adaptive;                // --adaptive: horizons from the LinUCB bandit (else from confidence)
     int direction;               // --direction ema|adam
     float direction_beta;        // --direction-beta: EMA decay of the direction buffer
+    float kappa;                 // --kappa: the scale of --predictor scaled
 } HybridConfig;
 
 // Conservative defaults (HYBRID.md §10): one Predict step per two backward steps, a long-memory
@@ -75,6 +77,7 @@ static inline void hybrid_config_default(HybridConfig* c) {
     c->adaptive = 0;
     c->direction = DIRECTION_EMA;
     c->direction_beta = 0.98f;
+    c->kappa = 1.0f;
 }
 
 // The flags as a table, one row per HybridConfig field. The trainer's command-line parser
@@ -94,7 +97,7 @@ typedef struct {
 #define HYBRID_FLAG(f, t, field, lo, hi, ch, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, ch, bare, h}
 static const HybridFlag HYBRID_FLAGS[] = {
     HYBRID_FLAG("--hybrid", HYBRID_FLAG_INT, enabled, 0, 1, NULL, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
-    HYBRID_FLAG("--predictor", HYBRID_FLAG_CHOICE, predictor, 0, 0, "momentum|linear|mlp|rssm", NULL, "hybrid: predictor of the next loss"),
+    HYBRID_FLAG("--predictor", HYBRID_FLAG_CHOICE, predictor, 0, 0, "momentum|linear|mlp|rssm|nesterov|scaled", NULL, "hybrid: predictor of the next loss"),
     HYBRID_FLAG("--hybrid-warmup", HYBRID_FLAG_INT, warmup, 0, 1 << 30, NULL, NULL, "hybrid: Full steps before any prediction"),
     HYBRID_FLAG("--full-steps", HYBRID_FLAG_INT, full_steps, 1, 1 << 20, NULL, NULL, "hybrid: min Full/Correct steps between Predict runs"),
     HYBRID_FLAG("--max-predict-steps", HYBRID_FLAG_INT, max_predict_steps, 0, 16, NULL, NULL, "hybrid: longest Predict run"),
@@ -105,6 +108,7 @@ static const HybridFlag HYBRID_FLAGS[] = {
     HYBRID_FLAG("--adaptive", HYBRID_FLAG_INT, adaptive, 0, 1, NULL, NULL, "hybrid: horizon from a LinUCB bandit (not bit-reproducible: wall-clock reward)"),
     HYBRID_FLAG("--direction", HYBRID_FLAG_CHOICE, direction, 0, 0, "ema|adam", NULL, "hybrid: predicted direction, EMA of updates or Adam's mhat/sqrt(vhat)"),
     HYBRID_FLAG("--direction-beta", HYBRID_FLAG_FLOAT, direction_beta, 0, 0.9999, NULL, NULL, "hybrid: EMA decay of the direction buffer"),
+    HYBRID_FLAG("--kappa", HYBRID_FLAG_FLOAT, kappa, 0, HYBRID_MAX_SCALE, NULL, NULL, "hybrid: scale of --predictor scaled, times lr_t/lr_peak"),
 };
 #define NUM_HYBRID_FLAGS ((int)(sizeof(HYBRID_FLAGS) / sizeof(HYBRID_FLAGS[0])))
 
@@ -119,6 +123,7 @@ typedef struct {
     int total_steps;
     float lr_peak, beta1, beta2, eps;
     float* weight_decay;        // (nblocks) AdamW's decoupled weight decay per block
+    int micro_batches;          // forward-backward passes per Full step (hybrid_set_micro_batches)
 
     Controller ctrl;
     FeatureNormalizer fnorm;
@@ -135,7 +140,8 @@ typedef struct {
     float* coef;                // (nblocks) this Predict step: theta_b += coef_b * d_b
     float* run_scale;           // (nblocks) mean predicted scale over the current run
     int run_steps;              // Predict steps applied in the current run (keep buffer live if > 0)
-    double* stats;              // (nblocks, 3) filled by hybrid_observe: <dtheta,d>, |d|^2, |dtheta|^2
+    double* stats;              // (nblocks, 3) filled by hybrid_update: <dtheta,d>, |d|^2, |dtheta|^2
+    double* partial;            // (nblocks, APPLY_CHUNKS, 3) its per-chunk sums
 
     // features: x is standardised from the last measured step; x_prev is the input of its target
     float raw[FEATURES_DIM], x[FEATURES_DIM], x_prev[FEATURES_DIM], run_x[FEATURES_DIM];
@@ -159,6 +165,8 @@ typedef struct {
     int since_predict;
     float confidence;
     float run_start_loss, predicted_loss, correct_loss;
+    float run_start_level;      // trend-corrected loss level when the run started (for the harm estimate)
+    float harm;                 // the last Correct step's excess loss over the Full-step trend, noise units
     double cycle_ms;
     int run_arm;
     int rolled_back;            // this Correct step rolled back
@@ -193,6 +201,8 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     phase_init(&h->ctrl, cfg->warmup, cfg->full_steps, cfg->max_predict_steps, total_steps, cfg->cooldown);
     features_init(&h->fnorm);
     predictor_init(&h->pred, cfg->predictor, FEATURES_DIM, h->outputs, seed);
+    h->pred.fixed_scale = cfg->predictor == PREDICTOR_NESTEROV ? beta1 : cfg->kappa;
+    h->micro_batches = 1;
     residual_store_init(&h->store, HYBRID_RESIDUAL_CAPACITY, FEATURES_DIM, h->outputs);
     monitor_init(&h->mon, cfg->divergence_threshold);
     bandit_init(&h->bandit, cfg->max_predict_steps, 1.0f);
@@ -200,10 +210,11 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     h->coef = (float*)calloc((size_t)nblocks, sizeof(float));
     h->run_scale = (float*)calloc((size_t)nblocks, sizeof(float));
     h->stats = (double*)calloc((size_t)nblocks * 3, sizeof(double));
+    h->partial = (double*)calloc((size_t)nblocks * APPLY_CHUNKS * 3, sizeof(double));
     h->y = (float*)calloc((size_t)h->outputs, sizeof(float));
     h->yhat = (float*)calloc((size_t)h->outputs, sizeof(float));
     h->corr = (float*)calloc((size_t)h->outputs, sizeof(float));
-    if (!h->offsets || !h->weight_decay || !h->coef || !h->run_scale || !h->stats || !h->y || !h->yhat || !h->corr) {
+    if (!h->offsets || !h->weight_decay || !h->coef || !h->run_scale || !h->stats || !h->partial || !h->y || !h->yhat || !h->corr) {
         fprintf(stderr, "error: hybrid_init: out of memory (%d blocks)\n", nblocks);
         exit(EXIT_FAILURE);
     }
@@ -212,10 +223,16 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     h->correct_loss = NAN; h->predicted_loss = NAN; h->run_start_loss = NAN;
 }
 
+// the trainer's micro batches per Full step (gradient accumulation): sets the Predict runs' length
+// (phase_regime_horizon); call after hybrid_init, before the first step
+static inline void hybrid_set_micro_batches(HybridState* h, int micro_batches) {
+    h->micro_batches = micro_batches > 1 ? micro_batches : 1;
+}
+
 static inline void hybrid_free(HybridState* h) {
     predictor_free(&h->pred);
     residual_store_free(&h->store);
-    free(h->offsets); free(h->weight_decay); free(h->coef); free(h->run_scale); free(h->stats);
+    free(h->offsets); free(h->weight_decay); free(h->coef); free(h->run_scale); free(h->stats); free(h->partial);
     free(h->y); free(h->yhat); free(h->corr);
     memset(h, 0, sizeof(*h));
 }
@@ -235,6 +252,19 @@ static inline ApplyDirection hybrid_direction(const HybridState* h, const float*
 
 // ----------------------------------------------------------------------------
 // per-step decisions
+
+// the loss level now, corrected for the lag of the fast loss EMA (weight 0.3: 0.7/0.3 steps behind a trend)
+static inline float hybrid_loss_level(const HybridState* h) {
+    return h->loss_fast + h->dloss_ema * (0.7f / 0.3f);
+}
+
+// Harm of a Predict run, in noise units: the Correct step's loss (at the predicted point) minus what
+// Full steps would have given there, the run-start level moved along the Full-step trend (dloss_ema per
+// step) by the run's steps plus the last measured step's own update. Positive: worse than not predicting.
+static inline float hybrid_harm_z(const HybridState* h, float correct_loss) {
+    float expected = h->run_start_level + h->dloss_ema * (float)(h->ctrl.run_length + 1);
+    return (correct_loss - expected) / hybrid_sigma(h);
+}
 
 // confidence in [0, 1]: the direction explains recent updates (cosine), Correct steps matched
 // their predictions (loss residual in noise units), and the ensemble agrees (rssm)
@@ -257,6 +287,8 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
     if (!h->cfg.enabled) { h->phase = PHASE_FULL; return h->phase; }
     int starting = h->ctrl.phase != PHASE_PREDICT;
     int horizon = 0, arm = -1;
+    const int fixed = predictor_is_fixed(h->cfg.predictor);
+    phase_lr(&h->ctrl, lr, h->lr_peak);
     h->confidence = hybrid_confidence(h);
     int confident = h->measured > 1 && h->confidence >= h->cfg.confidence_threshold;
     if (starting && confident && step >= h->ctrl.warmup && h->cfg.max_predict_steps > 0) {
@@ -264,7 +296,9 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
             horizon = bandit_choose(&h->bandit, h->x);
             arm = h->bandit.last_arm;
         } else {
-            horizon = 1 + (int)(h->confidence * (h->cfg.max_predict_steps - 1) + 0.5f);
+            // learned predictors: as long as the confidence allows; fixed-scale ones: as long as the batch regime affords
+            horizon = fixed ? phase_regime_horizon(h->cfg.max_predict_steps, h->micro_batches)
+                            : 1 + (int)(h->confidence * (h->cfg.max_predict_steps - 1) + 0.5f);
         }
     }
     h->phase = phase_next(&h->ctrl, step, confident, horizon);
@@ -274,6 +308,7 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
             h->run_steps = 0;
             h->run_start_loss = h->last_loss;
             h->predicted_loss = h->last_loss;
+            h->run_start_level = hybrid_loss_level(h);
             h->cycle_ms = 0.0;
             h->run_arm = h->cfg.adaptive ? bandit_arm_of(&h->bandit, h->ctrl.run_length) : -1;
             if (arm >= 0 && h->run_arm < 0) { h->run_arm = arm; }
@@ -289,12 +324,12 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
         raw[FEAT_PROGRESS] = (float)step / (float)(h->total_steps > 0 ? h->total_steps : 1);
         features_normalize(&h->fnorm, raw, xk);
         predictor_predict(&h->pred, xk, k, h->yhat, &h->spread);
-        float w = residual_store_correction(&h->store, xk, step, h->corr);
+        float w = fixed ? 0.0f : residual_store_correction(&h->store, xk, step, h->corr);
         float sigma = hybrid_sigma(h);
         for (int b = 0; b < h->nblocks; b++) {
             float s = h->yhat[b] + (w > 0.0f ? HYBRID_RESIDUAL_GAIN * h->corr[b] : 0.0f);
             s = hmath_clampf(isfinite(s) ? s : 0.0f, -HYBRID_MAX_SCALE, HYBRID_MAX_SCALE);
-            h->coef[b] = s * lr / h->lr_peak;
+            h->coef[b] = h->ctrl.gate * s * lr / h->lr_peak;
             h->run_scale[b] += s / (float)h->ctrl.run_length;
         }
         float dl = h->yhat[h->nblocks] + (w > 0.0f ? HYBRID_RESIDUAL_GAIN * h->corr[h->nblocks] : 0.0f);
@@ -354,13 +389,14 @@ static inline void hybrid_rollback(HybridState* h, float* params, const float* k
     h->run_steps = 0;
 }
 
-// CPU reference of the measured-step pass, after AdamW: statistics into h->stats and (ema) the
-// direction update. grads: the gradients the update used, grad_scale its clipping factor; t: AdamW's
-// step count of that update.
-static inline void hybrid_observe(HybridState* h, float* d, const float* params, const float* m, const float* v,
-                                  const float* grads, float grad_scale, int t) {
+// CPU reference of a measured step's update: AdamW step t with the step's lr (hybrid_begin_step) on
+// every block, fused with the statistics into h->stats and (ema) the direction update; one pass
+// (apply_adamw_observe). grads: the step's gradients, grad_scale their clipping factor.
+static inline void hybrid_update(HybridState* h, float* params, const float* grads, float* m, float* v, float* d,
+                                 float grad_scale, int t) {
     ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, h->lr_peak, grad_scale};
-    apply_observe(d, params, m, v, grads, &st, h->cfg.direction, h->cfg.direction_beta, h->offsets, h->nblocks, h->stats);
+    apply_adamw_observe(params, grads, m, v, d, &st, h->cfg.direction, h->cfg.direction_beta, h->offsets, h->nblocks,
+                        h->partial, h->stats);
     h->adam_t = t;
 }
 
@@ -373,7 +409,7 @@ static inline void hybrid_act(HybridState* h, MonitorAction a) {
 }
 
 // end of every step. loss, grad_norm: NAN on Predict steps; ms: the step's wall time.
-// On measured steps hybrid_observe (or the trainer's kernel) must have filled h->stats.
+// On measured steps hybrid_update (or the trainer's kernel) must have filled h->stats.
 static inline void hybrid_end_step(HybridState* h, float loss, float grad_norm, double ms) {
     HybridMetrics* mt = &h->metrics;
     mt->steps[h->phase] += 1;
@@ -426,7 +462,8 @@ static inline void hybrid_end_step(HybridState* h, float loss, float grad_norm, 
         float pcos = ncos ? (float)(pcos_sum / ncos) : 0.0f;
         if (ncos) { mt->n_cos++; mt->cos_sum += pcos; }
         h->resid_ema = 0.8f * h->resid_ema + 0.2f * fabsf(lr_res);
-        int harmful = h->rolled_back || lr_res > 1.0f;
+        h->harm = isfinite(h->correct_loss) ? hybrid_harm_z(h, h->correct_loss) : INFINITY;
+        int harmful = h->rolled_back || h->harm > HYBRID_HARM_Z;
         phase_correct_outcome(&h->ctrl, harmful);
         hybrid_act(h, monitor_cosine(&h->mon, h->step, pcos));
         if (h->cfg.adaptive && h->run_arm >= 0) {
@@ -521,6 +558,7 @@ static inline void hybrid_io(HybridIO* io, HybridState* h, float* direction, flo
     hio_expect_i32(io, h->cfg.predictor, "predictor");
     hio_expect_i32(io, h->cfg.direction, "direction kind");
     hio_expect_i32(io, h->total_steps, "schedule length");
+    hio_expect_i32(io, h->micro_batches, "micro batches per step");
     phase_io(io, &h->ctrl);
     features_io(io, &h->fnorm);
     predictor_io(io, &h->pred);
@@ -546,6 +584,7 @@ static inline void hybrid_io(HybridIO* io, HybridState* h, float* direction, flo
     hio_f32(io, &h->resid_ema); hio_f32(io, &h->spread); hio_i32(io, &h->since_predict);
     hio_f32(io, &h->confidence); hio_f32(io, &h->run_start_loss); hio_f32(io, &h->predicted_loss);
     hio_f64(io, &h->cycle_ms); hio_i32(io, &h->run_arm);
+    hio_f32(io, &h->run_start_level); hio_f32(io, &h->harm);
     if (h->cfg.direction == DIRECTION_EMA) {
         if (direction == NULL) { hio_fail(io, "no direction buffer given"); }
         else { hio_f32s(io, direction, h->num_params); }

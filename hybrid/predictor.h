@@ -8,6 +8,11 @@
  *   linear:   ridge regression with exponential forgetting, solved exactly (Cholesky) when asked
  *   mlp:      one hidden layer (tanh), online Adam
  *   rssm:     RSSM-lite ensemble (hybrid/rssm.h)
+ *   nesterov: no learning: s_b = beta1, the look-ahead of Nesterov momentum (with --direction adam: theta moves
+ *             by beta1 * lr_t * mhat/sqrt(vhat), the part of AdamW's next update already known)
+ *   scaled:   no learning: s_b = kappa (--kappa), along a long-memory EMA of updates (--direction ema,
+ *             --direction-beta 0.98 or more); the facade multiplies by lr_t/lr_peak like every scale
+ * The two fixed-scale kinds predict the loss change like momentum (an EMA of the measured ones).
  * Every predictor starts at 0 (no movement) and can learn s = 0 where predicting does not pay:
  * the ridge and the weight decay of the learned ones pull toward 0, never toward extrapolation.
  * All memory is allocated in predictor_init.
@@ -21,14 +26,18 @@
 #include "hybrid/hio.h"
 #include "hybrid/rssm.h"
 
-typedef enum { PREDICTOR_MOMENTUM = 0, PREDICTOR_LINEAR = 1, PREDICTOR_MLP = 2, PREDICTOR_RSSM = 3 } PredictorKind;
-#define PREDICTOR_KINDS 4
+typedef enum { PREDICTOR_MOMENTUM = 0, PREDICTOR_LINEAR = 1, PREDICTOR_MLP = 2, PREDICTOR_RSSM = 3,
+               PREDICTOR_NESTEROV = 4, PREDICTOR_SCALED = 5 } PredictorKind;
+#define PREDICTOR_KINDS 6
 #define PREDICTOR_MLP_HIDDEN 32
 
 static inline const char* predictor_name(int kind) {
-    static const char* names[PREDICTOR_KINDS] = {"momentum", "linear", "mlp", "rssm"};
+    static const char* names[PREDICTOR_KINDS] = {"momentum", "linear", "mlp", "rssm", "nesterov", "scaled"};
     return (kind >= 0 && kind < PREDICTOR_KINDS) ? names[kind] : "?";
 }
+
+// the kinds whose scale is a fixed number (fixed_scale), not learned
+static inline int predictor_is_fixed(int kind) { return kind == PREDICTOR_NESTEROV || kind == PREDICTOR_SCALED; }
 
 static inline int predictor_parse(const char* s) {
     for (int k = 0; k < PREDICTOR_KINDS; k++) { if (strcmp(s, predictor_name(k)) == 0) { return k; } }
@@ -38,9 +47,10 @@ static inline int predictor_parse(const char* s) {
 typedef struct {
     int kind, in_dim, out_dim;
     int seen;          // observations so far
-    // momentum
+    // momentum, and the loss output of the fixed-scale kinds
     float* ema;        // (out)
     float ema_decay;
+    float fixed_scale; // nesterov: beta1; scaled: kappa
     // linear (ridge with forgetting): A = sum w x x^T, B = sum w x y^T, W solves (A + ridge I) W = B
     double* A;         // (in, in)
     double* B;         // (in, out)
@@ -60,7 +70,7 @@ static inline void predictor_init(Predictor* p, int kind, int in_dim, int out_di
     memset(p, 0, sizeof(*p));
     p->kind = kind; p->in_dim = in_dim; p->out_dim = out_dim;
     p->ema_decay = 0.9f; p->forget = 0.99; p->ridge = 1.0; p->lr = 3e-3f;
-    if (kind == PREDICTOR_MOMENTUM) {
+    if (kind == PREDICTOR_MOMENTUM || predictor_is_fixed(kind)) {
         p->ema = (float*)calloc((size_t)out_dim, sizeof(float));
     } else if (kind == PREDICTOR_LINEAR) {
         p->A = (double*)calloc((size_t)in_dim * in_dim, sizeof(double));
@@ -128,7 +138,7 @@ static inline void predictor_solve(Predictor* p) {
 static inline void predictor_update(Predictor* p, const float* x, const float* y) {
     const int in = p->in_dim, out = p->out_dim;
     p->seen++;
-    if (p->kind == PREDICTOR_MOMENTUM) {
+    if (p->kind == PREDICTOR_MOMENTUM || predictor_is_fixed(p->kind)) {
         float a = p->seen == 1 ? 0.0f : p->ema_decay;
         for (int o = 0; o < out; o++) { p->ema[o] = a * p->ema[o] + (1.0f - a) * y[o]; }
     } else if (p->kind == PREDICTOR_LINEAR) {
@@ -169,6 +179,9 @@ static inline void predictor_predict(Predictor* p, const float* x, int k, float*
     if (spread != NULL) { *spread = 0.0f; }
     if (p->kind == PREDICTOR_MOMENTUM) {
         memcpy(y, p->ema, (size_t)out * sizeof(float));
+    } else if (predictor_is_fixed(p->kind)) {
+        for (int o = 0; o < out - 1; o++) { y[o] = p->fixed_scale; }
+        y[out - 1] = p->ema[out - 1];
     } else if (p->kind == PREDICTOR_LINEAR) {
         if (!p->solved) { predictor_solve(p); }
         for (int o = 0; o < out; o++) {
@@ -188,7 +201,8 @@ static inline void predictor_io(HybridIO* io, Predictor* p) {
     hio_expect_i32(io, p->in_dim, "predictor input size");
     hio_expect_i32(io, p->out_dim, "predictor output size");
     hio_i32(io, &p->seen);
-    if (p->kind == PREDICTOR_MOMENTUM) {
+    if (p->kind == PREDICTOR_MOMENTUM || predictor_is_fixed(p->kind)) {
+        hio_expect_f32(io, p->fixed_scale, "predictor fixed scale");
         hio_f32s(io, p->ema, (size_t)p->out_dim);
     } else if (p->kind == PREDICTOR_LINEAR) {
         hio_f64s(io, p->A, (size_t)p->in_dim * p->in_dim);

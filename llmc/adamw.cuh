@@ -11,21 +11,29 @@
 
 #include "llmc/cuda_common.cuh"
 
+// one element: g the scaled gradient; m, v updated in place; returns the new weight. The plain kernel
+// and hybrid mode's fused one (llmc/hybrid_apply.cuh) both use it, so they round alike.
+__device__ __forceinline__ float adamw_element(float p, float g, float& m, float& v, float lr, float beta1,
+                                               float beta2, float beta1_correction, float beta2_correction, float eps,
+                                               float weight_decay) {
+    m = beta1 * m + (1.0f - beta1) * g;
+    v = beta2 * v + (1.0f - beta2) * g * g;
+    float m_hat = m / beta1_correction;
+    float v_hat = v / beta2_correction;
+    return p - lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
+}
+
 __global__ void adamw_kernel(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem,
                              size_t n, size_t idx_base, float lr, float beta1, float beta2,
                              float beta1_correction, float beta2_correction, float eps, float weight_decay,
                              float grad_scale, uint32_t seed) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
-    float g = grads[i] * grad_scale;
-    float m = beta1 * m_mem[i] + (1.0f - beta1) * g;
-    float v = beta2 * v_mem[i] + (1.0f - beta2) * g * g;
+    float m = m_mem[i], v = v_mem[i];
+    float p = adamw_element(master[i], grads[i] * grad_scale, m, v, lr, beta1, beta2, beta1_correction,
+                            beta2_correction, eps, weight_decay);
     m_mem[i] = m;
     v_mem[i] = v;
-    float m_hat = m / beta1_correction;
-    float v_hat = v / beta2_correction;
-    float p = master[i];
-    p -= lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
     master[i] = p;
     params[i] = round_to_floatX(p, idx_base + i, seed);
 }

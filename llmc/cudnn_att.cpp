@@ -1,21 +1,24 @@
 /*
  * llmc/cudnn_att.cpp — cuDNN flash attention through the backend (graph) API; see llmc/cudnn_att.h.
  *
- * The graphs are the composite pattern that cuDNN's fused flash-attention engines recognise (the same
- * operations cudnn-frontend lowers its SDPA nodes to): cuDNN 9's dedicated SDPA operation descriptors have
- * no causal-mask attribute in this version, so the mask is written as operations on the scores.
- *   forward:  S = Q K^T (fp32) ; S *= scale ; S = row >= col ? S : -1e10 ; M = rowmax S ; E = exp(S - M) ;
- *             Z = rowsum E ; stats = M + log Z ; O = (E / Z) V
- *   backward: delta = rowsum(dO * O) ; S as above ; P = exp(S - stats) ; dV = P^T dO ; dP = dO V^T ;
- *             dS = (dP - delta) * P * scale ; dQ = dS K ; dK = dS^T Q
- * Intermediates are fp32 except P^T, the bf16 A operand of the dV matmul; dS stays fp32 into the dQ and dK
- * matmuls. The backward's structure follows the one TransformerEngine built with backend descriptors for
- * cuDNN 8.9 (without dropout, and with dQ written directly rather than through an fp32 accumulator).
+ * The graphs are the composite pattern that cuDNN's fused flash-attention engines recognise: each is built
+ * operation by operation as cudnn-frontend (github.com/NVIDIA/cudnn-frontend, include/cudnn_frontend/node/
+ * scaled_dot_product_flash_attention.h) lowers its SDPA nodes for cuDNN 9 before 9.21, with the same data
+ * types on every edge, since the engines match the types as well as the operations:
+ *   forward (CompositeSDPANode::expand_node): S = Q K^T (fp32) ; S *= scale ; causal mask (INT32 row and
+ *             column indices, row >= col, else -inf) ; M = rowmax S ; E = exp(S - M) ; Z = rowsum E ;
+ *             stats = M + log Z ; P = E / Z as bf16 ; O = P V
+ *   backward (CompositeSDPABackwardNode::expand_node): delta = rowsum(dO * O) * 1 ; S = Q K^T * scale ;
+ *             P = exp(causal mask(S - stats)) ; dV = P^T (bf16) dO ; dP = dO V^T ;
+ *             dS = (dP - delta) * P * scale ; dK = dS^T (bf16) Q ; dQ = dS K (fp32 dS)
+ * The dedicated SDPA operation descriptors of the backend are not used: the composite graph is what the
+ * frontend itself builds for this cuDNN, and it needs no cudnn-frontend headers (this machine has none).
  * Tensors are 4-d (b, h, s, d). Q, K, V are read in place from qkv (B,T,3C): dims (B,NH,T,HS), strides
  * (3CT, HS, 3C, 1) at offsets 0, C, 2C; O and dO (B,T,C) have strides (CT, HS, C, 1); stats and delta are
  * (B,NH,T,1), which is the (B,NH,T) layout of llmc/attention.cuh's lse and delta.
  */
 #include <cudnn.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -30,12 +33,12 @@ typedef cudnnBackendDescriptor_t Desc;
 
 // tensor ids of the variant packs; virtual tensors are numbered from VIRTUAL_UID up
 enum { UID_Q = 1, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ, UID_DK, UID_DV,
-       UID_DELTA, UID_DQ_ACCUM, VIRTUAL_UID = 100 };
+       UID_DELTA, UID_ONE, UID_DQ_ACCUM, VIRTUAL_UID = 100 };
 // the tensors of each graph that the variant packs bind, in the order of the pointers passed (the accumulator
 // last: only the backward graph with the fp32 dQ accumulator has it)
 static const int64_t FWD_UIDS[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED};
 static const int64_t BWD_UIDS[] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_MASKED, UID_DO, UID_DQ,
-                                   UID_DK, UID_DV, UID_DELTA, UID_DQ_ACCUM};
+                                   UID_DK, UID_DV, UID_DELTA, UID_ONE, UID_DQ_ACCUM};
 
 // ----------------------------------------------------------------------------
 // descriptor building: every descriptor made is kept in `made` and destroyed with the builder; the first
@@ -192,31 +195,41 @@ static Common common_tensors(Builder& bld, int64_t B, int64_t T, int64_t NH, int
     return c;
 }
 
-// S = causal_mask(scale * q k^T), masked scores set to -1e10; appends the operations to ops and returns S
-// (virtual fp32 (B,NH,T,T))
-static Desc masked_scores(Builder& bld, std::vector<Desc>& ops, const Common& c, int64_t B, int64_t T, int64_t NH) {
+// S = scale * Q K^T (virtual fp32 (B,NH,T,T)); appends the operations to ops
+static Desc scaled_scores(Builder& bld, std::vector<Desc>& ops, const Common& c, int64_t B, int64_t T, int64_t NH) {
     Desc s = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.matmul(c.q, c.k_t, s));
     Desc scaled = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, s, c.scale, NULL, scaled));
-    // row and column indices as fp32 (exact below 2^24), compared into a boolean mask
-    Desc row = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T), col = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
-    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, row, 2));
-    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, scaled, NULL, NULL, col, 3));
-    Desc keep = bld.virt(CUDNN_DATA_BOOLEAN, B, NH, T, T);  // causal: key index <= query index
+    return scaled;
+}
+
+// the causal mask as the frontend lowers attn::score_modifiers::causal_mask (a top-left diagonal band with
+// right bound 0) for cuDNN before 9.21 (CompositeDiagonalBandMaskNode): INT32 row and column indices of x,
+// row >= col as a BOOLEAN, and x where it holds, else the by-value masked value
+static Desc causal_mask(Builder& bld, std::vector<Desc>& ops, const Common& c, Desc x, int64_t B, int64_t T,
+                        int64_t NH) {
+    Desc row = bld.virt(CUDNN_DATA_INT32, B, NH, T, T), col = bld.virt(CUDNN_DATA_INT32, B, NH, T, T);
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, row, 2));
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_GEN_INDEX, x, NULL, NULL, col, 3));
+    Desc keep = bld.virt(CUDNN_DATA_BOOLEAN, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_CMP_GE, row, col, NULL, keep, -1, CUDNN_DATA_BOOLEAN));
     Desc masked = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
-    ops.push_back(bld.pointwise(CUDNN_POINTWISE_BINARY_SELECT, scaled, c.masked, keep, masked));
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_BINARY_SELECT, x, c.masked, keep, masked));
     return masked;
 }
 
+// mirrors cudnn-frontend's CompositeSDPANode::expand_node (node/scaled_dot_product_flash_attention.h) for
+// our case (no bias, dropout, padding or paging; causal; stats generated), with its Softmax node (softmax.h):
+//   bmm1 S = Q K^T ; attn_scale ; causal mask ; M = max S ; E = exp(S - M) ; Z = sum E ; stats = M + log Z ;
+//   P = E / Z, typed bf16 (the I/O type: "bmm2 aType" must be it) ; bmm2 O = P V
 static Desc forward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH, int64_t HS) {
     int64_t C = NH * HS;
     Common c = common_tensors(bld, B, T, NH, HS);
     std::vector<Desc> ops;
     int64_t dims[4] = {B, NH, T, HS}, strides[4] = {3 * C * T, HS, 3 * C, 1};
     Desc v = bld.tensor(UID_V, CUDNN_DATA_BFLOAT16, dims, strides);
-    Desc s = masked_scores(bld, ops, c, B, T, NH);
+    Desc s = causal_mask(bld, ops, c, scaled_scores(bld, ops, c, B, T, NH), B, T, NH);
     Desc m = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, 1);
     ops.push_back(bld.reduction(CUDNN_REDUCE_TENSOR_MAX, s, m));
     Desc centred = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
@@ -228,42 +241,49 @@ static Desc forward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_t
     Desc logz = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, 1);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_LOG, z, NULL, NULL, logz));
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_ADD, m, logz, NULL, c.stats));
-    Desc p = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
+    Desc p = bld.virt(CUDNN_DATA_BFLOAT16, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_DIV, e, z, NULL, p));
     ops.push_back(bld.matmul(p, v, c.o));
     return bld.graph(ops, handle);
 }
 
-// dq_accum: dQ accumulated in an fp32 buffer (zeroed before each call) and copied into dQ, the form some
-// engines need; otherwise dQ is written directly
+// mirrors cudnn-frontend's CompositeSDPABackwardNode::expand_node (same file), MHA, no dropout or bias:
+//   softmax_sum = sum(dO * O) * 1 (the frontend's dropout_scale_inv, 1 without dropout) -> delta (memory) ;
+//   S = Q K^T * attn_scale ; S - stats ; causal mask (after the stats, as the frontend) ; P = exp ;
+//   dV = reshape(P)^T (bf16) dO ; dP = dO V^T ; dS = (dP - softmax_sum) * P * attn_scale ;
+//   dK = reshape(dS)^T (bf16) Q ; dQ = dS reshape(K^T), written directly or through the fp32 dQ_accum
+//   (BHSD-dense, then an IDENTITY into dQ) as the frontend does when it has no dP workspace
 static Desc backward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_t T, int64_t NH, int64_t HS,
                            bool dq_accum) {
     int64_t C = NH * HS;
     Common c = common_tensors(bld, B, T, NH, HS);
     int64_t qkv_dims[4] = {B, NH, T, HS}, qkv_strides[4] = {3 * C * T, HS, 3 * C, 1}, o_strides[4] = {C * T, HS, C, 1};
     int64_t stat_dims[4] = {B, NH, T, 1}, stat_strides[4] = {NH * T, T, 1, 1};
+    int64_t one_dims[4] = {1, 1, 1, 1};
     Desc dout = bld.tensor(UID_DO, CUDNN_DATA_BFLOAT16, qkv_dims, o_strides);
     Desc dq = bld.tensor(UID_DQ, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
     Desc dk = bld.tensor(UID_DK, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
     Desc dv = bld.tensor(UID_DV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
     Desc delta = bld.tensor(UID_DELTA, CUDNN_DATA_FLOAT, stat_dims, stat_strides);
+    Desc one = bld.tensor(UID_ONE, CUDNN_DATA_FLOAT, one_dims, one_dims, true);
     std::vector<Desc> ops;
-    // delta = rowsum(dO * O): the softmax backward's row term
+    // the "dO * O => softmax_sum" chain
     Desc dout_o = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, HS);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, dout, c.o, NULL, dout_o));
-    ops.push_back(bld.reduction(CUDNN_REDUCE_TENSOR_ADD, dout_o, delta));
-    // P = exp(S - stats), recomputed from q, k and the forward's log-sum-exp
-    Desc s = masked_scores(bld, ops, c, B, T, NH);
+    Desc dout_o_sum = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, 1);
+    ops.push_back(bld.reduction(CUDNN_REDUCE_TENSOR_ADD, dout_o, dout_o_sum));
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, dout_o_sum, one, NULL, delta));
+    // the "Q @ K^T => exp_softmax => dV" chain: P recomputed from the forward's log-sum-exp
+    Desc s = scaled_scores(bld, ops, c, B, T, NH);
     Desc centred = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_SUB, s, c.stats, NULL, centred));
     Desc p = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
-    ops.push_back(bld.pointwise(CUDNN_POINTWISE_EXP, centred, NULL, NULL, p));
-    // dV = P^T dO (P transposed in bf16, as the matmul's A)
+    ops.push_back(bld.pointwise(CUDNN_POINTWISE_EXP, causal_mask(bld, ops, c, centred, B, T, NH), NULL, NULL, p));
     int64_t tt_dims[4] = {B, NH, T, T}, tt_strides[4] = {NH * T * T, T * T, 1, T};
     Desc p_t = bld.tensor(0, CUDNN_DATA_BFLOAT16, tt_dims, tt_strides);
     ops.push_back(bld.reshape(p, p_t));
     ops.push_back(bld.matmul(p_t, dout, dv));
-    // dP = dO V^T ; dS = (dP - delta) * P * scale
+    // the "dO @ V^T => dS => dK" chain
     Desc v_t = transposed(bld, UID_V, B, T, NH, HS);
     Desc dp = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.matmul(dout, v_t, dp));
@@ -273,20 +293,20 @@ static Desc backward_graph(Builder& bld, cudnnHandle_t handle, int64_t B, int64_
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, dp_c, p, NULL, ds_p));
     Desc ds = bld.virt(CUDNN_DATA_FLOAT, B, NH, T, T);
     ops.push_back(bld.pointwise(CUDNN_POINTWISE_MUL, ds_p, c.scale, NULL, ds));
-    // dQ = dS K ; dK = dS^T Q
+    Desc ds_t = bld.tensor(0, CUDNN_DATA_BFLOAT16, tt_dims, tt_strides);
+    ops.push_back(bld.reshape(ds, ds_t));
+    ops.push_back(bld.matmul(ds_t, c.q, dk));
+    // the "dS @ K => dQ" chain
     Desc k = bld.tensor(0, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
     ops.push_back(bld.reshape(c.k_t, k));
     if (dq_accum) {
-        int64_t acc_strides[4] = {C * T, HS, C, 1};
-        Desc acc = bld.tensor(UID_DQ_ACCUM, CUDNN_DATA_FLOAT, qkv_dims, acc_strides, false, CUDNN_TENSOR_REORDERING_F16x16);
+        int64_t acc_strides[4] = {NH * T * HS, T * HS, HS, 1};
+        Desc acc = bld.tensor(UID_DQ_ACCUM, CUDNN_DATA_FLOAT, qkv_dims, acc_strides);
         ops.push_back(bld.matmul(ds, k, acc));
         ops.push_back(bld.pointwise(CUDNN_POINTWISE_IDENTITY, acc, NULL, NULL, dq));
     } else {
         ops.push_back(bld.matmul(ds, k, dq));
     }
-    Desc ds_t = bld.tensor(0, CUDNN_DATA_FLOAT, tt_dims, tt_strides);
-    ops.push_back(bld.reshape(ds, ds_t));
-    ops.push_back(bld.matmul(ds_t, c.q, dk));
     return bld.graph(ops, handle);
 }
 
@@ -390,7 +410,7 @@ struct Shape {
     Builder* bwd_bld;        // owns the backward's
     Desc fwd_plan, bwd_plan;
     float* dq_accum;         // (B,T,C) fp32 device, when the backward plan needs it, else NULL
-    float scale, masked;     // by-value scalars of the variant packs (their addresses must stay valid)
+    float scale, masked, one; // by-value scalars of the variant packs (their addresses must stay valid)
     std::vector<Pack> packs; // reserved once: no reallocation, no allocation after the first step
 };
 
@@ -443,7 +463,10 @@ extern "C" int cudnn_att_prepare(int B, int T, int NH, int HS, char* err, size_t
     s->fwd_plan = s->bwd_plan = NULL;
     s->dq_accum = NULL;
     s->scale = 1.0f / sqrtf((float)HS);
-    s->masked = -1e10f;  // masked scores: exp(-1e10 - max) is 0, and no inf - inf can make a NaN
+    // the frontend's mask value (get_negative_inf_value): the lowest float before cuDNN 9.10, -inf since; the
+    // diagonal is never masked, so a row's max is finite and exp(masked - max) is 0
+    s->masked = cudnnGetVersion() < 91000 ? -FLT_MAX : -INFINITY;
+    s->one = 1.0f;
     Builder& bld = *s->bld;
     int64_t ws_fwd = 0, ws_bwd = 0;
     Desc fg = forward_graph(bld, g_handle, B, T, NH, HS);
@@ -547,13 +570,13 @@ extern "C" void cudnn_att_backward(void* dqkv, float* delta, const void* dout, c
     size_t C = (size_t)NH * HS;
     const uint16_t* x = (const uint16_t*)qkv;
     uint16_t* dx = (uint16_t*)dqkv;
-    void* ptrs[13] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), (void*)out, (void*)lse, &s->scale, &s->masked,
-                      (void*)dout, dx, dx + C, dx + 2 * C, delta, s->dq_accum};
+    void* ptrs[14] = {(void*)x, (void*)(x + C), (void*)(x + 2 * C), (void*)out, (void*)lse, &s->scale, &s->masked,
+                      (void*)dout, dx, dx + C, dx + 2 * C, delta, &s->one, s->dq_accum};
     if (s->dq_accum) {
         cudaError_t e = cudaMemsetAsync(s->dq_accum, 0, (size_t)B * T * C * sizeof(float), stream);
         if (e != cudaSuccess) { fatal("cuDNN attention: zeroing the dQ accumulator: %s", cudaGetErrorString(e)); }
     }
-    execute(s, s->bwd_plan, BWD_UIDS, ptrs, s->dq_accum ? 13 : 12, stream);
+    execute(s, s->bwd_plan, BWD_UIDS, ptrs, s->dq_accum ? 14 : 13, stream);
 }
 
 // 1 when the graph's non-virtual tensors are exactly uids[0..n) (each once), which the variant pack binds
@@ -565,6 +588,14 @@ static bool binds_exactly(const Builder& bld, const int64_t* uids, int n) {
 }
 
 extern "C" int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, size_t errlen) {
+    // the negative control: the library must refuse a matmul whose inner dimensions differ (Q Q with HS != T),
+    // or finalizing proves nothing
+    if (HS != T) {
+        Builder bad;
+        Common c = common_tensors(bad, B, T, NH, HS);
+        bad.matmul(c.q, c.q, bad.virt(CUDNN_DATA_FLOAT, B, NH, T, T));
+        if (!bad.failed) { snprintf(err, errlen, "a matmul with mismatched shapes finalized: the check is blind"); return -1; }
+    }
     Builder fwd, bwd, bwd_accum;
     forward_graph(fwd, NULL, B, T, NH, HS);
     if (fwd.failed) { snprintf(err, errlen, "forward graph: %s", fwd.err); return -1; }
@@ -572,7 +603,7 @@ extern "C" int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, s
     if (bwd.failed) { snprintf(err, errlen, "backward graph: %s", bwd.err); return -1; }
     backward_graph(bwd_accum, NULL, B, T, NH, HS, true);
     if (bwd_accum.failed) { snprintf(err, errlen, "backward graph (dQ accumulator): %s", bwd_accum.err); return -1; }
-    if (!binds_exactly(fwd, FWD_UIDS, 7) || !binds_exactly(bwd, BWD_UIDS, 12) || !binds_exactly(bwd_accum, BWD_UIDS, 13)) {
+    if (!binds_exactly(fwd, FWD_UIDS, 7) || !binds_exactly(bwd, BWD_UIDS, 13) || !binds_exactly(bwd_accum, BWD_UIDS, 14)) {
         snprintf(err, errlen, "a graph's memory tensors differ from what its variant pack binds");
         return -1;
     }

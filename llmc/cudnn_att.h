@@ -46,7 +46,8 @@ void cudnn_att_backward(void* dqkv, float* delta, const void* dout, const void* 
 // builds and finalizes the forward and backward operation graphs on the host only (no GPU, no handle, no
 // engine): checks that every descriptor of both graphs (and of the backward with the dQ accumulator) is
 // accepted by this cuDNN library and that each graph's memory tensors are exactly those its variant pack
-// binds. 0 on success, else -1 and the first problem in err. Used by dev/cuda/cudnn_graph_check.cu.
+// binds, after checking that the library refuses a matmul of mismatched shapes (else the check would be
+// blind). 0 on success, else -1 and the first problem in err. Used by dev/cuda/cudnn_graph_check.cu.
 int cudnn_att_check_graphs(int B, int T, int NH, int HS, char* err, size_t errlen);
 
 #ifdef __cplusplus

@@ -5,8 +5,9 @@
  *   predict:  theta_i += fl(coef_b * d_i), the run's first step keeps theta_0 in `keep` (the gradient
  *             buffer, idle during a Predict run) for an exact rollback
  *   rollback: theta = keep, bit-exactly, no other copy
- *   observe:  after AdamW, per-block <dtheta,d>, |d|^2, |dtheta|^2 (double, fixed-order chunks) and
- *             the EMA direction update
+ *   adamw+observe: a measured step's AdamW update fused with the per-block <dtheta,d>, |d|^2,
+ *             |dtheta|^2 (double, fixed grid, fixed-order chunk sums) and the EMA direction update:
+ *             one pass over theta, g, m, v (and d), the weights rounded exactly as the plain kernel
  * Products and sums use __fmul_rn/__fadd_rn: no fused multiply-add, the same roundings as the CPU
  * loops (which are compiled without contraction), so a Predict step adds the same bits on both.
  * Every kernel works on a range [lo, hi) of the flat parameters: this rank's ZeRO-1 shard, or all.
@@ -16,6 +17,7 @@
 #define LLMC_HYBRID_APPLY_CUH
 
 #include "llmc/cuda_common.cuh"
+#include "llmc/adamw.cuh"
 #include "hybrid/apply.h"
 
 // the block of flat index i: offsets[b] <= i < offsets[b+1] (binary search, offsets in device memory)
@@ -82,9 +84,14 @@ void hybrid_rollback_device(float* master, floatX* params, const float* keep, si
 }
 
 // ----------------------------------------------------------------------------
-// observe: one CUDA block per (parameter block b, chunk c); partial[(b*APPLY_CHUNKS + c)*3 + k]
+// a measured step: AdamW fused with the statistics and the EMA direction update (apply_adamw_observe).
+// One CUDA block per (parameter block b, chunk c), a fixed grid, so each chunk's partial sums
+// partial[(b*HYBRID_GPU_CHUNKS + c)*3 + k] and their in-order sum are the same bits on every run.
+// More chunks than the CPU's APPLY_CHUNKS: the embedding block alone is a third of GPT-2 124M, and its
+// chunks must fill the SMs (the sums differ from the CPU's in order only).
 
 #define OBSERVE_THREADS 256
+#define HYBRID_GPU_CHUNKS 256
 
 __device__ __forceinline__ double block_sum_double(double v, double* shared) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
@@ -97,88 +104,91 @@ __device__ __forceinline__ double block_sum_double(double v, double* shared) {
     return v;
 }
 
-// scalars of apply_observe, computed once on the host
+// scalars of apply_adamw_observe, computed once on the host as it computes them
 typedef struct {
-    ApplyAdamStep st;
-    float bc1, bc2, pbc1, pbc2, norm;
-    int have_prev, kind;
-    float ema_beta;
-} ObserveArgs;
+    float lr, beta1, beta2, eps, grad_scale;
+    float bc1, bc2, pbc1, pbc2, pscale, norm, ema_beta, omb;
+    int kind;
+} HybridAdamArgs;
 
-__global__ void hybrid_observe_kernel(double* partial, float* d, const float* master, const float* m, const float* v,
-                                      const float* grads, ObserveArgs a, const size_t* offsets, size_t lo, size_t hi) {
+__global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floatX* params, const float* grads,
+                                            float* m, float* v, float* d, HybridAdamArgs a, const size_t* offsets,
+                                            const float* block_wd, size_t lo, size_t hi, uint32_t seed) {
     __shared__ double shared[32];
-    int b = blockIdx.x / APPLY_CHUNKS, c = blockIdx.x % APPLY_CHUNKS;
+    int b = blockIdx.x / HYBRID_GPU_CHUNKS, c = blockIdx.x % HYBRID_GPU_CHUNKS;
     size_t n = offsets[b + 1] - offsets[b];
-    size_t chunk = (n + APPLY_CHUNKS - 1) / APPLY_CHUNKS;
+    size_t chunk = (n + HYBRID_GPU_CHUNKS - 1) / HYBRID_GPU_CHUNKS;
     size_t c_lo = offsets[b] + (size_t)c * chunk, c_hi = c_lo + chunk;
     if (c_hi > offsets[b + 1]) { c_hi = offsets[b + 1]; }
     if (c_lo < lo) { c_lo = lo; }
     if (c_hi > hi) { c_hi = hi; }
-    const ApplyAdamStep st = a.st;
-    const float wd = st.weight_decay[b];  // st.weight_decay: (nblocks) device array
+    const float wd = block_wd[b];
     double dot = 0.0, dd = 0.0, uu = 0.0;
     for (size_t i = c_lo + threadIdx.x; i < c_hi; i += blockDim.x) {
-        size_t k = i - lo;
-        float mh = __fdiv_rn(m[k], a.bc1), vh = __fdiv_rn(v[k], a.bc2);
-        float q = __fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), st.eps));
-        float delta = __fmul_rn(-st.lr, __fadd_rn(q, __fmul_rn(wd, master[i])));
+        size_t k = i - lo;  // m, v, d are shard-local
+        float p = master[i];
+        float mo = m[k], vo = v[k], mi = mo, vi = vo;
+        float pn = adamw_element(p, grads[i] * a.grad_scale, mi, vi, a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, wd);
+        m[k] = mi;
+        v[k] = vi;
+        master[i] = pn;
+        params[i] = round_to_floatX(pn, i, seed);
+        float delta = __fsub_rn(pn, p);
         float dold;
         if (a.kind == DIRECTION_EMA) {
             dold = d[k];
-            d[k] = __fadd_rn(__fmul_rn(a.ema_beta, dold), __fmul_rn(__fsub_rn(1.0f, a.ema_beta), __fmul_rn(delta, a.norm)));
-        } else if (a.have_prev) {
-            float g = __fmul_rn(grads[i], st.grad_scale);
-            float mp = __fdiv_rn(__fsub_rn(m[k], __fmul_rn(__fsub_rn(1.0f, st.beta1), g)), st.beta1);
-            float vp = __fdiv_rn(__fsub_rn(v[k], __fmul_rn(__fmul_rn(__fsub_rn(1.0f, st.beta2), g), g)), st.beta2);
-            vp = vp > 0.0f ? vp : 0.0f;
-            dold = __fmul_rn(-st.lr_peak, __fdiv_rn(__fdiv_rn(mp, a.pbc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vp, a.pbc2)), st.eps)));
+            d[k] = __fmaf_rn(a.ema_beta, dold, __fmul_rn(a.omb, __fmul_rn(delta, a.norm)));
         } else {
-            dold = 0.0f;
+            float q = __fdiv_rn(__fdiv_rn(mo, a.pbc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vo, a.pbc2)), a.eps));
+            dold = __fmul_rn(a.pscale, q);
         }
-        dot += (double)delta * dold;
-        dd += (double)dold * dold;
-        uu += (double)delta * delta;
+        dot = fma((double)delta, (double)dold, dot);
+        dd = fma((double)dold, (double)dold, dd);
+        uu = fma((double)delta, (double)delta, uu);
     }
     dot = block_sum_double(dot, shared);
     dd = block_sum_double(dd, shared);
     uu = block_sum_double(uu, shared);
     if (threadIdx.x == 0) {
-        double* p = partial + (size_t)blockIdx.x * 3;
-        p[0] = dot; p[1] = dd; p[2] = uu;
+        double* out = partial + (size_t)blockIdx.x * 3;
+        out[0] = dot; out[1] = dd; out[2] = uu;
     }
 }
 
-// stats[b*3 + k] = sum over the chunks of block b, in order
-__global__ void hybrid_observe_sum_kernel(double* stats, const double* partial, int nblocks) {
+// stats[b*3 + k] = sum over the chunks of block b, in order (as apply_sum_partials)
+__global__ void hybrid_sum_partials_kernel(double* stats, const double* partial, int nblocks) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= nblocks * 3) { return; }
     int b = idx / 3, k = idx % 3;
     double s = 0.0;
-    for (int c = 0; c < APPLY_CHUNKS; c++) { s += partial[((size_t)b * APPLY_CHUNKS + c) * 3 + k]; }
+    for (int c = 0; c < HYBRID_GPU_CHUNKS; c++) { s += partial[((size_t)b * HYBRID_GPU_CHUNKS + c) * 3 + k]; }
     stats[idx] = s;
 }
 
-// d, m, v: shard-local device buffers; master, grads: full-length device buffers; stats: (nblocks*3)
-// device doubles; partial: nblocks*APPLY_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device.
-// The mirror of apply_observe.
-void hybrid_observe_device(double* stats, double* partial, float* d, const float* master, const float* m,
-                           const float* v, const float* grads, const ApplyAdamStep* st, int kind, float ema_beta,
-                           const size_t* offsets, int nblocks, size_t lo, size_t hi, cudaStream_t stream) {
-    ObserveArgs a;
-    a.st = *st;
+// The mirror of apply_adamw_observe on the blocks' part of [lo, hi) (this rank's shard): master, params,
+// grads: full-length device buffers; m, v, d: shard-local; stats: (nblocks*3) device doubles; partial:
+// nblocks*HYBRID_GPU_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device; seed: the floatX rounding's.
+// Elements past the last block (padding) are the caller's (plain adamw_update).
+void hybrid_adamw_observe_device(double* stats, double* partial, float* master, floatX* params, const float* grads,
+                                 float* m, float* v, float* d, const ApplyAdamStep* st, int kind, float ema_beta,
+                                 const size_t* offsets, int nblocks, size_t lo, size_t hi, uint32_t seed,
+                                 cudaStream_t stream) {
+    HybridAdamArgs a;
+    a.lr = st->lr; a.beta1 = st->beta1; a.beta2 = st->beta2; a.eps = st->eps; a.grad_scale = st->grad_scale;
     a.bc1 = 1.0f - powf(st->beta1, (float)st->t);
     a.bc2 = 1.0f - powf(st->beta2, (float)st->t);
-    a.pbc1 = 1.0f - powf(st->beta1, (float)(st->t - 1));
-    a.pbc2 = 1.0f - powf(st->beta2, (float)(st->t - 1));
+    int have_prev = st->t > 1;
+    a.pbc1 = have_prev ? 1.0f - powf(st->beta1, (float)(st->t - 1)) : 1.0f;
+    a.pbc2 = have_prev ? 1.0f - powf(st->beta2, (float)(st->t - 1)) : 1.0f;
+    a.pscale = have_prev ? -st->lr_peak : 0.0f;
     a.norm = st->lr_peak / st->lr;
-    a.have_prev = st->t > 1;
-    a.kind = kind;
     a.ema_beta = ema_beta;
-    hybrid_observe_kernel<<<nblocks * APPLY_CHUNKS, OBSERVE_THREADS, 0, stream>>>(partial, d, master, m, v, grads, a,
-                                                                                offsets, lo, hi);
+    a.omb = 1.0f - ema_beta;
+    a.kind = kind;
+    hybrid_adamw_observe_kernel<<<nblocks * HYBRID_GPU_CHUNKS, OBSERVE_THREADS, 0, stream>>>(
+        partial, master, params, grads, m, v, d, a, offsets, st->weight_decay, lo, hi, seed);
     cudaCheck(cudaGetLastError());
-    hybrid_observe_sum_kernel<<<ceil_div(nblocks * 3, 256), 256, 0, stream>>>(stats, partial, nblocks);
+    hybrid_sum_partials_kernel<<<ceil_div(nblocks * 3, 256), 256, 0, stream>>>(stats, partial, nblocks);
     cudaCheck(cudaGetLastError());
 }
 

@@ -81,7 +81,6 @@ typedef struct {
     const char* init_method;   // -pi
     const char* fs_path;       // -pf
     const char* server_ip;     // -ps
-    int offload_optimizer;     // --offload-optimizer
     HybridConfig hybrid;       // --hybrid, --predictor, ... (hybrid/hybrid.h's table)
 } TrainConfig;
 

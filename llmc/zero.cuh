@@ -27,6 +27,7 @@ typedef struct {
     int num_processes;
     int local_device_idx;  // which GPU of this node
     int zero_stage;        // 0 or 1
+    int mpi_initialized;   // MPI_Init was called (-pi mpi in a USE_MPI build): MPI_Finalize only then
 #ifdef MULTI_GPU
     ncclComm_t nccl_comm;
 #endif
@@ -120,6 +121,7 @@ MultiGpuConfig multi_gpu_config_init(int num_processes, int process_rank, int gp
 #ifdef USE_MPI
     if (strcmp(init_method, "mpi") == 0) {
         MPI_Init(NULL, NULL);
+        cfg.mpi_initialized = 1;
         MPI_Comm_rank(MPI_COMM_WORLD, &process_rank);
         MPI_Comm_size(MPI_COMM_WORLD, &num_processes);
     }
@@ -166,7 +168,7 @@ void multi_gpu_config_free(MultiGpuConfig* cfg) {
     if (cfg->num_processes > 1) { ncclCheck(ncclCommDestroy(cfg->nccl_comm)); }
 #endif
 #ifdef USE_MPI
-    MPI_Finalize();
+    if (cfg->mpi_initialized) { MPI_Finalize(); }
 #endif
     (void)cfg;
 }

@@ -32,7 +32,7 @@ def die(msg):
 STUDY_KEYS = {"name", "trainer", "results", "seeds", "lr", "args", "baseline", "hybrid", "arms",
               "target_val_loss", "description"}
 RESERVED_FLAGS = {"-o", "--seed", "-l", "--hybrid", "--predictor", "-y"}  # set per run by the runner
-KINDS = ("baseline", "hybrid", "control")
+KINDS = ("baseline", "hybrid", "control")  # plus "matched": the shorter baselines of baseline.matched_fractions
 
 
 def load_config(path):
@@ -86,7 +86,7 @@ def validate_config(cfg, path="config"):
     for sec in ("baseline", "hybrid"):
         s = cfg.get(sec, {})
         _check(isinstance(s, dict), path, f"'{sec}' must be an object")
-        allowed = {"lr_mults", "args"} | ({"predictors"} if sec == "hybrid" else set())
+        allowed = {"lr_mults", "args"} | ({"predictors"} if sec == "hybrid" else {"matched_fractions", "matched_lr_mult"})
         _check(not (set(s) - allowed), path, f"'{sec}': unknown key(s) {sorted(set(s) - allowed)}")
         mults = s.get("lr_mults", [])
         _check(isinstance(mults, list) and all(isinstance(m, (int, float)) and m > 0 for m in mults), path,
@@ -96,6 +96,14 @@ def validate_config(cfg, path="config"):
             preds = s.get("predictors", [])
             _check(isinstance(preds, list) and all(isinstance(p, str) and p for p in preds), path,
                    "'hybrid.predictors' must be a list of predictor names")
+        else:
+            fr = s.get("matched_fractions", [])
+            _check(isinstance(fr, list) and all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1
+                                                for f in fr), path, "'baseline.matched_fractions' must be a list of numbers in (0, 1)")
+            _check(not fr or (isinstance(cfg["args"].get("-x"), int) and cfg["args"]["-x"] > 0), path,
+                   "'baseline.matched_fractions' needs the schedule length as an integer in args['-x']")
+            mm = s.get("matched_lr_mult", 1)
+            _check(not fr or mm in mults, path, "'baseline.matched_lr_mult' must be one of 'baseline.lr_mults'")
     for i, a in enumerate(cfg.get("arms", [])):
         where = f"arms[{i}]"
         _check(isinstance(a, dict), path, f"{where} must be an object")
@@ -148,15 +156,23 @@ def build_arms(cfg):
         args = dict(cfg.get("args", {}))
         args.update(extra)
         args["-l"] = base_lr * mult
-        if kind != "baseline":
+        plain = kind in ("baseline", "matched")
+        if not plain:
             args["--hybrid"] = 1
             args["--predictor"] = predictor
         arms.append({"name": name, "kind": kind, "lr_mult": mult, "lr": base_lr * mult,
-                     "predictor": predictor if kind != "baseline" else None, "argv": flags_to_argv(args)})
+                     "predictor": None if plain else predictor, "argv": flags_to_argv(args)})
 
     b = cfg.get("baseline", {})
     for m in b.get("lr_mults", []):
         add(f"baseline_lr{mult_tag(m)}", "baseline", m, None, b.get("args", {}))
+    # matched-length baselines: the same schedule shape (own warm-up and full decay) over fewer steps,
+    # the points of the curve "final val loss vs backward passes" that rho is read from
+    mm = b.get("matched_lr_mult", 1)
+    for f in b.get("matched_fractions", []):
+        steps = int(round(f * cfg["args"]["-x"]))
+        add(f"matched_lr{mult_tag(mm)}_x{int(round(100 * f))}", "matched", mm, None, dict(b.get("args", {}), **{"-x": steps}))
+        arms[-1]["full_arm"] = f"baseline_lr{mult_tag(mm)}"
     h = cfg.get("hybrid", {})
     for m in h.get("lr_mults", []):
         for p in h.get("predictors", []):
@@ -332,18 +348,112 @@ def analyze(arms, runs, fixed_target=None):
         ok = (bref is not None and bref["time_to_target_mean"] and row["time_to_target_mean"]
               and row["reached"] == row["n"] and bref["reached"] == bref["n"])
         row["speedup"] = bref["time_to_target_mean"] / row["time_to_target_mean"] if ok else None
+    add_rho(arms, run_rows, arm_rows)
     return target, run_rows, arm_rows
+
+
+# ----------------------------------------------------------------------------
+# rho, the value of a Predict step in Full steps (shared/BENCHMARK.md)
+#
+# Per seed, the matched-length baselines (and the full-length one at the same LR) give points
+# (Full steps, final val loss). The curve through them is made non-increasing (pool-adjacent-violators:
+# a shorter schedule that ends lower than a longer one is noise, and a non-monotone curve has no
+# inverse) and interpolated linearly in log(steps): loss falls roughly linearly in log-steps over a
+# 70-100% range, and a log axis does not favour the long end. Off either end the nearest segment is
+# extended (flagged "extrapolated"). Steps = backward passes / micro batches per step, so rho is in Full
+# steps whatever -d is. The same seed's baselines are used (same init and data order: paired).
+
+def _nonincreasing(ys):
+    """Least-squares non-increasing fit (pool adjacent violators), equal weights."""
+    blocks = []  # [sum, count]
+    for y in ys:
+        blocks.append([y, 1])
+        while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] < blocks[-1][0] / blocks[-1][1]:
+            s_, n_ = blocks.pop()
+            blocks[-1][0] += s_
+            blocks[-1][1] += n_
+    out = []
+    for s_, n_ in blocks:
+        out += [s_ / n_] * n_
+    return out
+
+
+def steps_for_loss(points, loss):
+    """points [(steps, final val loss)] of baselines; the steps a baseline needs to end at `loss`
+    (linear in log-steps on the non-increasing fit), and whether that was extrapolated. None if < 2 lengths."""
+    pts = sorted(points)
+    xs = [math.log(p[0]) for p in pts]
+    ys = _nonincreasing([p[1] for p in pts])
+    if len(xs) < 2 or xs[0] == xs[-1]:
+        return None, None
+    for i in range(len(xs) - 1):
+        if ys[i] >= loss >= ys[i + 1] and ys[i] > ys[i + 1]:
+            return math.exp(xs[i] + (ys[i] - loss) / (ys[i] - ys[i + 1]) * (xs[i + 1] - xs[i])), False
+    # off the ends: extend the end segment on the side of `loss` (first/last with a non-zero slope)
+    segs = [(i, i + 1) for i in range(len(xs) - 1) if ys[i] > ys[i + 1]]
+    if not segs:
+        return None, None
+    i, j = segs[-1] if loss < ys[-1] else segs[0]
+    return math.exp(xs[i] + (ys[i] - loss) / (ys[i] - ys[j]) * (xs[j] - xs[i])), True
+
+
+def t_ci95(xs):
+    """Half-width of the two-sided 95% t-interval of the mean; None for < 2 values."""
+    xs = [float(x) for x in xs if x is not None]
+    if len(xs) < 2:
+        return None
+    from scipy import stats
+    return float(stats.t.ppf(0.975, len(xs) - 1) * np.std(xs, ddof=1) / math.sqrt(len(xs)))
+
+
+def full_steps_of(run):
+    """Steps with a backward pass, and backward passes per such step (the micro batches)."""
+    measured = run["steps"] - run["predict_steps"]
+    return measured, (run["backward"] / measured if measured and run["backward"] else None)
+
+
+def add_rho(arms, run_rows, arm_rows):
+    """rho per hybrid run and per arm (mean, 95% CI over seeds), and the break-even rho of the arm."""
+    matched = [a for a in arms if a["kind"] == "matched"]
+    if not matched:
+        return
+    names = {a["name"] for a in matched} | {matched[0]["full_arm"]}
+    curve = {}  # seed -> [(steps, final val loss)]
+    for r in run_rows:
+        if r["arm"] in names and r["backward"]:
+            _, accum = full_steps_of(r)
+            curve.setdefault(r["seed"], []).append((r["backward"] / accum, r["final_val_loss"]))
+    for r in run_rows:
+        if r["kind"] in ("hybrid", "control"):
+            measured, accum = full_steps_of(r)
+            need, extra = steps_for_loss(curve.get(r["seed"], []), r["final_val_loss"])
+            ok = need is not None and r["predict_steps"] > 0
+            r["rho_steps_needed"], r["rho_extrapolated"] = need, extra
+            r["rho"] = (need - measured) / r["predict_steps"] if ok else None
+            ms = {ph: 1000.0 * r["phase_time_s"].get(ph, 0.0) / r["phase_steps"][ph] for ph in ("full", "predict")
+                  if r["phase_steps"].get(ph)}
+            r["break_even_rho"] = ms["predict"] / ms["full"] if len(ms) == 2 else None
+    for row in arm_rows:
+        rs = [r for r in run_rows if r["arm"] == row["arm"] and r.get("rho") is not None]
+        if row["kind"] not in ("hybrid", "control"):
+            continue
+        row["rho_mean"], row["rho_std"], row["rho_n"] = mean_std([r["rho"] for r in rs])
+        row["rho_ci95"] = t_ci95([r["rho"] for r in rs])
+        row["rho_extrapolated"] = sum(1 for r in rs if r["rho_extrapolated"])
+        row["break_even_rho"], _, _ = mean_std([r["break_even_rho"] for r in run_rows if r["arm"] == row["arm"]])
 
 
 # ----------------------------------------------------------------------------
 # report: CSV, JSON, Markdown
 
 RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "predictor", "steps", "final_val_loss", "final_val_step",
-                "time_to_target_s", "step_to_target", "backward_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps"]
+                "time_to_target_s", "step_to_target", "backward_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps",
+                "rho", "rho_steps_needed", "rho_extrapolated", "break_even_rho"]
 ARM_CSV_COLS = ["arm", "kind", "lr", "predictor", "n", "best_baseline", "final_val_loss_mean", "final_val_loss_std",
                 "reached", "time_to_target_mean", "time_to_target_std", "backward_to_target_mean", "backward_to_target_std", "speedup", "p_final_val", "p_time_to_target",
                 "backward_mean", "backward_std", "tokens_mean", "tokens_std", "train_time_s_mean", "train_time_s_std",
-                "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean"]
+                "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean",
+                "rho_mean", "rho_ci95", "rho_n", "rho_extrapolated", "break_even_rho"]
 
 
 def _csv_val(v):
@@ -425,6 +535,30 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     L.append("")
     L.append("The best baseline is in **bold**.")
     L.append("")
+    rho_rows = [r for r in arm_rows if "rho_mean" in r]
+    if rho_rows:
+        lens = sorted({r["steps"] for r in run_rows if r["kind"] == "matched"})
+        L.append("## Value of a Predict step (rho)")
+        L.append("")
+        L.append(f"Baselines at the same LR with shorter schedules ({', '.join(map(str, lens))} steps and the full length, "
+                 "each with its own warm-up and full decay) give final val loss against Full steps (backward passes / "
+                 "micro batches per step). Per seed, that curve (made non-increasing, linear in log-steps between "
+                 "neighbouring lengths, the end segment extended beyond them) gives the Full steps a baseline needs to "
+                 "reach the hybrid run's final val loss; rho = (that - the hybrid's Full steps) / its Predict steps. "
+                 "rho > 0: a Predict step is worth something; rho > break-even (mean Predict-step time / mean Full-step "
+                 "time in the hybrid run): hybrid saves time. mean ± 95% t-interval over seeds.")
+        L.append("")
+        L.append("| arm | rho (95% CI) | seeds | extrapolated | break-even rho | final val loss | p (final val) | "
+                 "time to target (s) | speed-up |")
+        L.append("|" + "---|" * 9)
+        for r in rho_rows:
+            rho = "—" if r["rho_mean"] is None else (f"{r['rho_mean']:+.3f}" + (f" ± {r['rho_ci95']:.3f}" if r["rho_ci95"] is not None else ""))
+            be = "—" if r["break_even_rho"] is None else f"{r['break_even_rho']:.3f}"
+            L.append(f"| {r['arm']} | {rho} | {r['rho_n']} | {r['rho_extrapolated']} | {be} | "
+                     f"{fmt_ms(r['final_val_loss_mean'], r['final_val_loss_std'], 4)} | {fmt_p(r['p_final_val'])} | "
+                     f"{fmt_ms(r['time_to_target_mean'], r['time_to_target_std'], 2)} ({r['reached']}/{r['n']}) | "
+                     f"{fmt_speedup(r['speedup'])} |")
+        L.append("")
     for title, p in plots:
         L.append(f"![{title}]({p})")
         L.append("")
@@ -509,10 +643,13 @@ def _predict_spans(recs, xkey):
 def arm_styles(arms):
     import matplotlib.pyplot as plt
     base = [a for a in arms if a["kind"] == "baseline"]
-    other = [a for a in arms if a["kind"] != "baseline"]
+    short = [a for a in arms if a["kind"] == "matched"]
+    other = [a for a in arms if a["kind"] not in ("baseline", "matched")]
     st = {}
     for i, a in enumerate(base):
         st[a["name"]] = dict(color=plt.cm.Blues(0.45 + 0.5 * i / max(1, len(base) - 1)), ls="-")
+    for i, a in enumerate(short):
+        st[a["name"]] = dict(color=plt.cm.Greys(0.35 + 0.4 * i / max(1, len(short) - 1)), ls=":")
     palette = ["tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
     for i, a in enumerate(other):
         st[a["name"]] = dict(color=palette[i % len(palette)], ls="--" if a["kind"] == "control" else "-")
@@ -534,7 +671,7 @@ def plot_study(arms, runs_recs, target, outdir):
         seeds = sorted(s for (n, s) in runs_recs if n == a["name"])
         if seeds:
             curves[a["name"]] = _arm_curve([runs_recs[(a["name"], s)] for s in seeds])
-    hyb = [a for a in arms if a["kind"] != "baseline" and a["name"] in curves]
+    hyb = [a for a in arms if a["kind"] in ("hybrid", "control") and a["name"] in curves]
     nstrip = len(hyb)
     out = []
     for xkey, xlabel, fname in (("time", "training time (s, train_time_s)", "val_loss_vs_time.png"),

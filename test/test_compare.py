@@ -5,6 +5,8 @@ test/test_compare.py — tests of scripts/compare_hybrid and scripts/compare_pyt
 - With test/fake_trainer.py standing in for the trainer: a study runs in parallel, resumes without
   re-running finished runs, re-runs a run whose command changed, reports failures, and rejects bad configs;
   compare_pytorch passes on equal losses and fails past --tol.
+- rho (the value of a Predict step, from the matched-length baselines) is recomputed here from the
+  metrics.jsonl files with a small implementation of its own, and checked on a case with a known answer.
 - The report's and CSV's numbers are recomputed here from the metrics.jsonl files with code of its own
   (not comparelib's): final val loss, target, time to target, backward passes, tokens, train time,
   mean/std, Welch p-values (formula + scipy's t distribution).
@@ -295,12 +297,151 @@ def toml_config_gives_the_same_arms():
     check_study(res, expect_runs=6)
 
 
+# ----------------------------------------------------------------------------
+# rho: recomputed here from the metrics.jsonl files, with an implementation of its own
+
+def rho_recompute(results):
+    """{arm: [(seed, rho, break_even)]}: per seed, (Full steps, final val) of the matched and full-length
+    baselines; a non-increasing fit (merge the first violating neighbours until none is left); the steps for
+    the hybrid's final val loss linear in log-steps (the end segments extended); rho = (that - Full steps) / Predict."""
+    cfg = json.load(open(os.path.join(results, "summary.json")))["config"]
+    full = "baseline_lr%gx" % cfg["baseline"].get("matched_lr_mult", 1)
+
+    def run(d):
+        recs = [json.loads(ln) for ln in open(os.path.join(d, "metrics.jsonl")) if ln.strip()]
+        steps = [r for r in recs if r["step"] >= 1]
+        pred = [r for r in steps if r.get("phase") == "predict"]
+        last = max(steps, key=lambda r: r["step"])
+        fin = max((r for r in recs if r.get("val_loss") is not None), key=lambda r: r["step"])["val_loss"]
+        full_ms = [r["ms"] for r in steps if r.get("phase") == "full"]
+        be = (sum(r["ms"] for r in pred) / len(pred)) / (sum(full_ms) / len(full_ms)) if pred and full_ms else None
+        measured = len(steps) - len(pred)
+        return last["backward"] / (last["backward"] / measured), len(pred), fin, be
+
+    curves, hyb = {}, {}
+    for d in glob.glob(os.path.join(results, "runs", "*", "seed*")):
+        arm, seed = os.path.basename(os.path.dirname(d)), int(os.path.basename(d)[4:])
+        n, npred, fin, be = run(d)
+        if arm == full or arm.startswith("matched_"):
+            curves.setdefault(seed, []).append([n, fin])
+        elif arm.startswith(("control_", "hybrid_")):
+            hyb.setdefault(arm, []).append((seed, n, npred, fin, be))
+    out = {}
+    for arm, rows in hyb.items():
+        for seed, n, npred, fin, be in sorted(rows):
+            pts = sorted(curves[seed])
+            groups = [[p[1]] for p in pts]
+            while True:
+                k = next((i for i in range(len(groups) - 1)
+                          if statistics.mean(groups[i]) < statistics.mean(groups[i + 1])), None)
+                if k is None:
+                    break
+                groups[k:k + 2] = [groups[k] + groups[k + 1]]
+            ys = [statistics.mean(g) for g in groups for _ in g]
+            xs = [math.log(p[0]) for p in pts]
+            segs = [(i, ys[i], ys[i + 1]) for i in range(len(xs) - 1) if ys[i] > ys[i + 1]]
+            seg = next((s for s in segs if s[1] >= fin >= s[2]), segs[-1] if fin < ys[-1] else segs[0])
+            i, y0, y1 = seg
+            need = math.exp(xs[i] + (y0 - fin) / (y0 - y1) * (xs[i + 1] - xs[i]))
+            out.setdefault(arm, []).append((seed, (need - n) / npred, be))
+    return out
+
+
+def check_rho(results, expect=None):
+    """The report's and CSV's rho equal rho_recompute's; expect: {arm: known mean rho}."""
+    from scipy import stats
+    md = open(os.path.join(results, "report.md")).read()
+    check("## Value of a Predict step (rho)" in md, "report has no rho section")
+    table = parse_table(md[md.index("## Value of a Predict step"):], "| arm | rho")
+    with open(os.path.join(results, "summary.csv")) as f:
+        csv_rows = {r["arm"]: r for r in csv.DictReader(f)}
+    with open(os.path.join(results, "runs.csv")) as f:
+        run_rows = {(r["arm"], int(r["seed"])): r for r in csv.DictReader(f)}
+    got = rho_recompute(results)
+    check(set(got) == set(table), f"rho arms {sorted(table)} != hybrid run folders {sorted(got)}")
+    for arm, rows in got.items():
+        rhos = [r for _, r, _ in rows]
+        mean = statistics.mean(rhos)
+        ci = stats.t.ppf(0.975, len(rhos) - 1) * statistics.stdev(rhos) / math.sqrt(len(rhos))
+        for seed, r, _ in rows:
+            check(math.isclose(float(run_rows[(arm, seed)]["rho"]), r, rel_tol=1e-9, abs_tol=1e-9),
+                  f"{arm} seed {seed}: runs.csv rho {run_rows[(arm, seed)]['rho']} != recomputed {r}")
+        check(math.isclose(float(csv_rows[arm]["rho_mean"]), mean, rel_tol=1e-9, abs_tol=1e-9), f"{arm} csv rho_mean")
+        check(math.isclose(float(csv_rows[arm]["rho_ci95"]), ci, rel_tol=1e-6, abs_tol=1e-9), f"{arm} csv rho_ci95")
+        cell = table[arm]["rho (95% CI)"].split(" ± ")
+        close_to_cell(cell[0].lstrip("+"), mean, f"{arm} rho")
+        close_to_cell(cell[1], ci, f"{arm} rho CI")
+        close_to_cell(table[arm]["break-even rho"], statistics.mean(b for _, _, b in rows), f"{arm} break-even rho")
+        if expect and arm in expect:
+            check(math.isclose(mean, expect[arm], rel_tol=1e-6), f"{arm}: rho {mean}, known answer {expect[arm]}")
+    return got
+
+
+RHO_STUDY = dict(FAKE_STUDY, baseline={"lr_mults": [1, 2], "matched_fractions": [0.7, 0.8, 0.9], "matched_lr_mult": 2},
+                 hybrid={"lr_mults": [2], "predictors": ["momentum"]})
+
+
+def write_run(d, steps, predict_at, final_val, accum):
+    """A synthetic metrics.jsonl: Full steps of 10 ms, Predict steps of 1 ms, `accum` backward passes per Full step."""
+    with open(os.path.join(d, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps({"step": 0, "phase": "init", "val_loss": 10.0}) + "\n")
+        backward, t = 0, 0.0
+        for s in range(1, steps + 1):
+            pred = s in predict_at
+            backward += 0 if pred else accum
+            t += 0.001 if pred else 0.010
+            r = {"step": s, "phase": "predict" if pred else "full", "ms": 1.0 if pred else 10.0, "train_time_s": t,
+                 "backward": backward, "tokens": backward * 128, "loss": None if pred else 5.0}
+            if s == steps:
+                r["val_loss"] = final_val
+            f.write(json.dumps(r) + "\n")
+
+
+@test
+def rho_in_report_equals_recomputation_from_jsonl():
+    cfg = write_config("rho.json", RHO_STUDY)
+    res = os.path.join(TMP, "rho")
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
+    check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "control_momentum_lr2x",
+          "matched_lr2x_x70", "matched_lr2x_x80", "matched_lr2x_x90"], "matched-length arms")
+    check("-x 21 " in open(os.path.join(res, "runs", "matched_lr2x_x70", "seed1", "cmd.txt")).read(), "70% of 30 steps")
+    check_study(res, expect_runs=18)
+    check_rho(res)
+    # known answer: final val = 5 - ln(steps) on the baselines (exactly linear in log-steps), 2 micro batches per
+    # step; the hybrid takes 6 Predict steps of 30 (24 Full) and ends where a baseline of 27 steps ends (rho 0.5),
+    # on seed 3 where one of 33 steps would (beyond the longest baseline: extrapolated, rho 1.5). Seed 2's 90% run
+    # ends above its 80% run (noise): pooled, the 80-90% points both get 5 - (ln 24 + ln 27)/2.
+    for (arm, seed), (n, fin) in {("baseline_lr2x", s): (30, 5 - math.log(30)) for s in (1, 2, 3)}.items():
+        write_run(os.path.join(res, "runs", arm, f"seed{seed}"), n, set(), fin, 2)
+    for pct, n in ((70, 21), (80, 24), (90, 27)):
+        for s in (1, 2, 3):
+            fin = 5 - math.log(24) if (s == 2 and pct == 90) else (5 - math.log(27) if (s == 2 and pct == 80) else 5 - math.log(n))
+            write_run(os.path.join(res, "runs", f"matched_lr2x_x{pct}", f"seed{s}"), n, set(), fin, 2)
+    pooled = 5 - (math.log(24) + math.log(27)) / 2
+    need2 = math.exp(math.log(27) + (pooled - (5 - math.log(28))) / (pooled - (5 - math.log(30))) * (math.log(30) - math.log(27)))
+    for s, fin in ((1, 5 - math.log(27)), (2, 5 - math.log(28)), (3, 5 - math.log(33))):
+        write_run(os.path.join(res, "runs", "control_momentum_lr2x", f"seed{s}"), 30, {5, 9, 13, 17, 19, 21}, fin, 2)
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
+    check(rc == 0, f"--report-only failed: {err}")
+    expect = (0.5 + (need2 - 24) / 6 + 1.5) / 3
+    got = check_rho(res, {"control_momentum_lr2x": expect})
+    check(abs(got["control_momentum_lr2x"][0][1] - 0.5) < 1e-9 and abs(got["control_momentum_lr2x"][2][1] - 1.5) < 1e-9,
+          f"known per-seed rho 0.5 and 1.5: {got}")
+    check(abs(got["control_momentum_lr2x"][0][2] - 0.1) < 1e-9, "break-even rho = 1 ms / 10 ms")
+    with open(os.path.join(res, "runs.csv")) as f:
+        ext = {int(r["seed"]): r["rho_extrapolated"] for r in csv.DictReader(f) if r["arm"] == "control_momentum_lr2x"}
+    check(ext == {1: "False", 2: "False", 3: "True"}, f"extrapolation flags {ext}")
+
+
 @test
 def bad_configs_give_one_line_errors():
     cases = [(dict(FAKE_STUDY, colour="red"), "unknown key"),
              (dict(FAKE_STUDY, seeds=[]), "seeds"),
              (dict(FAKE_STUDY, args={"-x": 3, "-l": 0.1}), "-l is set by compare_hybrid"),
-             (dict(FAKE_STUDY, lr="fast"), "'lr'")]
+             (dict(FAKE_STUDY, lr="fast"), "'lr'"),
+             (dict(FAKE_STUDY, baseline={"lr_mults": [1], "matched_fractions": [0.8, 1.2]}), "matched_fractions"),
+             (dict(FAKE_STUDY, baseline={"lr_mults": [1], "matched_fractions": [0.8], "matched_lr_mult": 3}), "matched_lr_mult")]
     for i, (c, want) in enumerate(cases):
         rc, out, err = sh([HYBRID, write_config(f"bad{i}.json", c), "--results", os.path.join(TMP, "bad")])
         check(rc == 1 and err.startswith("error: ") and want in err and err.count("\n") == 1,

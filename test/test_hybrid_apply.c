@@ -1,13 +1,15 @@
 // hybrid/apply.h alone: Predict steps add exactly fl(c * d) per element, and rollback restores the
-// pre-Predict parameters bit-exactly (the spec allows 1 ulp) for both direction kinds.
+// pre-Predict parameters bit-exactly (the spec allows 1 ulp) for both direction kinds; the fused
+// AdamW + statistics pass updates exactly as the plain AdamW loop and sums as a plain loop does.
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <omp.h>
 #include "hybrid/apply.h"
 #include "hybrid/hmath.h"
 
 #define NB 5
-static const size_t sizes[NB] = {7, 1000, 70000, 3, 4096}; // one block above the OpenMP threshold
+static const size_t sizes[NB] = {7, 1000, 70001, 3, 4099}; // tails that are no multiple of a vector; a block < APPLY_CHUNKS
 
 static uint32_t ordered(float f) {
     uint32_t u;
@@ -97,27 +99,158 @@ Test(apply, naive_reverse_subtraction_would_not_be_exact) {
     cr_assert_gt(ulp_diff(back, theta), 1);
 }
 
-Test(apply, observe_statistics_and_ema_update) {
-    // one block, AdamW state known: check <dtheta,d>, |d|^2, |dtheta|^2 and the EMA in double
+// ----------------------------------------------------------------------------
+// the fused AdamW + statistics pass against a plain reference: the trainer's AdamW loop (the
+// original formula, as in train_gpt2.c's gpt2_update), then a separate loop for the statistics
+
+static const float WD[NB] = {0.1f, 0.0f, 0.1f, 0.0f, 0.1f};
+
+// the plain AdamW update of one block, written as train_gpt2.c writes it
+static void reference_adamw(float* p, const float* g, float* m, float* v, size_t n, float lr, float beta1, float beta2,
+                            float eps, float wd, float grad_scale, int t) {
+    float bc1 = 1.0f - powf(beta1, (float)t);
+    float bc2 = 1.0f - powf(beta2, (float)t);
+    for (size_t i = 0; i < n; i++) {
+        float grad = g[i] * grad_scale;
+        float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+        float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+        m[i] = mi;
+        v[i] = vi;
+        float mhat = mi / bc1, vhat = vi / bc2;
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+    }
+}
+
+// the statistics after the update, in one sequential double loop, and the EMA direction update;
+// p0, m0, v0: the state before the update
+static void reference_stats(const float* p0, const float* p1, const float* m0, const float* v0, float* d,
+                            const ApplyAdamStep* st, int kind, float beta, const size_t* off, int nb, double* stats,
+                            double* mag) {
+    for (int b = 0; b < nb; b++) {
+        double dot = 0, dd = 0, uu = 0, adot = 0;
+        for (size_t i = off[b]; i < off[b + 1]; i++) {
+            float delta = p1[i] - p0[i], dold;
+            if (kind == DIRECTION_EMA) {
+                dold = d[i];
+                d[i] = fmaf(beta, dold, (1.0f - beta) * (delta * (st->lr_peak / st->lr)));
+            } else if (st->t > 1) {
+                float pbc1 = 1.0f - powf(st->beta1, (float)(st->t - 1)), pbc2 = 1.0f - powf(st->beta2, (float)(st->t - 1));
+                dold = -st->lr_peak * ((m0[i] / pbc1) / (sqrtf(v0[i] / pbc2) + st->eps));
+            } else {
+                dold = 0.0f;
+            }
+            dot += (double)delta * dold; adot += fabs((double)delta * dold);
+            dd += (double)dold * dold;
+            uu += (double)delta * delta;
+        }
+        stats[3 * b] = dot; stats[3 * b + 1] = dd; stats[3 * b + 2] = uu;
+        mag[3 * b] = adot; mag[3 * b + 1] = dd; mag[3 * b + 2] = uu;
+    }
+}
+
+typedef struct { float *p, *g, *m, *v, *d; double stats[NB * 3]; } FusedState;
+
+// gradients and state of a run some steps in; t: the update's step count
+static void fused_state(FusedState* s, const size_t* off, uint64_t seed) {
+    uint64_t rng = seed;
+    float *p, *d, *m, *v;
+    size_t tmp[NB + 1];
+    setup(tmp, &p, &d, &m, &v, &rng);
+    s->p = p; s->d = d; s->m = m; s->v = v;
+    s->g = malloc(off[NB] * 4);
+    for (size_t i = 0; i < off[NB]; i++) { s->g[i] = (i % 13 == 0) ? 0.0f : 0.05f * hmath_normal(&rng); }
+}
+
+static void fused_free(FusedState* s) { free(s->p); free(s->g); free(s->m); free(s->v); free(s->d); }
+
+static void fused_run(FusedState* s, const size_t* off, const ApplyAdamStep* st, int kind, int threads) {
+    double partial[NB * APPLY_CHUNKS * 3];
+    omp_set_num_threads(threads);
+    apply_adamw_observe(s->p, s->g, s->m, s->v, s->d, st, kind, 0.98f, off, NB, partial, s->stats);
+}
+
+static void same_bits(const float* a, const float* b, size_t n, const char* what, int threads) {
+    for (size_t i = 0; i < n; i++) {
+        cr_assert(memcmp(a + i, b + i, 4) == 0, "%s[%zu] %a vs %a (%d threads)", what, i, a[i], b[i], threads);
+    }
+}
+
+static void check_fused(int kind, int t) {
+    size_t off[NB + 1];
+    off[0] = 0;
+    for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
+    const size_t P = off[NB];
+    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 1e-3f, 0.7f};
+    for (int threads = 1; threads <= 2; threads++) {
+        FusedState ref, fused, again;
+        fused_state(&ref, off, 77); fused_state(&fused, off, 77); fused_state(&again, off, 77);
+        // the reference: plain AdamW per block, then the statistics loop
+        float *p0 = malloc(P * 4), *m0 = malloc(P * 4), *v0 = malloc(P * 4);
+        memcpy(p0, ref.p, P * 4); memcpy(m0, ref.m, P * 4); memcpy(v0, ref.v, P * 4);
+        for (int b = 0; b < NB; b++) {
+            reference_adamw(ref.p + off[b], ref.g + off[b], ref.m + off[b], ref.v + off[b], sizes[b], st.lr, st.beta1,
+                            st.beta2, st.eps, WD[b], st.grad_scale, t);
+        }
+        double mag[NB * 3];
+        reference_stats(p0, ref.p, m0, v0, ref.d, &st, kind, 0.98f, off, NB, ref.stats, mag);
+        fused_run(&fused, off, &st, kind, threads);
+        // the update itself: bit-identical to the plain AdamW loop
+        same_bits(fused.p, ref.p, P, "params", threads);
+        same_bits(fused.m, ref.m, P, "m", threads);
+        same_bits(fused.v, ref.v, P, "v", threads);
+        same_bits(fused.d, ref.d, P, "direction", threads); // ema: the update; adam: untouched
+        // the statistics: the same terms summed in another order, so equal up to 1e-9 of the sum of
+        // the terms' magnitudes (the stated tolerance; the issue asks for 1e-6 relative)
+        for (int k = 0; k < NB * 3; k++) {
+            cr_assert(fabs(fused.stats[k] - ref.stats[k]) <= 1e-9 * mag[k], "stat %d (block %d): %.17g vs %.17g",
+                      k % 3, k / 3, fused.stats[k], ref.stats[k]);
+        }
+        if (t > 1 || kind == DIRECTION_EMA) {
+            for (int b = 0; b < NB; b++) { cr_assert_gt(ref.stats[3 * b + 1], 0.0, "block %d: no direction", b); }
+        }
+        // the same thread count twice: the same bits, statistics included
+        fused_run(&again, off, &st, kind, threads);
+        same_bits(again.p, fused.p, P, "params (again)", threads);
+        same_bits(again.d, fused.d, P, "direction (again)", threads);
+        cr_assert(memcmp(again.stats, fused.stats, sizeof(fused.stats)) == 0, "statistics differ between two runs");
+        static double one_thread[NB * 3];
+        if (threads == 1) { memcpy(one_thread, fused.stats, sizeof(one_thread)); }
+        else { // fixed chunks: even another thread count gives the same bits
+            cr_assert(memcmp(one_thread, fused.stats, sizeof(one_thread)) == 0, "1 vs 2 threads: statistics differ");
+        }
+        fused_free(&ref); fused_free(&fused); fused_free(&again);
+        free(p0); free(m0); free(v0);
+    }
+}
+
+Test(apply, fused_adamw_equals_plain_adamw_then_statistics_ema) { check_fused(DIRECTION_EMA, 9); }
+Test(apply, fused_adamw_equals_plain_adamw_then_statistics_adam) { check_fused(DIRECTION_ADAM, 9); }
+Test(apply, fused_adamw_first_update_adam_has_no_direction) { check_fused(DIRECTION_ADAM, 1); }
+
+Test(apply, fused_statistics_match_double_precision_math) {
+    // one block, independent math in double: <dtheta,d>, |d|^2, |dtheta|^2 and the EMA
     size_t off[2] = {0, 1000};
-    float params[1000], d[1000], d0[1000], m[1000], v[1000], g[1000];
+    float params[1000], p0[1000], d[1000], d0[1000], m[1000], m0[1000], v[1000], v0[1000], g[1000];
     uint64_t rng = 5;
     for (int i = 0; i < 1000; i++) {
-        params[i] = 0.02f * hmath_normal(&rng); d[i] = d0[i] = 1e-3f * hmath_normal(&rng);
-        m[i] = 1e-3f * hmath_normal(&rng); v[i] = 1e-6f * (1.0f + hmath_f32(&rng)); g[i] = 0.0f;
+        params[i] = p0[i] = 0.02f * hmath_normal(&rng); d[i] = d0[i] = 1e-3f * hmath_normal(&rng);
+        m[i] = m0[i] = 1e-3f * hmath_normal(&rng); v[i] = v0[i] = 1e-6f * (1.0f + hmath_f32(&rng));
+        g[i] = 1e-3f * hmath_normal(&rng);
     }
     const float wd = 0.1f;
     ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 3e-4f, 1.0f};
-    double stats[3];
-    apply_observe(d, params, m, v, g, &st, DIRECTION_EMA, 0.9f, off, 1, stats);
+    double stats[3], partial[APPLY_CHUNKS * 3];
+    apply_adamw_observe(params, g, m, v, d, &st, DIRECTION_EMA, 0.9f, off, 1, partial, stats);
     double dot = 0, dd = 0, uu = 0, bc1 = 1 - pow(0.9, 10), bc2 = 1 - pow(0.95, 10);
     for (int i = 0; i < 1000; i++) {
-        double delta = -1e-4 * ((m[i] / bc1) / (sqrt(v[i] / bc2) + 1e-8) + 0.1 * params[i]);
+        double mi = 0.9 * m0[i] + 0.1 * (double)g[i], vi = 0.95 * v0[i] + 0.05 * (double)g[i] * g[i];
+        double delta = -1e-4 * ((mi / bc1) / (sqrt(vi / bc2) + 1e-8) + 0.1 * p0[i]);
+        cr_assert(fabs(params[i] - (p0[i] + delta)) <= 1e-5 * fabs(delta) + 1.2e-7 * fabs(p0[i]), "theta[%d]", i);
         dot += delta * d0[i]; dd += (double)d0[i] * d0[i]; uu += delta * delta;
         double want = 0.9 * d0[i] + 0.1 * delta * 3.0;
-        cr_assert(fabs(d[i] - want) <= 1e-5 * fabs(want) + 1e-12, "d[%d] %g vs %g", i, d[i], want);
+        cr_assert(fabs(d[i] - want) <= 1e-3 * fabs(want) + 1e-12, "d[%d] %g vs %g", i, d[i], want);
     }
-    cr_assert(fabs(stats[0] - dot) <= 1e-4 * fabs(dot), "dot %g vs %g", stats[0], dot);
+    cr_assert(fabs(stats[0] - dot) <= 1e-3 * fabs(dot), "dot %g vs %g", stats[0], dot);
     cr_assert(fabs(stats[1] - dd) <= 1e-6 * dd);
-    cr_assert(fabs(stats[2] - uu) <= 1e-4 * uu);
+    cr_assert(fabs(stats[2] - uu) <= 1e-3 * uu);
 }

@@ -1,10 +1,12 @@
-// hybrid/controller.h alone: the phase machine's transitions, cool-down, forced Full, back-off.
+// hybrid/controller.h alone: the phase machine's transitions, cool-down, LR warm-up, forced Full, back-off,
+// the gate on the scales, and the run length of the batch regime.
 #include <criterion/criterion.h>
 #include "hybrid/controller.h"
 
 // run the controller for n steps with constant inputs, recording phases
 static void run(Controller* c, int from, int n, int confident, int horizon, HybridPhase* out) {
     for (int s = from; s < from + n; s++) {
+        phase_lr(c, 1.0f, 1.0f); // at the peak LR
         out[s] = phase_next(c, s, confident, horizon);
         if (out[s] != PHASE_PREDICT) { phase_full_done(c); }
     }
@@ -87,4 +89,47 @@ Test(controller, shorten_halves_the_horizon_cap) {
     cr_assert_eq(c.run_length, 4);
     phase_shorten(&c); phase_shorten(&c); phase_shorten(&c);
     cr_assert_eq(c.horizon_cap, 1);
+}
+
+Test(controller, no_predict_before_the_lr_peak) {
+    Controller c;
+    phase_init(&c, 0, 1, 1, 100, 0.0f);
+    for (int s = 0; s < 10; s++) { // LR warm-up: 0.1, 0.2, ... 1.0 of the peak at step 9
+        phase_lr(&c, 0.1f * (float)(s + 1), 1.0f);
+        HybridPhase p = phase_next(&c, s, 1, 1);
+        if (p != PHASE_PREDICT) { phase_full_done(&c); }
+        cr_assert_eq(p == PHASE_PREDICT, s == 9, "step %d (lr %.1f of the peak): %s", s, 0.1 * (s + 1), phase_name(p));
+    }
+    phase_lr(&c, 0.2f, 1.0f); // the decay after the peak does not stop predicting
+    cr_assert_eq(phase_next(&c, 10, 1, 1), PHASE_CORRECT);
+    phase_full_done(&c);
+    cr_assert_eq(phase_next(&c, 11, 1, 1), PHASE_PREDICT);
+}
+
+Test(controller, gate_halves_on_harm_to_the_probe_and_doubles_back) {
+    Controller c;
+    phase_init(&c, 0, 2, 1, 1000, 0.0f);
+    cr_assert_float_eq(c.gate, 1.0f, 0.0f);
+    float want[] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.0625f, 0.0625f};
+    for (int i = 0; i < 6; i++) {
+        phase_correct_outcome(&c, 1);
+        cr_assert_float_eq(c.gate, want[i], 0.0f, "after %d harmful Corrects: gate %g", i + 1, c.gate);
+    }
+    cr_assert_eq(c.full_required, 128); // the gaps doubled with every harmful Correct (2 * 2^6)
+    phase_correct_outcome(&c, 0);
+    cr_assert_float_eq(c.gate, 0.125f, 0.0f);
+    cr_assert_eq(c.full_required, 64);
+    for (int i = 0; i < 10; i++) { phase_correct_outcome(&c, 0); }
+    cr_assert_float_eq(c.gate, 1.0f, 0.0f);
+    cr_assert_eq(c.full_required, 2);
+}
+
+Test(controller, regime_horizon_grows_with_micro_batches) {
+    int k[] = {1, 2, 3, 4, 8, 15, 16, 32, 64, 256};
+    int h[] = {1, 1, 1, 2, 2, 2, 3, 3, 4, 5};
+    for (int i = 0; i < 10; i++) {
+        cr_assert_eq(phase_regime_horizon(16, k[i]), h[i], "%d micro batches: %d", k[i], phase_regime_horizon(16, k[i]));
+    }
+    cr_assert_eq(phase_regime_horizon(2, 256), 2, "capped by --max-predict-steps");
+    cr_assert_eq(phase_regime_horizon(0, 16), 0, "--max-predict-steps 0: no Predict");
 }

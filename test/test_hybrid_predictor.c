@@ -124,3 +124,20 @@ Test(predictor, learned_predictors_learn_zero_from_noise) {
         predictor_free(&p);
     }
 }
+
+Test(predictor, fixed_scale_kinds_ignore_the_scale_targets_and_track_the_loss_change) {
+    int kinds[2] = {PREDICTOR_NESTEROV, PREDICTOR_SCALED};
+    for (int i = 0; i < 2; i++) {
+        Predictor p;
+        predictor_init(&p, kinds[i], IN, OUT, 1);
+        p.fixed_scale = 0.7f;
+        cr_assert(predictor_is_fixed(kinds[i]));
+        float x[IN] = {1}, y[OUT] = {3.0f, -2.0f, -0.5f}, yh[OUT];
+        for (int t = 0; t < 100; t++) { predictor_update(&p, x, y); }
+        predictor_predict(&p, x, 1, yh, NULL);
+        for (int o = 0; o < OUT - 1; o++) { cr_assert_float_eq(yh[o], 0.7f, 0.0f, "%s scale %d", predictor_name(kinds[i]), o); }
+        cr_assert_float_eq(yh[OUT - 1], -0.5f, 1e-4f, "%s: the loss change is the EMA of the measured ones", predictor_name(kinds[i]));
+        predictor_free(&p);
+    }
+    cr_assert(!predictor_is_fixed(PREDICTOR_MOMENTUM) && !predictor_is_fixed(PREDICTOR_RSSM));
+}

@@ -56,18 +56,11 @@ static float sim_backward(Sim* s, int batch) {
     return (float)sqrt(n2);
 }
 
-static void sim_adamw(Sim* s, float lr) {
-    s->t++;
-    for (size_t i = 0; i < s->P; i++) {
-        s->m[i] = 0.9f * s->m[i] + 0.1f * s->g[i];
-        s->v[i] = 0.95f * s->v[i] + 0.05f * s->g[i] * s->g[i];
-        float mh = s->m[i] / (1.0f - powf(0.9f, s->t)), vh = s->v[i] / (1.0f - powf(0.95f, s->t));
-        s->p[i] -= lr * (mh / (sqrtf(vh) + 1e-8f) + 0.0f * s->p[i]);
-    }
-}
-
-// > 0: every Correct step reports a loss this much worse than measured (a prediction gone wrong)
-static float g_sabotage = 0.0f;
+// > 0: every Correct step reports a loss this much worse than measured (a prediction gone wrong);
+// g_sabotage_sigma: the same in units of the monitor's loss noise
+static float g_sabotage = 0.0f, g_sabotage_sigma = 0.0f;
+// if set, called after every hybrid_begin_step (the tests' probe of the decisions)
+static void (*g_probe)(const HybridState* h, int step, float lr, HybridPhase ph) = NULL;
 
 static float lr_at(int step) { return 0.02f * (0.1f + 0.9f * 0.5f * (1.0f + cosf(3.14159265f * step / STEPS))); }
 
@@ -89,6 +82,7 @@ static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, floa
     for (int step = from; step < to; step++) {
         float lr = lr_at(step);
         HybridPhase ph = hybrid_begin_step(h, step, lr);
+        if (g_probe != NULL) { g_probe(h, step, lr, ph); }
         ApplyDirection dir = hybrid_direction(h, s->d, s->m, s->v);
         if (ph == PHASE_PREDICT) {
             if (h->run_steps == 1 && snapshot != NULL) { memcpy(snapshot, s->p, s->P * 4); } // test-side copy only
@@ -98,7 +92,7 @@ static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, floa
             continue;
         }
         float L = sim_loss(s, s->batch);
-        if (ph == PHASE_CORRECT && hybrid_correct_check(h, L + g_sabotage) == ACTION_ROLLBACK) {
+        if (ph == PHASE_CORRECT && hybrid_correct_check(h, L + g_sabotage + g_sabotage_sigma * hybrid_sigma(h)) == ACTION_ROLLBACK) {
             hybrid_rollback(h, s->p, s->g);
             if (snapshot != NULL) {
                 for (size_t i = 0; i < s->P; i++) { cr_assert(s->p[i] == snapshot[i], "rollback elem %zu", i); }
@@ -108,8 +102,8 @@ static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, floa
         }
         float gn = sim_backward(s, s->batch);
         s->batch++;
-        sim_adamw(s, lr);
-        hybrid_observe(h, s->d, s->p, s->m, s->v, s->g, 1.0f, s->t);
+        s->t++;
+        hybrid_update(h, s->p, s->g, s->m, s->v, s->d, 1.0f, s->t);
         losses[step] = L;
         hybrid_end_step(h, L, gn, 1.0);
     }
@@ -166,6 +160,75 @@ Test(state, resume_is_bit_exact_for_every_predictor) {
         resume_case(k, DIRECTION_EMA, 42);
     }
     resume_case(PREDICTOR_LINEAR, DIRECTION_ADAM, 43);
+}
+
+// fixed-scale predictors: every block's coefficient is gate * scale * lr_t / lr_peak (scale: beta1 or kappa)
+static float g_want_scale;
+static int g_checked;
+static void check_fixed_coef(const HybridState* h, int step, float lr, HybridPhase ph) {
+    if (ph != PHASE_PREDICT) { return; }
+    for (int b = 0; b < NB; b++) {
+        float want = h->ctrl.gate * g_want_scale * lr / 0.02f;
+        cr_assert_float_eq(h->coef[b], want, 1e-6f * fabsf(want), "step %d block %d: coef %g, want %g", step, b, h->coef[b], want);
+    }
+    g_checked++;
+}
+
+Test(state, fixed_scale_predictors_move_gate_times_scale_times_lr_ratio) {
+    int kinds[2] = {PREDICTOR_NESTEROV, PREDICTOR_SCALED};
+    float scales[2] = {0.9f, 0.7f}; // nesterov: AdamW's beta1 (0.9 in hybrid_for); scaled: --kappa
+    for (int i = 0; i < 2; i++) {
+        HybridConfig c;
+        config(&c, kinds[i], DIRECTION_EMA);
+        c.kappa = 0.7f;
+        Sim s;
+        sim_init(&s);
+        HybridState h;
+        hybrid_for(&h, &c, &s);
+        float losses[STEPS];
+        g_want_scale = scales[i]; g_checked = 0; g_probe = check_fixed_coef;
+        sim_run(&h, &s, 0, STEPS, losses, NULL);
+        g_probe = NULL;
+        cr_assert_gt(g_checked, 10, "%s: %d Predict steps checked", predictor_name(kinds[i]), g_checked);
+        hybrid_free(&h);
+        sim_free(&s);
+    }
+}
+
+// harm: Correct steps whose loss is above the Full-step trend close the gate and lengthen the gaps;
+// when they stop, the gate opens again. The monitor is kept out (threshold 1000: no rollback).
+static float g_min_gate, g_gate_at_end;
+static int g_max_gap;
+static void track_gate(const HybridState* h, int step, float lr, HybridPhase ph) {
+    (void)lr; (void)ph;
+    if (h->ctrl.gate < g_min_gate) { g_min_gate = h->ctrl.gate; }
+    if (h->ctrl.full_required > g_max_gap) { g_max_gap = h->ctrl.full_required; }
+    if (step == 95) { g_gate_at_end = h->ctrl.gate; }
+}
+
+Test(state, harmful_corrects_close_the_gate_and_it_reopens) {
+    HybridConfig c;
+    config(&c, PREDICTOR_SCALED, DIRECTION_EMA);
+    c.divergence_threshold = 1000.0f;
+    c.max_predict_steps = 1;
+    Sim s;
+    sim_init(&s);
+    HybridState h;
+    hybrid_for(&h, &c, &s);
+    float losses[STEPS];
+    g_min_gate = 1.0f; g_max_gap = 0; g_probe = track_gate;
+    g_sabotage_sigma = 3.0f; // Correct losses 3 noise units above what they are
+    sim_run(&h, &s, 0, 30, losses, NULL);
+    cr_assert_float_eq(h.ctrl.gate, PHASE_GATE_PROBE, 0.0f, "gate %g after harm", h.ctrl.gate);
+    cr_assert_geq(g_max_gap, 8, "gaps %d after harm", g_max_gap);
+    cr_assert_eq(h.metrics.rollbacks, 0);
+    g_sabotage_sigma = 0.0f;
+    sim_run(&h, &s, 30, STEPS, losses, NULL);
+    g_probe = NULL;
+    cr_assert_float_eq(g_gate_at_end, 1.0f, 0.0f, "gate %g at the end of the Predict window", g_gate_at_end);
+    cr_assert_eq(h.ctrl.full_required, c.full_steps, "gaps back to --full-steps");
+    hybrid_free(&h);
+    sim_free(&s);
 }
 
 Test(state, all_phases_run_and_predict_moves_the_loss) {
@@ -316,4 +379,21 @@ Test(state, summary_fields_and_table) {
     fclose(f);
     hybrid_free(&h);
     sim_free(&s);
+}
+
+Test(state, kappa_flag_sets_the_scale_of_the_scaled_predictor) {
+    TrainConfig t = train_config_default();
+    char* argv[] = {"prog", "--predictor", "scaled", "--kappa", "0.5"};
+    int i = 1;
+    cr_assert(parse_hybrid(&t, 5, argv, &i)); i++;
+    cr_assert(parse_hybrid(&t, 5, argv, &i));
+    cr_assert_eq(t.hybrid.predictor, PREDICTOR_SCALED);
+    cr_assert_float_eq(t.hybrid.kappa, 0.5f, 0.0f);
+}
+
+Test(state, kappa_out_of_range_exits_with_one_line, .exit_code = 1) {
+    TrainConfig t = train_config_default();
+    char* argv[] = {"prog", "--kappa", "5"};
+    int i = 1;
+    parse_hybrid(&t, 3, argv, &i);
 }

@@ -143,8 +143,8 @@ static void tiny_full(Tiny* s, float lr) {
     float gn = gpt2_grad_norm(m);
     float scale = gn > 1.0f ? 1.0f / gn : 1.0f;
     s->t++;
-    gpt2_update(m, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, 0.1f, scale, s->t);
-    hybrid_observe(&s->h, s->direction, m->params_memory, m->m_memory, m->v_memory, m->grads_memory, scale, s->t);
+    cr_assert_eq(s->h.lr, lr);
+    hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, s->direction, scale, s->t);
     hybrid_end_step(&s->h, m->mean_loss, gn, 1.0);
 }
 
@@ -200,6 +200,37 @@ static void predict_moves_exactly_and_rollback_restores(int direction) {
 
 Test(hybrid_train, predict_moves_exactly_and_rollback_restores_ema) { predict_moves_exactly_and_rollback_restores(DIRECTION_EMA); }
 Test(hybrid_train, predict_moves_exactly_and_rollback_restores_adam) { predict_moves_exactly_and_rollback_restores(DIRECTION_ADAM); }
+
+// the fused pass (hybrid_update) moves the weights and moments exactly as the trainer's plain
+// gpt2_update over several steps, for both directions: hybrid mode costs no accuracy on its Full steps
+static void fused_update_equals_plain(int direction) {
+    Tiny a, b;
+    tiny_init(&a, direction);
+    tiny_init(&b, direction);
+    size_t P = a.model.num_parameters;
+    for (int t = 1; t <= 4; t++) {
+        float lr = 1e-3f * (float)t;
+        hybrid_begin_step(&b.h, t - 1, lr);
+        for (Tiny* s = &a; s != NULL; s = s == &a ? &b : NULL) {
+            gpt2_forward(&s->model, s->x, s->y, 2, 16);
+            gpt2_zero_grad(&s->model);
+            gpt2_backward(&s->model, s->x, s->y, 1.0f);
+        }
+        float gn = gpt2_grad_norm(&a.model), scale = gn > 1.0f ? 1.0f / gn : 1.0f;
+        gpt2_update(&a.model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, 0.1f, scale, t);
+        hybrid_update(&b.h, b.model.params_memory, b.model.grads_memory, b.model.m_memory, b.model.v_memory,
+                      b.direction, scale, t);
+        cr_assert(memcmp(a.model.params_memory, b.model.params_memory, P * 4) == 0, "step %d: weights differ", t);
+        cr_assert(memcmp(a.model.m_memory, b.model.m_memory, P * 4) == 0, "step %d: m differs", t);
+        cr_assert(memcmp(a.model.v_memory, b.model.v_memory, P * 4) == 0, "step %d: v differs", t);
+        cr_assert_gt(b.h.stats[2], 0.0, "no update measured");
+        hybrid_end_step(&b.h, b.model.mean_loss, gn, 1.0);
+    }
+    tiny_free(&a); tiny_free(&b);
+}
+
+Test(hybrid_train, fused_update_equals_plain_adamw_ema) { fused_update_equals_plain(DIRECTION_EMA); }
+Test(hybrid_train, fused_update_equals_plain_adamw_adam) { fused_update_equals_plain(DIRECTION_ADAM); }
 
 // ----------------------------------------------------------------------------
 // through the binary

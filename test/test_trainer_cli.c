@@ -52,7 +52,7 @@ Test(cli, help_lists_every_flag_with_its_default) {
             default_lines += strstr(line, "(default ") != NULL;
         }
     }
-    cr_assert_eq(flag_lines, 28 + 12);  // the trainer's table and the hybrid flags
+    cr_assert_eq(flag_lines, 28 + 13);  // the trainer's table and the hybrid flags
     cr_assert_eq(default_lines, flag_lines);
     free(text);
 }

@@ -54,14 +54,8 @@ static void sim_step(HybridState* h, Sim* s, int step) {
     float norm = 0.0f;
     for (int i = 0; i < P; i++) { s->grads[i] = 2.0f * (s->params[i] - s->target[i]) / P; norm += s->grads[i] * s->grads[i]; }
     s->t++;
-    for (int i = 0; i < P; i++) {
-        s->m[i] = 0.9f * s->m[i] + 0.1f * s->grads[i];
-        s->v[i] = 0.95f * s->v[i] + 0.05f * s->grads[i] * s->grads[i];
-        float mh = s->m[i] / (1.0f - powf(0.9f, (float)s->t)), vh = s->v[i] / (1.0f - powf(0.95f, (float)s->t));
-        s->params[i] -= lr * mh / (sqrtf(vh) + 1e-8f);
-    }
     memset(h->stats, 0, NB * 3 * sizeof(double));
-    hybrid_observe(h, s->direction, s->params, s->m, s->v, s->grads, 1.0f, s->t);
+    hybrid_update(h, s->params, s->grads, s->m, s->v, s->direction, 1.0f, s->t);
     hybrid_end_step(h, loss, sqrtf(norm), 1.0);
 }
 
