@@ -353,7 +353,7 @@ def analyze(arms, runs, fixed_target=None):
 
 
 # ----------------------------------------------------------------------------
-# rho, the value of a Predict step in Full steps (shared/BENCHMARK.md)
+# rho, the value of a Predict step in Full steps (docs/experiments.md)
 #
 # Per seed, the matched-length baselines (and the full-length one at the same LR) give points
 # (Full steps, final val loss). The curve through them is made non-increasing (pool-adjacent-violators:
