@@ -7,10 +7,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <errno.h>
 #include <sys/stat.h>
 #include "llmc/utils.h"
 #include "data/bpe.h"
 #include "data/shard.h"
+
+// where `encode` writes without -o: inside the repository's data/ (git-ignored), not the working directory
+#define DEFAULT_OUT_DIR "data/tokenized"
 
 static void usage(FILE* out) {
     fprintf(out,
@@ -21,11 +25,12 @@ static void usage(FILE* out) {
         "  encode [options] [FILE...]   text -> <out>/train_%%06d.bin and <out>/val_%%06d.bin shards\n"
         "                               (no FILE or '-' reads stdin); each document is prefixed by\n"
         "                               <|endoftext|> (%d)\n"
-        "      -o DIR              output directory, must exist (default .)\n"
+        "      -o DIR              output directory, must exist (default: %s, created)\n"
         "      --doc-sep LINE      a line equal to LINE separates documents inside a file\n"
         "                          (default: none, each FILE is one document)\n"
         "      --val-every K       document k (0-based, over all files) goes to val when k %% K == K-1;\n"
-        "                          0 = no val split (default 10)\n"
+        "                          0 = no val split (default 10); with fewer than K documents the\n"
+        "                          last 1/K of the tokens (the end of the text) go to val\n"
         "      --shard-tokens N    tokens per shard file (default 100000000)\n"
         "  decode SHARD...              shard tokens -> text on stdout (<|endoftext|> printed as is)\n"
         "  ids [FILE]                   token ids of the text, space-separated, on stdout\n"
@@ -33,7 +38,7 @@ static void usage(FILE* out) {
         "\n"
         "  --vocab DIR   directory of GPT-2's encoder.json and vocab.bpe (default data/gpt2)\n"
         "  -h, --help    this text\n",
-        BPE_EOT);
+        BPE_EOT, DEFAULT_OUT_DIR);
 }
 
 __attribute__((noreturn)) static void bad_usage(const char* msg, const char* arg) {
@@ -129,8 +134,24 @@ static void encode_file(Encoder* e, const char* path, const char* sep) {
     free(text);
 }
 
+// fewer documents than --val-every gave no val document: move the last 1/K of the train tokens (the tail
+// of the last document(s), still in the writer's buffer unless it was just flushed) to val, so that the
+// trainer has val data from the same text. Returns the number of tokens moved.
+static size_t hold_out_tail(Encoder* e) {
+    size_t total = e->train.tokens_written + e->train.n;
+    size_t hold = total / (size_t)e->val_every;
+    if (hold > e->train.n) { hold = e->train.n; }
+    if (hold == 0) { return 0; }
+    int* ids = (int*)mallocCheck(hold * sizeof(int));
+    for (size_t i = 0; i < hold; i++) { ids[i] = e->train.buf[e->train.n - hold + i]; }
+    e->train.n -= hold;
+    shard_writer_push(&e->val, ids, hold);
+    free(ids);
+    return hold;
+}
+
 static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
-    const char* out_dir = ".";
+    const char* out_dir = NULL;
     const char* sep = NULL;
     int val_every = 10;
     size_t shard_tokens = 100000000;
@@ -147,6 +168,12 @@ static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
     if (shard_tokens == 0) { bad_usage("flag --shard-tokens: must be at least 1", NULL); }
     if (sep != NULL && strchr(sep, '\n') != NULL) { bad_usage("flag --doc-sep: the separator is one line", NULL); }
     struct stat st;
+    if (out_dir == NULL) {
+        out_dir = DEFAULT_OUT_DIR;
+        if (mkdir("data", 0755) != 0 && errno != EEXIST) { fatal("data: cannot create directory (%s)", strerror(errno)); }
+        if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) { fatal("%s: cannot create directory (%s)", out_dir, strerror(errno)); }
+        printf("no -o given: writing the shards to %s/\n", out_dir);
+    }
     if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) { fatal("%s: output directory does not exist", out_dir); }
     for (int i = first_file; i < argc; i++) {  // fail on an unreadable input before writing anything
         if (strcmp(argv[i], "-") != 0) { fcloseCheck(fopenCheck(argv[i], "rb"), argv[i]); }
@@ -162,6 +189,18 @@ static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
     double dt = now_s() - t0;
     size_t train_tokens = e.train.tokens_written + e.train.n, val_tokens = e.val.tokens_written + e.val.n;
     if (train_tokens == 0) { fatal("no training documents in the input (empty input, or every document went to val)"); }
+    if (e.val_every > 0 && e.docs[1] == 0) {
+        size_t held = hold_out_tail(&e);
+        train_tokens -= held;
+        val_tokens += held;
+        if (held > 0) {
+            printf("fewer documents (%zu) than --val-every %d: held out the last %zu tokens (1/%d of the text, "
+                   "from its end) as val\n", e.docs[0], e.val_every, held, e.val_every);
+        } else {
+            printf("fewer documents (%zu) than --val-every %d and too little text to hold any out: no val shard\n",
+                   e.docs[0], e.val_every);
+        }
+    }
     int train_shards = shard_writer_close(&e.train);
     int val_shards = shard_writer_close(&e.val);
     bpe_ids_free(&e.ids);

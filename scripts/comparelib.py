@@ -2,7 +2,7 @@
 scripts/comparelib.py — what compare_hybrid and compare_pytorch share: reading study configs and
 metrics.jsonl files, per-run and per-arm statistics, the Markdown report, and the plots.
 
-Measurement rules follow shared/BENCHMARK.md: time is the trainer's cumulative training time
+Measurement rules (docs/experiments.md): time is the trainer's cumulative training time
 (train_time_s, which excludes validation, sampling and checkpoint writing); the target validation loss
 is fixed before any hybrid run is looked at (a number from the config, or the worst seed's final val loss
 of the best baseline arm); time to target is read at the evaluation points the trainer logged (no
@@ -353,7 +353,7 @@ def analyze(arms, runs, fixed_target=None):
 
 
 # ----------------------------------------------------------------------------
-# rho, the value of a Predict step in Full steps (shared/BENCHMARK.md)
+# rho, the value of a Predict step in Full steps (docs/experiments.md)
 #
 # Per seed, the matched-length baselines (and the full-length one at the same LR) give points
 # (Full steps, final val loss). The curve through them is made non-increasing (pool-adjacent-violators:
@@ -657,11 +657,14 @@ def arm_styles(arms):
 
 
 def plot_study(arms, runs_recs, target, outdir):
-    """Two PNGs (x = training seconds, x = step), each with the whole run on the left and its last 40% zoomed
-    on the right; below each, one row per hybrid arm shading its Predict steps."""
+    """Two PNGs (x = training seconds, x = step), each with the whole run on the left (every curve and band
+    in full) and its last 40% zoomed on the right (a strictly narrower y-range, on the better arms); the
+    legend sits right of the plots, outside the data; below each, one row per hybrid arm marking its
+    Predict steps."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
     styles = arm_styles(arms)
     curves = {}
     for a in arms:
@@ -673,10 +676,14 @@ def plot_study(arms, runs_recs, target, outdir):
     out = []
     for xkey, xlabel, fname in (("time", "training time (s, train_time_s)", "val_loss_vs_time.png"),
                                 ("step", "step", "val_loss_vs_step.png")):
-        fig, axes = plt.subplots(2 if nstrip else 1, 2, sharex="col", figsize=(13, 5.5 + 0.25 * nstrip),
+        fig, axes = plt.subplots(2 if nstrip else 1, 2, sharex="col", figsize=(15, 5.5 + 0.25 * nstrip),
                                  gridspec_kw={"height_ratios": [5, max(0.6, 0.3 * nstrip)]} if nstrip else None,
                                  squeeze=False)
         xmax = max(float((c[1] if xkey == "time" else c[0]).max()) for c in curves.values())
+        full_lo = min(float(c[3].min()) for c in curves.values())
+        full_hi = max(float(c[4].max()) for c in curves.values())
+        if target.get("value") is not None:
+            full_lo = min(full_lo, float(target["value"]))
         for col, x0 in ((0, None), (1, 0.6 * xmax)):
             ax = axes[0][col]
             lo, hi = math.inf, -math.inf
@@ -689,46 +696,55 @@ def plot_study(arms, runs_recs, target, outdir):
                 ax.plot(x, m, label=f"{a['name']} (n={n})", lw=1.6, marker="." if col else None, **styles[a["name"]])
                 if n > 1:
                     ax.fill_between(x, vmin, vmax, color=styles[a["name"]]["color"], alpha=0.18, lw=0)
-                if x0 is None:
-                    lo = min(lo, float(vmin.min()))
-                    k = int(np.searchsorted(steps, 0.15 * steps.max()))
-                    hi = max(hi, float(m[min(k, len(m) - 1)]))
-                else:
-                    sel = x >= x0
-                    if sel.any():
-                        lo = min(lo, float(vmin[sel].min()))
-            if x0 is not None:  # zoom on the better arms: up to the upper quartile of the final values
-                q3 = float(np.percentile([c[2][-1] for c in curves.values()], 75))
-                hi = q3 + 0.5 * (q3 - lo)
+                sel = x >= (x0 if x0 is not None else -math.inf)
+                if sel.any():
+                    lo = min(lo, float(vmin[sel].min()))
+                    hi = max(hi, float(vmax[sel].max()))
             if target.get("value") is not None:
                 ax.axhline(target["value"], color="k", lw=0.8, ls=":", label=f"target {target['value']:.4f}")
+                lo = min(lo, float(target["value"]))
+            if x0 is None:
+                lo, hi = full_lo, full_hi
+            else:  # zoom on the better arms: up to the upper quartile of the final values, narrower than the whole
+                q3 = float(np.percentile([c[2][-1] for c in curves.values()], 75))
+                hi = min(hi, q3 + 0.5 * (q3 - lo), lo + 0.5 * (full_hi - full_lo))
             if math.isfinite(lo) and hi > lo:
-                ax.set_ylim(lo - 0.05 * (hi - lo), hi + (0.05 * (hi - lo) if x0 is not None else 0.0))
+                pad = 0.04 * (hi - lo)
+                ax.set_ylim(lo - pad, hi + pad)
             if x0 is not None:
                 ax.set_xlim(x0, xmax * 1.02)
+            else:
+                ax.set_xlim(0, xmax * 1.02)
             ax.grid(alpha=0.3)
             what = "training time" if xkey == "time" else "step"
-            ax.set_title(f"val loss vs {what} (mean over seeds; band = min..max)" if col == 0 else "last 40%, zoomed",
-                         fontsize=10)
+            ax.set_title(f"val loss vs {what}, whole run (mean over seeds; band = min..max)" if col == 0
+                         else "last 40%, zoomed", fontsize=10)
             if col == 0:
                 ax.set_ylabel("val loss")
-                ax.legend(fontsize=7, ncol=2)
+            else:
+                ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
+            bottom = axes[1][col] if nstrip else ax
+            if xkey == "step":
+                bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
             if nstrip:
+                # a Predict step is a few ms of a run of seconds: draw each mark at least 0.5% of the panel wide
+                x_lo, x_hi = ax.get_xlim()
+                min_w = 0.005 * (x_hi - x_lo)
                 sx = axes[1][col]
                 for i, a in enumerate(hyb):
                     seed = min(s for (n, s) in runs_recs if n == a["name"])
-                    spans = _predict_spans(runs_recs[(a["name"], seed)], xkey)
-                    sx.broken_barh(spans, (i + 0.1, 0.8), facecolors=styles[a["name"]]["color"], alpha=0.6)
+                    spans = [(x - max(0.0, min_w - w) / 2, max(w, min_w))
+                             for x, w in _predict_spans(runs_recs[(a["name"], seed)], xkey)]
+                    sx.broken_barh(spans, (i + 0.1, 0.8), facecolors=styles[a["name"]]["color"], alpha=0.9, lw=0)
                 sx.set_yticks([i + 0.5 for i in range(nstrip)])
                 sx.set_yticklabels([a["name"] for a in hyb] if col == 0 else [], fontsize=6)
                 sx.set_ylim(0, nstrip)
+                sx.grid(axis="x", alpha=0.3)
                 if col == 0:
                     sx.set_ylabel("Predict steps\n(first seed)", fontsize=7)
-                sx.set_xlabel(xlabel)
-            else:
-                ax.set_xlabel(xlabel)
+            bottom.set_xlabel(xlabel)
         fig.tight_layout()
-        fig.savefig(os.path.join(outdir, fname), dpi=100)
+        fig.savefig(os.path.join(outdir, fname), dpi=100, bbox_inches="tight")
         plt.close(fig)
         out.append((f"val loss vs {'training time' if xkey == 'time' else 'step'}", fname))
     return out

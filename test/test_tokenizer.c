@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include "data/bpe.h"
 #include "data/shard.h"
 #include "llmc/dataloader.h"
@@ -298,6 +299,78 @@ Test(shards, decode_prints_the_original_text, .init = make_tmpdir, .fini = remov
     const char* eot = "<|endoftext|>";
     cr_assert_eq(n, strlen(eot) + strlen(text));
     cr_assert(memcmp(out, eot, strlen(eot)) == 0 && memcmp(out + strlen(eot), text, strlen(text)) == 0);
+}
+
+// reads a whole (small) file into a NUL-terminated buffer
+static char* read_text(const char* path) {
+    FILE* fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "%s missing", path);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, fp);
+    fclose(fp);
+    buf[n] = '\0';
+    return buf;
+}
+
+Test(shards, fewer_documents_than_val_every_still_hold_out_the_tail, .init = make_tmpdir, .fini = remove_tmpdir) {
+    // 3 documents with the default --val-every 10: no document is a val document, so the last tenth of
+    // the tokens moves to val; train followed by val must be exactly the encoded text, and stdout says so
+    const char* docs[] = {"In the beginning was a small corpus.\n", "It had three documents, not ten.\n",
+                          "The last one ends the text, and its tail becomes the val data.\n"};
+    char path[256], cmd[1024], err[4096];
+    int lines;
+    BPEIds want = {0};
+    for (int d = 0; d < 3; d++) {
+        snprintf(path, sizeof(path), "%s/doc%d.txt", tmpdir, d);
+        write_file(path, docs[d]);
+        bpe_ids_reserve(&want, 1);
+        want.ids[want.n++] = BPE_EOT;
+        bpe_encode(&tok, (const uint8_t*)docs[d], strlen(docs[d]), &want);
+    }
+    snprintf(cmd, sizeof(cmd), "./tokenize encode -o %s %s/doc0.txt %s/doc1.txt %s/doc2.txt > %s/stdout.txt",
+             tmpdir, tmpdir, tmpdir, tmpdir, tmpdir);
+    cr_assert_eq(run(cmd, err, sizeof(err), &lines), 0, "encode failed: %s", err);
+    Shard train, val;
+    snprintf(path, sizeof(path), "%s/train_000000.bin", tmpdir);
+    shard_read(&train, path);
+    snprintf(path, sizeof(path), "%s/val_000000.bin", tmpdir);
+    shard_read(&val, path);
+    cr_assert_eq(val.num_tokens, want.n / 10, "val holds %zu tokens, expected 1/10 of %zu", val.num_tokens, want.n);
+    cr_assert_eq(train.num_tokens + val.num_tokens, want.n);
+    for (size_t i = 0; i < want.n; i++) {
+        int got = i < train.num_tokens ? train.tokens[i] : val.tokens[i - train.num_tokens];
+        cr_assert_eq(got, want.ids[i], "token %zu", i);
+    }
+    snprintf(path, sizeof(path), "%s/stdout.txt", tmpdir);
+    char expect[256];
+    snprintf(expect, sizeof(expect), "fewer documents (3) than --val-every 10: held out the last %zu tokens", want.n / 10);
+    const char* out = read_text(path);
+    cr_assert_not_null(strstr(out, expect), "stdout does not say what was held out: %s", out);
+    shard_free(&train);
+    shard_free(&val);
+    bpe_ids_free(&want);
+}
+
+Test(shards, encode_without_o_writes_to_data_tokenized, .init = make_tmpdir, .fini = remove_tmpdir) {
+    // run from an empty directory so that the default directory is created from nothing (data/ included)
+    char cwd[4096], path[4500], cmd[10000], err[4096];
+    int lines;
+    cr_assert_not_null(getcwd(cwd, sizeof(cwd)));
+    snprintf(path, sizeof(path), "%s/in.txt", tmpdir);
+    write_file(path, "Some text of my own.\n");
+    snprintf(cmd, sizeof(cmd), "cd %s && %s/tokenize --vocab %s/data/gpt2 encode --val-every 0 in.txt > stdout.txt",
+             tmpdir, cwd, cwd);
+    cr_assert_eq(run(cmd, err, sizeof(err), &lines), 0, "encode failed: %s", err);
+    snprintf(path, sizeof(path), "%s/stdout.txt", tmpdir);
+    const char* out = read_text(path);
+    cr_assert_not_null(strstr(out, "no -o given: writing the shards to data/tokenized/"), "stdout: %s", out);
+    Shard s;
+    snprintf(path, sizeof(path), "%s/data/tokenized/train_000000.bin", tmpdir);
+    shard_read(&s, path);
+    cr_assert_eq(s.tokens[0], BPE_EOT);
+    shard_free(&s);
+    snprintf(path, sizeof(path), "%s/train_000000.bin", tmpdir);
+    cr_assert_eq(access(path, F_OK), -1, "a shard was written into the working directory");
 }
 
 Test(shards, trainer_dataloader_reads_what_encode_writes, .init = make_tmpdir, .fini = remove_tmpdir) {

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# test/test_quickstart.sh — the README's quick start, as a new user runs it: a fresh clone of this
+# repository, `make train_gpt2` there, then the README's own ./train_gpt2 command line (the line after the
+# `<!-- quick-start` marker) with -x 2 instead of its step count. Checks that it exits 0, that the
+# checkpoint lands under the command's nested -o directory (which does not exist beforehand), and that
+# the run prints decoded sample text. Exits 1 on any failure. Run from the repository root (make test does).
+set -euo pipefail
+ROOT=$(pwd)
+fail() { echo "test_quickstart: FAIL: $*" >&2; exit 1; }
+
+# the quick-start command: first line starting with ./train_gpt2 in the code block after the marker
+cmd=$(awk '/<!-- quick-start/ { on = 1 } on && /^\.\/train_gpt2 / { print; exit }' README.md)
+[ -n "$cmd" ] || fail "README.md: no ./train_gpt2 line after the <!-- quick-start marker"
+read -r -a argv <<< "$cmd"
+outdir=""
+steps=2
+for ((i = 1; i < ${#argv[@]}; i++)); do
+    case "${argv[$i]}" in
+        -x) argv[$((i + 1))]=$steps ;;
+        -o) outdir=${argv[$((i + 1))]} ;;
+    esac
+done
+[ -n "$outdir" ] || fail "the quick-start command has no -o: $cmd"
+case "$outdir" in */*) ;; *) fail "the quick-start -o ($outdir) is not nested" ;; esac
+grep -q -- ' -x ' <<< " ${argv[*]} " || fail "the quick-start command has no -x: $cmd"
+
+tmp=$(mktemp -d /tmp/test_quickstart_XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+git clone -q "$ROOT" "$tmp/repo" || fail "git clone of $ROOT failed"
+cd "$tmp/repo"
+[ ! -e "$(dirname "$outdir")" ] || fail "$(dirname "$outdir") exists in a fresh clone: the test proves nothing"
+make --no-print-directory train_gpt2 > "$tmp/build.log" 2>&1 || { tail -20 "$tmp/build.log"; fail "make train_gpt2 failed in a fresh clone"; }
+echo "test_quickstart: ${argv[*]}"
+rc=0
+OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "${argv[@]}" > "$tmp/stdout.log" 2> "$tmp/stderr.log" || rc=$?
+if [ $rc -ne 0 ]; then
+    tail -5 "$tmp/stdout.log"; cat "$tmp/stderr.log"
+    fail "the quick-start command exited $rc"
+fi
+model=$(printf '%s/model_%08d.bin' "$outdir" $steps)
+done_marker=$(printf '%s/DONE_%08d' "$outdir" $steps)
+[ -s "$model" ] || fail "no checkpoint $model after the run (ls: $(ls "$outdir" 2>&1 | tr '\n' ' '))"
+[ -e "$done_marker" ] || fail "checkpoint of step $steps is incomplete: no $done_marker"
+# the last sample: the text between the '---' lines after the last 'generating:' line
+sample=$(awk '/^generating:/ { s = ""; on = 0; next } /^---$/ { on = !on; next } on { s = s $0 "\n" } END { printf "%s", s }' "$tmp/stdout.log")
+letters=$(tr -cd 'A-Za-z' <<< "$sample" | wc -c)
+[ "$letters" -ge 20 ] || { tail -20 "$tmp/stdout.log"; fail "no decoded sample text in the output (last sample: '$sample')"; }
+echo "test_quickstart: PASS ($model written, sample of ${#sample} characters)"
