@@ -4,7 +4,7 @@
  * parameter buffer the trainer owns. A GPU trainer mirrors each loop with one kernel, and the CPU
  * tests pin down what that kernel must compute.
  *
- * Direction d (HYBRID.md §3), per element i, one of:
+ * Direction d (docs/hybrid.md §3), per element i, one of:
  *   ema:  d_i read from the direction buffer, d <- beta d + (1-beta) dtheta * lr_peak/lr_t
  *   adam: d_i = -lr_peak * mhat_i / (sqrt(vhat_i) + eps), read from the optimizer state (no memory)
  * Both are normalised to the peak learning rate, so a scale s = 1 means "one more step like the

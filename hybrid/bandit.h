@@ -1,5 +1,5 @@
 /*
- * hybrid/bandit.h — LinUCB over Predict horizons (HYBRID.md §7).
+ * hybrid/bandit.h — LinUCB over Predict horizons (docs/hybrid.md §7).
  * Arms are horizons {1, 2, 4, 8, 16} up to the configured maximum; the context is the feature
  * vector. Each arm keeps A = I + sum x x^T and b = sum r x; it scores theta^T x + alpha sqrt(x^T A^-1 x)
  * with theta = A^-1 b and the best score is played. The reward (set by the facade) is the loss

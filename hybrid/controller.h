@@ -2,7 +2,7 @@
  * hybrid/controller.h — the phase machine: Warmup -> Full -> Predict (H steps) -> Correct -> ...
  * It decides, before each step, which kind of step it is. It knows nothing of models: it is told
  * the confidence, the horizon wanted, and what the monitor demanded (shorten, force Full), and it
- * enforces the rules of HYBRID.md §2: no Predict before the warm-up ends, at least `full_steps`
+ * enforces the rules of docs/hybrid.md §2: no Predict before the warm-up ends, at least `full_steps`
  * Full/Correct steps between Predict runs, no Predict run reaching into the cool-down (the last
  * fraction of the LR schedule) nor starting before the LR has reached its peak (the warm-up), and
  * back-off: every harmful Correct doubles the Full steps required before the next run and halves the

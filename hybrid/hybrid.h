@@ -1,5 +1,5 @@
 /*
- * hybrid/hybrid.h — hybrid predictive training, the facade a trainer drives (HYBRID.md).
+ * hybrid/hybrid.h — hybrid predictive training, the facade a trainer drives (docs/hybrid.md).
  * A trainer that owns a flat fp32 parameter buffer split into blocks (one per tensor per layer)
  * calls, per step:
  *     phase = hybrid_begin_step(h, step, lr);
@@ -62,7 +62,7 @@ typedef struct {
     float kappa;                 // --kappa: the scale of --predictor scaled
 } HybridConfig;
 
-// Conservative defaults (HYBRID.md §10): one Predict step per two backward steps, a long-memory
+// Conservative defaults (docs/hybrid.md §10): one Predict step per two backward steps, a long-memory
 // direction (beta 0.98, the only setting that helped in the prototype), no Predict in the last 20%.
 static inline void hybrid_config_default(HybridConfig* c) {
     c->enabled = 0;

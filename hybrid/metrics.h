@@ -1,5 +1,5 @@
 /*
- * hybrid/metrics.h — what hybrid mode reports (HYBRID.md §8).
+ * hybrid/metrics.h — what hybrid mode reports (docs/hybrid.md §8).
  * Per step: the JSON fields the trainer appends to its metrics.jsonl line (predicted loss,
  * horizon, confidence). Per run: counters and sums from which the summary JSON and the console
  * table are printed: steps and time per phase, backward passes saved, predictor error at Correct

@@ -1,5 +1,5 @@
 /*
- * hybrid/monitor.h — the divergence monitor (HYBRID.md §6).
+ * hybrid/monitor.h — the divergence monitor (docs/hybrid.md §6).
  * Watches every measured step and every Correct step and answers with an action:
  * none, shorten the horizon, force Full steps, or roll back the Predict run. Signals:
  *   - NaN/Inf in the loss or the gradient norm

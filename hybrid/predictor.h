@@ -1,5 +1,5 @@
 /*
- * hybrid/predictor.h — the predictors of HYBRID.md §4, behind one interface.
+ * hybrid/predictor.h — the predictors of docs/hybrid.md §4, behind one interface.
  * A predictor maps the feature vector (hybrid/features.h) to `out` numbers: one scale s_b per
  * parameter block (how far the next update goes along the direction buffer) and, last, the loss
  * change per step (in units of the loss noise). It is trained online on every measured step and

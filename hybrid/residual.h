@@ -1,5 +1,5 @@
 /*
- * hybrid/residual.h — fixed-capacity store of prediction residuals (HYBRID.md §5).
+ * hybrid/residual.h — fixed-capacity store of prediction residuals (docs/hybrid.md §5).
  * Each Correct step records how far the real update differed from the predicted one (per-block
  * scale residual s_b* - s_b, and the loss residual) with the features it was made under. The next
  * predictions are corrected by a similarity-weighted mean of these residuals (error feedback):

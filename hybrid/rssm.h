@@ -1,5 +1,5 @@
 /*
- * hybrid/rssm.h — RSSM-lite: the recurrent predictor of HYBRID.md §4.
+ * hybrid/rssm.h — RSSM-lite: the recurrent predictor of docs/hybrid.md §4.
  * Each ensemble member is a GRU deterministic state h (advanced once per measured step) plus a
  * small Gaussian stochastic latent z ~ N(mu(h), sigma(h)^2) and a linear read-out from [h; z; x] to
  * the per-block scales and the loss change (the skip from the features x makes it at least as good
