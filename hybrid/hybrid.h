@@ -48,7 +48,7 @@
 
 typedef struct {
     int enabled;                 // --hybrid [0|1]
-    int predictor;               // --predictor momentum|linear|mlp|rssm
+    int predictor;               // --predictor momentum|linear|mlp|rssm|nesterov|scaled
     int warmup;                  // --hybrid-warmup: Full steps of statistics only
     int full_steps;              // --full-steps: Full/Correct steps between Predict runs (minimum)
     int max_predict_steps;       // --max-predict-steps: longest Predict run

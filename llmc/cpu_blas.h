@@ -88,12 +88,11 @@ static inline int blas_core_rank(const char* name) {
 }
 
 // The OpenMP wait policy we set when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT: idle workers
-// spin a bounded while (10000 pause loops, well under a millisecond), then sleep. The gaps between our
-// parallel regions are microseconds, so on a quiet machine the hand-over stays as fast as with `active`;
-// on a loaded one a worker whose partner was descheduled soon sleeps instead of burning the time slices
-// that `active` (or libgomp's default 300000) would. scripts/bench_threads.sh measures the alternatives.
-#define LLMC_WAIT_POLICY_VAR "GOMP_SPINCOUNT"
-#define LLMC_WAIT_POLICY_VALUE "10000"
+// sleep. On small shared machines a spinning worker burns the time slice its partner needs; measured with
+// scripts/bench_threads.sh (docs/correctness.md), passive was within noise of the best policy on a quiet
+// machine and the best under load, while active and bounded spins lost up to 17% under load.
+#define LLMC_WAIT_POLICY_VAR "OMP_WAIT_POLICY"
+#define LLMC_WAIT_POLICY_VALUE "passive"
 
 // what to do before main: the core to set (NULL: none), whether to set the wait policy, re-exec or not
 typedef struct {
