@@ -201,7 +201,8 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     phase_init(&h->ctrl, cfg->warmup, cfg->full_steps, cfg->max_predict_steps, total_steps, cfg->cooldown);
     features_init(&h->fnorm);
     predictor_init(&h->pred, cfg->predictor, FEATURES_DIM, h->outputs, seed);
-    h->pred.fixed_scale = cfg->predictor == PREDICTOR_NESTEROV ? beta1 : cfg->kappa;
+    // only the fixed-scale kinds use it; 0 otherwise, so --kappa does not bind a momentum run's checkpoint
+    h->pred.fixed_scale = cfg->predictor == PREDICTOR_NESTEROV ? beta1 : cfg->predictor == PREDICTOR_SCALED ? cfg->kappa : 0.0f;
     h->micro_batches = 1;
     residual_store_init(&h->store, HYBRID_RESIDUAL_CAPACITY, FEATURES_DIM, h->outputs);
     monitor_init(&h->mon, cfg->divergence_threshold);
