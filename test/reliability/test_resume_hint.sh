@@ -36,19 +36,29 @@ $TRAINER $ARGS -o "$WORK/ref" -n $STEPS -x $STEPS > "$WORK/ref.log" 2>&1 || fail
     fail "step $STEPS after SIGTERM and the pasted resume line differs from the uninterrupted run"
 
 # 2. two SIGINTs back to back: the second one ends the run at once
-BIG="-i $WORK/data/train_*.bin -e d2 -b 4 -t 128 -v 0 -s 0 -l 1e-3 -k constant --seed 7"
-$TRAINER $BIG -o "$WORK/two" -n 1 -x 100000 > "$WORK/c.log" 2>&1 &
-pid=$!
-BG_PIDS=$pid
-for _ in $(seq 1 3000); do
-    [ -n "$(latest_done "$WORK/two" 2>/dev/null)" ] && [ "$(latest_done "$WORK/two")" -ge 2 ] && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.02
+BIG="-i $WORK/data/train_*.bin -e d2 -b 8 -t 256 -v 0 -s 0 -l 1e-3 -k constant --seed 7"
+# The second signal goes only once the first has been handled (pending signals of one kind merge). If the
+# step in progress and its checkpoint still end before it arrives, the run stops normally (exit 0, resume
+# line printed): a lost race of this test, not a failure, so try again (at most 5 times).
+for attempt in 1 2 3 4 5; do
+    rm -rf "$WORK/two"
+    $TRAINER $BIG -o "$WORK/two" -n 1 -x 100000 > "$WORK/c.log" 2>&1 &
+    pid=$!
+    BG_PIDS=$pid
+    for _ in $(seq 1 3000); do
+        [ -n "$(latest_done "$WORK/two" 2>/dev/null)" ] && [ "$(latest_done "$WORK/two")" -ge 2 ] && break
+        kill -0 $pid 2>/dev/null || break
+        sleep 0.02
+    done
+    kill -INT $pid
+    for _ in $(seq 1 500); do grep -q "^signal: stopping" "$WORK/c.log" && break; sleep 0.01; done
+    kill -INT $pid 2>/dev/null
+    wait $pid
+    rc=$?
+    BG_PIDS=""
+    [ $rc -eq 0 ] && grep -q "^stopped by signal" "$WORK/c.log" && continue
+    break
 done
-kill -INT $pid; sleep 0.2; kill -INT $pid   # apart: pending signals of one kind merge
-wait $pid
-rc=$?
-BG_PIDS=""
 [ $rc -eq 130 ] || { tail -3 "$WORK/c.log"; fail "second SIGINT: exit status $rc, expected 130 (stopped at once)"; }
 last=$(latest_done "$WORK/two")
 $TRAINER $BIG -o "$WORK/two" -n 1 -x $((last + 1)) -y 1 --allow-changed 1 > "$WORK/d.log" 2>&1 ||
