@@ -798,11 +798,23 @@ static const TrainCli CLI = {
     "Text from a model file: ./train_gpt2 -e out/d6/model_00000050.bin -x 0 --prompt \"And God said\" -g 200\n",
 };
 
+// hybrid mode's probe (hybrid_probe_wanted): the current weights' loss on the next batch, which is peeked,
+// not consumed (the coming step trains on it); in --overfit mode the one batch
+static void hybrid_probe_next(Trainer* tr) {
+    double t0 = now_seconds();
+    DataLoader* loader = &tr->train_loader;
+    if (!tr->cfg.overfit) { dataloader_peek_batch(loader); }
+    gpt2_forward(&tr->model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
+    hybrid_probe_loss(&tr->hybrid, tr->model.mean_loss, (now_seconds() - t0) * 1000.0);
+}
+
 // one Full step: forward and backward over grad_accum micro batches, global norm, clip, AdamW.
 // A non-finite loss or norm never reaches the weights: the update is skipped.
 // Hybrid mode: a Correct step first checks the loss at the predicted point (the first micro batch's)
 // and may roll the Predict run back, while the gradient buffer still holds the pre-Predict weights;
-// the update then also measures itself against the direction (and updates it), in the same pass.
+// the update then also measures itself against the direction (and updates it), in the same pass; and
+// the value test's probes (hybrid/value.h): a Correct step's loss on the next batch before its update,
+// the next step's first micro batch loss after it.
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r = {0};
     double t0 = now_seconds();
@@ -824,12 +836,15 @@ static StepResult train_full_step(Trainer* tr, float lr) {
                 gpt2_forward(model, loader->inputs, loader->targets, B, T);
             }
             gpt2_zero_grad(model);
+        } else if (hybrid && k == 0 && hybrid_probe_wanted(&tr->hybrid)) {
+            hybrid_probe_loss(&tr->hybrid, model->mean_loss, 0.0);
         }
         gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->grad_accum);
         loss_sum += model->mean_loss;
     }
     r.loss = (float)(loss_sum / tr->grad_accum);
     r.grad_norm = gpt2_grad_norm(model);
+    if (correct && hybrid_probe_wanted(&tr->hybrid)) { hybrid_probe_next(tr); }
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
         if (hybrid) { memset(tr->hybrid.stats, 0, (size_t)tr->hybrid.nblocks * 3 * sizeof(double)); }
@@ -852,12 +867,14 @@ static StepResult train_full_step(Trainer* tr, float lr) {
 
 // one Predict step (hybrid mode): the predicted update, written in place; no forward, no backward,
 // no batch. The run's first step keeps the weights in the gradient buffer (idle until the Correct
-// step's backward) for an exact rollback. With --correction-interval, a forward-only check on the
-// last batch may end the run early.
+// step's backward) for an exact rollback; a probed run's first step first measures the weights' loss on
+// the Correct step's batch (the value test). With --correction-interval, a forward-only check on the
+// last batch loaded may end the run early.
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r = {0};
     double t0 = now_seconds();
     GPT2* model = &tr->model;
+    if (hybrid_probe_wanted(&tr->hybrid)) { hybrid_probe_next(tr); }
     ApplyDirection dir = hybrid_direction(&tr->hybrid, tr->direction, model->m_memory, model->v_memory);
     hybrid_apply_predict(&tr->hybrid, model->params_memory, model->grads_memory, &dir);
     r.loss = NAN;

@@ -784,14 +784,29 @@ static void hybrid_setup(Trainer* tr) {
     free(block_wd);
 }
 
+// hybrid mode's probe (hybrid_probe_wanted): the current weights' loss on the next batch, which is peeked,
+// not consumed (the coming step trains on it); in --overfit mode the one batch. Every rank runs the same
+// batch, so every rank gets the same loss (mirrors train_gpt2.c)
+static void hybrid_probe_next(Trainer* tr) {
+    double t0 = now_seconds();
+    GPT2* model = &tr->model;
+    DataLoader* loader = &tr->train_loader;
+    if (!tr->cfg.overfit) { dataloader_peek_batch(loader); }
+    gpt2_forward(model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
+    float loss = gpt2_sum_over_ranks(model, model->mean_loss) / model->multi_gpu->num_processes;
+    hybrid_probe_loss(&tr->hybrid, loss, (now_seconds() - t0) * 1000.0);
+}
+
 // a Predict step: theta += coef_b * d_b on this rank's shard (no forward, no backward, no batch, no
-// gradient all-reduce); with ZeRO-1 the floatX weights are then gathered
+// gradient all-reduce); with ZeRO-1 the floatX weights are then gathered. A probed run's first step
+// first measures the weights' loss on the Correct step's batch (the value test, hybrid/value.h).
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
     double t0 = now_seconds();
     GPT2* model = &tr->model;
     HybridState* h = &tr->hybrid;
+    if (hybrid_probe_wanted(h)) { hybrid_probe_next(tr); }
     int first = h->run_steps == 1;
     cudaCheck(cudaMemcpyAsync(tr->coef, h->coef, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
     ApplyDirection dir = hybrid_direction(h, tr->direction, model->m_memory, model->v_memory);
@@ -857,7 +872,9 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
 // count; then gradients are averaged, clipped, and AdamW updates the weights. A non-finite loss or norm
 // never reaches the weights: the update is skipped (on every rank, since the values are global).
 // A Correct step first checks the loss of its first micro batch against the prediction (the gradient
-// buffer still holds the rollback point, so zero_grad comes after the check) and may roll back.
+// buffer still holds the rollback point, so zero_grad comes after the check) and may roll back; the
+// step after it gives its first micro batch's loss to the value test the same way, and the Correct step
+// measures its loss on the next batch before its update (hybrid_probe_wanted).
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
@@ -867,13 +884,15 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     HybridState* h = &tr->hybrid;
     int B = tr->cfg.B, T = tr->cfg.T, np = tr->multi_gpu.num_processes;
     int hybrid = tr->cfg.hybrid.enabled;
-    if (hybrid && h->phase == PHASE_CORRECT) {
+    int correct = hybrid && h->phase == PHASE_CORRECT;
+    if (correct || (hybrid && hybrid_probe_wanted(h))) {
         if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
         // the first micro batch (rank 0's) is the check batch: one decision, the same on every rank
         int rank0 = tr->multi_gpu.process_rank == 0;
         if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
         float loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
-        if (hybrid_correct_check(h, loss) == ACTION_ROLLBACK) {
+        if (!correct) { hybrid_probe_loss(h, loss, 0.0); }
+        else if (hybrid_correct_check(h, loss) == ACTION_ROLLBACK) {
             size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
             hybrid_rollback_device(model->master_weights, model->params_memory, model->grads_memory, lo, hi,
                                    gpt2_step_seed(model, tr->step + 1), model->stream);
@@ -914,6 +933,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     r.loss = gpt2_accumulated_loss(model);
     gpt2_reduce_grads(model);
     r.grad_norm = gpt2_grad_norm(model);
+    if (correct && hybrid_probe_wanted(h)) { hybrid_probe_next(tr); }
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
         gpt2_sync_floatX(model, tr->step + 1);  // keeps params == round(master, seed(step))

@@ -5,11 +5,10 @@
  * enforces the rules of docs/hybrid.md §2: no Predict before the warm-up ends, at least `full_steps`
  * Full/Correct steps between Predict runs, no Predict run reaching into the cool-down (the last
  * fraction of the LR schedule) nor starting before the LR has reached its peak (the warm-up), and
- * back-off: every harmful Correct doubles the Full steps required before the next run and halves the
- * gate (the factor on every predicted scale) down to a probe of 1/16; every harmless one halves the
- * gaps back toward the configured value and doubles the gate back toward 1. Where Predict steps keep
- * doing harm, what is left is one probe run at 1/16 scale every 64 x full_steps: predicting has
- * stopped, and it resumes when the probes stop showing harm.
+ * back-off: every harmful outcome (a rollback, or the value test of hybrid/value.h failing) doubles the
+ * Full steps required before the next run, up to 64 x full_steps; every harmless one halves them back
+ * toward the configured value. Where Predict steps are not worth their cost, what is left is one probe
+ * run every 64 x full_steps: predicting has stopped, and it resumes if the probes show value.
  * The run length wanted can depend on the batch regime: with k micro batches per step a Full step
  * costs ~k forward-backward passes and a Predict step none, so longer runs are affordable
  * (phase_regime_horizon).
@@ -22,7 +21,6 @@
 
 typedef enum { PHASE_WARMUP = 0, PHASE_FULL = 1, PHASE_PREDICT = 2, PHASE_CORRECT = 3 } HybridPhase;
 #define PHASE_COUNT 4
-#define PHASE_GATE_PROBE 0.0625f // the gate's floor: the scale of a probe run after repeated harm
 
 static inline const char* phase_name(HybridPhase p) {
     static const char* names[PHASE_COUNT] = {"warmup", "full", "predict", "correct"};
@@ -46,7 +44,6 @@ typedef struct {
     int run_done;          // Predict steps done in the current run
     int runs;              // Predict runs started
     int peak_reached;      // the LR has reached its peak (the LR warm-up is over)
-    float gate;            // factor on every predicted scale, in [PHASE_GATE_PROBE, 1]
 } Controller;
 
 static inline void phase_init(Controller* c, int warmup, int full_steps, int max_horizon,
@@ -60,7 +57,6 @@ static inline void phase_init(Controller* c, int warmup, int full_steps, int max
     c->phase = PHASE_WARMUP;
     c->full_required = c->full_steps;
     c->horizon_cap = max_horizon;
-    c->gate = 1.0f;
 }
 
 // the run length the batch regime affords: 1 at one micro batch per step, +1 per factor 4 in micro batches
@@ -115,14 +111,12 @@ static inline void phase_stop_run(Controller* c) {
     if (c->phase == PHASE_PREDICT) { c->run_length = c->run_done; }
 }
 
-// outcome of a Correct step: harmful runs double the Full steps between runs, harmless ones relax it
+// outcome of a Predict run: harmful runs double the Full steps between runs, harmless ones relax it
 static inline void phase_correct_outcome(Controller* c, int harmful) {
     if (harmful) {
         c->full_required = c->full_required * 2 > c->max_full_steps ? c->max_full_steps : c->full_required * 2;
-        c->gate = c->gate * 0.5f < PHASE_GATE_PROBE ? PHASE_GATE_PROBE : c->gate * 0.5f;
     } else {
         c->full_required = c->full_required / 2 < c->full_steps ? c->full_steps : c->full_required / 2;
-        c->gate = c->gate * 2.0f > 1.0f ? 1.0f : c->gate * 2.0f;
         if (c->horizon_cap < c->max_horizon) { c->horizon_cap++; } // shortened horizons recover slowly
     }
 }
@@ -153,8 +147,6 @@ static inline void phase_io(HybridIO* io, Controller* c) {
     hio_i32(io, &c->run_done);
     hio_i32(io, &c->runs);
     hio_i32(io, &c->peak_reached);
-    hio_f32(io, &c->gate);
-    if (!(c->gate >= PHASE_GATE_PROBE && c->gate <= 1.0f)) { hio_fail(io, "controller gate out of range"); }
 }
 
 #endif // HYBRID_CONTROLLER_H

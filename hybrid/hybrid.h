@@ -8,6 +8,10 @@
  *     otherwise: forward; on a Correct step hybrid_correct_check(h, loss) may answer ACTION_ROLLBACK:
  *               then hybrid_rollback (or its kernel) and forward again; backward, clip; then AdamW
  *               fused with the statistics: hybrid_update (or its kernel, which fills h->stats)
+ *     probes:   where hybrid_probe_wanted(h), a loss for the value test (hybrid/value.h): on a Predict
+ *               step before its update and on a Correct step after its backward, a forward on the next
+ *               batch, peeked (not consumed); on a Full step its first micro batch's loss; each given
+ *               to hybrid_probe_loss
  *     hybrid_end_step(h, loss or NAN, grad_norm or NAN, ms);
  * Everything decided here is host-side and small (phases, horizons, per-block scales, rollback
  * coefficients); everything per element is in hybrid/apply.h, which a GPU trainer mirrors.
@@ -35,13 +39,13 @@
 #include "hybrid/bandit.h"
 #include "hybrid/metrics.h"
 #include "hybrid/apply.h"
+#include "hybrid/value.h"
 
 #define HYBRID_MAGIC 20261122
-#define HYBRID_VERSION 2
+#define HYBRID_VERSION 3
 #define HYBRID_RESIDUAL_CAPACITY 64
 #define HYBRID_MAX_SCALE 4.0f       // |s_b| cap: a scale beyond 4 steps' worth is an outlier, not a trend
 #define HYBRID_RESIDUAL_GAIN 0.5f   // share of the similarity-weighted residual added to a prediction
-#define HYBRID_HARM_Z 1.0f          // a Correct step is harmful when its excess loss passes this (noise units)
 
 // ----------------------------------------------------------------------------
 // configuration: one field per flag
@@ -130,6 +134,7 @@ typedef struct {
     Predictor pred;
     ResidualStore store;
     Monitor mon;
+    ValueTest value;
     Bandit bandit;
     HybridMetrics metrics;
 
@@ -140,6 +145,7 @@ typedef struct {
     float* coef;                // (nblocks) this Predict step: theta_b += coef_b * d_b
     float* run_scale;           // (nblocks) mean predicted scale over the current run
     int run_steps;              // Predict steps applied in the current run (keep buffer live if > 0)
+    int probing;                // the current run is probed (the value test)
     double* stats;              // (nblocks, 3) filled by hybrid_update: <dtheta,d>, |d|^2, |dtheta|^2
     double* partial;            // (nblocks, APPLY_CHUNKS, 3) its per-chunk sums
 
@@ -165,8 +171,6 @@ typedef struct {
     int since_predict;
     float confidence;
     float run_start_loss, predicted_loss, correct_loss;
-    float run_start_level;      // trend-corrected loss level when the run started (for the harm estimate)
-    float harm;                 // the last Correct step's excess loss over the Full-step trend, noise units
     double cycle_ms;
     int run_arm;
     int rolled_back;            // this Correct step rolled back
@@ -206,6 +210,7 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     h->micro_batches = 1;
     residual_store_init(&h->store, HYBRID_RESIDUAL_CAPACITY, FEATURES_DIM, h->outputs);
     monitor_init(&h->mon, cfg->divergence_threshold);
+    value_init(&h->value);
     bandit_init(&h->bandit, cfg->max_predict_steps, 1.0f);
     metrics_init(&h->metrics);
     h->coef = (float*)calloc((size_t)nblocks, sizeof(float));
@@ -254,19 +259,6 @@ static inline ApplyDirection hybrid_direction(const HybridState* h, const float*
 // ----------------------------------------------------------------------------
 // per-step decisions
 
-// the loss level now, corrected for the lag of the fast loss EMA (weight 0.3: 0.7/0.3 steps behind a trend)
-static inline float hybrid_loss_level(const HybridState* h) {
-    return h->loss_fast + h->dloss_ema * (0.7f / 0.3f);
-}
-
-// Harm of a Predict run, in noise units: the Correct step's loss (at the predicted point) minus what
-// Full steps would have given there, the run-start level moved along the Full-step trend (dloss_ema per
-// step) by the run's steps plus the last measured step's own update. Positive: worse than not predicting.
-static inline float hybrid_harm_z(const HybridState* h, float correct_loss) {
-    float expected = h->run_start_level + h->dloss_ema * (float)(h->ctrl.run_length + 1);
-    return (correct_loss - expected) / hybrid_sigma(h);
-}
-
 // confidence in [0, 1]: the direction explains recent updates (cosine), Correct steps matched
 // their predictions (loss residual in noise units), and the ensemble agrees (rssm)
 static inline float hybrid_confidence(const HybridState* h) {
@@ -285,6 +277,7 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
     h->rolled_back = 0;
     HybridMetrics* mt = &h->metrics;
     mt->predicted_loss = NAN; mt->horizon = 0; mt->confidence = NAN;
+    mt->step_probes = 0; mt->step_probe_ms = 0.0;
     if (!h->cfg.enabled) { h->phase = PHASE_FULL; return h->phase; }
     int starting = h->ctrl.phase != PHASE_PREDICT;
     int horizon = 0, arm = -1;
@@ -309,7 +302,8 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
             h->run_steps = 0;
             h->run_start_loss = h->last_loss;
             h->predicted_loss = h->last_loss;
-            h->run_start_level = hybrid_loss_level(h);
+            h->probing = value_probe_run(&h->value, h->ctrl.runs);
+            h->value.l0 = NAN;
             h->cycle_ms = 0.0;
             h->run_arm = h->cfg.adaptive ? bandit_arm_of(&h->bandit, h->ctrl.run_length) : -1;
             if (arm >= 0 && h->run_arm < 0) { h->run_arm = arm; }
@@ -330,7 +324,7 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
         for (int b = 0; b < h->nblocks; b++) {
             float s = h->yhat[b] + (w > 0.0f ? HYBRID_RESIDUAL_GAIN * h->corr[b] : 0.0f);
             s = hmath_clampf(isfinite(s) ? s : 0.0f, -HYBRID_MAX_SCALE, HYBRID_MAX_SCALE);
-            h->coef[b] = h->ctrl.gate * s * lr / h->lr_peak;
+            h->coef[b] = s * lr / h->lr_peak;
             h->run_scale[b] += s / (float)h->ctrl.run_length;
         }
         float dl = h->yhat[h->nblocks] + (w > 0.0f ? HYBRID_RESIDUAL_GAIN * h->corr[h->nblocks] : 0.0f);
@@ -369,11 +363,44 @@ static inline void hybrid_micro_result(HybridState* h, float loss) {
     }
 }
 
+// whether the trainer measures a probe loss in this step (hybrid/value.h): on a probed run's first Predict
+// step, before its update, the loss on the next batch (peeked: the Correct step trains on it); on its
+// Correct step, after the backward and before the update, the loss on the batch after (peeked); on the
+// first measured step after that, its first micro batch's loss (it is on the same batch: no extra cost)
+static inline int hybrid_probe_wanted(const HybridState* h) {
+    if (!h->cfg.enabled) { return 0; }
+    // a pair waiting for the loss of these weights on the next batch gets it from a run's first step too
+    if (h->phase == PHASE_PREDICT) { return (h->probing || isfinite(h->value.pending)) && h->run_steps == 1; }
+    if (h->phase == PHASE_CORRECT) { return h->probing && isfinite(h->value.l0); }
+    return isfinite(h->value.pending);
+}
+
+// the probe's loss (see hybrid_probe_wanted) and the ms its forward took (0 where it was free)
+static inline void hybrid_probe_loss(HybridState* h, float loss, double ms) {
+    ValueTest* v = &h->value;
+    h->metrics.probes++;
+    h->metrics.probe_ms += ms;
+    h->metrics.step_probes++;
+    h->metrics.step_probe_ms += ms;
+    if (h->phase == PHASE_CORRECT) { v->pending = isfinite(loss) ? loss : NAN; return; }
+    if (isfinite(v->pending)) { // the pair of the last probed run is complete: decide
+        int open = value_add(v, v->pred_gain, v->pending - loss, v->cost);
+        phase_correct_outcome(&h->ctrl, !open);
+        v->pending = NAN;
+    }
+    if (h->phase == PHASE_PREDICT && h->probing) { v->l0 = loss; }
+}
+
 // Correct step, after its forward and before its backward. ACTION_ROLLBACK: the trainer must call
 // hybrid_rollback (or its kernel) and run the forward again before the backward.
 static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
     if (h->phase != PHASE_CORRECT) { return ACTION_NONE; }
     h->correct_loss = loss;
+    if (h->probing && isfinite(h->value.l0)) { // the run's gain per predicted step, on the batch it was probed on
+        int H = h->ctrl.run_length > 0 ? h->ctrl.run_length : 1;
+        h->value.pred_gain = (h->value.l0 - loss) / (float)H;
+        h->value.cost = value_cost(h->micro_batches, H);
+    }
     MonitorAction a = monitor_correct(&h->mon, h->step, loss, h->predicted_loss);
     if (a != ACTION_NONE) { h->metrics.events++; h->event_pending = 1; }
     if (a == ACTION_SHORTEN) { phase_shorten(&h->ctrl); }
@@ -463,9 +490,10 @@ static inline void hybrid_end_step(HybridState* h, float loss, float grad_norm, 
         float pcos = ncos ? (float)(pcos_sum / ncos) : 0.0f;
         if (ncos) { mt->n_cos++; mt->cos_sum += pcos; }
         h->resid_ema = 0.8f * h->resid_ema + 0.2f * fabsf(lr_res);
-        h->harm = isfinite(h->correct_loss) ? hybrid_harm_z(h, h->correct_loss) : INFINITY;
-        int harmful = h->rolled_back || h->harm > HYBRID_HARM_Z;
-        phase_correct_outcome(&h->ctrl, harmful);
+        // a probed run is judged when its pair completes (hybrid_probe_loss); the others by the test so far
+        if (h->rolled_back) { phase_correct_outcome(&h->ctrl, 1); }
+        else if (!h->probing) { phase_correct_outcome(&h->ctrl, !h->value.open); }
+        h->value.l0 = NAN;
         hybrid_act(h, monitor_cosine(&h->mon, h->step, pcos));
         if (h->cfg.adaptive && h->run_arm >= 0) {
             double cycle = h->cycle_ms + ms;
@@ -534,6 +562,10 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) { 
 
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     metrics_print_table(&h->metrics, f);
+    const ValueTest* v = &h->value;
+    fprintf(f, "value test: %d pairs, rho %.3f (Full steps per Predict step), excess over cost %.3g +- %.2g: %s\n",
+            v->pairs, value_rho(v), value_mean(v), value_se(v),
+            v->pairs < VALUE_MIN_PAIRS ? "still gathering" : v->open ? "predicting" : "stopped predicting");
     if (h->cfg.adaptive) { // the bandit's state: pulls and mean reward per horizon
         for (int a = 0; a < h->bandit.arms; a++) {
             int n = h->bandit.pulls[a];
@@ -543,7 +575,17 @@ static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     }
 }
 // the summary's "key": value pairs (no braces), for the trainer's summary.json
-static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) { return metrics_summary_fields(&h->metrics, buf, n); }
+static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) {
+    int w = metrics_summary_fields(&h->metrics, buf, n);
+    size_t pos = w > 0 ? (size_t)w : 0;
+    const ValueTest* v = &h->value;
+    metrics_field(buf, n, &pos, "value_pairs", v->pairs, 1);
+    metrics_field(buf, n, &pos, "value_rho", value_rho(v), 0);
+    metrics_field(buf, n, &pos, "value_excess_mean", value_mean(v), 0);
+    metrics_field(buf, n, &pos, "value_excess_se", value_se(v), 0);
+    metrics_field(buf, n, &pos, "value_open", v->open, 1);
+    return (int)pos;
+}
 
 // ----------------------------------------------------------------------------
 // save / load: magic, version, the configuration it must match, every component, the direction
@@ -585,7 +627,8 @@ static inline void hybrid_io(HybridIO* io, HybridState* h, float* direction, flo
     hio_f32(io, &h->resid_ema); hio_f32(io, &h->spread); hio_i32(io, &h->since_predict);
     hio_f32(io, &h->confidence); hio_f32(io, &h->run_start_loss); hio_f32(io, &h->predicted_loss);
     hio_f64(io, &h->cycle_ms); hio_i32(io, &h->run_arm);
-    hio_f32(io, &h->run_start_level); hio_f32(io, &h->harm);
+    value_io(io, &h->value);
+    hio_i32(io, &h->probing);
     if (h->cfg.direction == DIRECTION_EMA) {
         if (direction == NULL) { hio_fail(io, "no direction buffer given"); }
         else { hio_f32s(io, direction, h->num_params); }

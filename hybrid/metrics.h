@@ -1,10 +1,11 @@
 /*
  * hybrid/metrics.h — what hybrid mode reports (docs/hybrid.md §8).
  * Per step: the JSON fields the trainer appends to its metrics.jsonl line (predicted loss,
- * horizon, confidence). Per run: counters and sums from which the summary JSON and the console
- * table are printed: steps and time per phase, backward passes saved, predictor error at Correct
- * steps (MAE and correlation of predicted vs measured loss), mean cosine of predicted vs real
- * block updates, rollbacks and divergence events, predictor cost per step, peak RSS.
+ * horizon, confidence, the ms of the value test's probe forwards). Per run: counters and sums from
+ * which the summary JSON and the console table are printed: steps and time per phase, backward passes
+ * saved, predictor error at Correct steps (MAE and correlation of predicted vs measured loss), mean
+ * cosine of predicted vs real block updates, rollbacks and divergence events, probes, predictor cost
+ * per step, peak RSS. The value test's own numbers are printed by hybrid.h.
  * Fixed size; no allocation.
  */
 #ifndef HYBRID_METRICS_H
@@ -25,10 +26,14 @@ typedef struct {
     double cos_sum;               // cosine of predicted vs real block updates at Correct steps
     int rollbacks, events, micro_checks, micro_stops;
     double predictor_ms;          // host time spent in the hybrid decisions (predictor, bandit, store)
+    int probes;                   // probe losses measured (hybrid/value.h)
+    double probe_ms;              // their forward passes' time (included in the phases' ms)
     // the current step, for its metrics line
     float predicted_loss;         // NAN when not applicable
     int horizon;                  // 0 when not applicable
     float confidence;             // NAN when not applicable
+    int step_probes;              // probe losses measured in this step
+    double step_probe_ms;         // and their ms
 } HybridMetrics;
 
 static inline void metrics_init(HybridMetrics* m) {
@@ -67,13 +72,15 @@ static inline int metrics_total_steps(const HybridMetrics* m) {
     return t;
 }
 
-// writes `"predicted_loss": x, "horizon": h, "confidence": c` (null where not applicable)
+// writes `"predicted_loss": x, "horizon": h, "confidence": c, "probe_ms": p` (null where not applicable;
+// probe_ms: the part of the step's ms spent in probe forwards, null if it measured none)
 static inline int metrics_step_json(const HybridMetrics* m, char* buf, size_t n) {
-    char pl[32], hz[16], cf[32];
+    char pl[32], hz[16], cf[32], pm[32];
     if (isfinite(m->predicted_loss)) { snprintf(pl, sizeof(pl), "%.9g", m->predicted_loss); } else { snprintf(pl, sizeof(pl), "null"); }
     if (m->horizon > 0) { snprintf(hz, sizeof(hz), "%d", m->horizon); } else { snprintf(hz, sizeof(hz), "null"); }
     if (isfinite(m->confidence)) { snprintf(cf, sizeof(cf), "%.6g", m->confidence); } else { snprintf(cf, sizeof(cf), "null"); }
-    return snprintf(buf, n, "\"predicted_loss\": %s, \"horizon\": %s, \"confidence\": %s", pl, hz, cf);
+    if (m->step_probes > 0) { snprintf(pm, sizeof(pm), "%.4f", m->step_probe_ms); } else { snprintf(pm, sizeof(pm), "null"); }
+    return snprintf(buf, n, "\"predicted_loss\": %s, \"horizon\": %s, \"confidence\": %s, \"probe_ms\": %s", pl, hz, cf, pm);
 }
 
 // appends `, "key": value` (null when not finite) at buf[*pos]
@@ -112,6 +119,8 @@ static inline int metrics_summary_fields(const HybridMetrics* m, char* buf, size
     metrics_field(buf, n, &pos, "divergence_events", m->events, 1);
     metrics_field(buf, n, &pos, "micro_checks", m->micro_checks, 1);
     metrics_field(buf, n, &pos, "micro_stops", m->micro_stops, 1);
+    metrics_field(buf, n, &pos, "probes", m->probes, 1);
+    metrics_field(buf, n, &pos, "time_s_probes", m->probe_ms / 1000.0, 0);
     metrics_field(buf, n, &pos, "predictor_ms_per_step", total ? m->predictor_ms / total : NAN, 0);
     metrics_field(buf, n, &pos, "hybrid_time_s", time_total / 1000.0, 0);
     metrics_field(buf, n, &pos, "peak_rss_mib", metrics_peak_rss_mib(), 0);
@@ -135,6 +144,7 @@ static inline void metrics_print_table(const HybridMetrics* m, FILE* f) {
     fprintf(f, "| %-36s | %16.4f |\n", "mean cosine predicted vs real update", m->n_cos ? m->cos_sum / m->n_cos : NAN);
     fprintf(f, "| %-36s | %7d / %6d |\n", "rollbacks / divergence events", m->rollbacks, m->events);
     fprintf(f, "| %-36s | %7d / %6d |\n", "micro-checks / early stops", m->micro_checks, m->micro_stops);
+    fprintf(f, "| %-36s | %7d / %6.2f |\n", "probe losses / their time (s)", m->probes, m->probe_ms / 1000.0);
     fprintf(f, "| %-36s | %16.4f |\n", "predictor ms per step", total ? m->predictor_ms / total : NAN);
     fprintf(f, "| %-36s | %15.3f%% |\n", "predictor cost / Full step", 100.0 * (total ? m->predictor_ms / total : NAN) / full_ms);
     fprintf(f, "| %-36s | %16.1f |\n", "peak RSS (MiB)", metrics_peak_rss_mib());
@@ -152,6 +162,8 @@ static inline void metrics_io(HybridIO* io, HybridMetrics* m) {
     hio_i32(io, &m->rollbacks); hio_i32(io, &m->events);
     hio_i32(io, &m->micro_checks); hio_i32(io, &m->micro_stops);
     hio_f64(io, &m->predictor_ms);
+    hio_i32(io, &m->probes);
+    hio_f64(io, &m->probe_ms);
 }
 
 #endif // HYBRID_METRICS_H

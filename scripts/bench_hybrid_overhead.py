@@ -4,18 +4,22 @@ scripts/bench_hybrid_overhead.py — `make bench`'s hybrid rows: what hybrid mod
 baseline in the same run.
 
 1. The trainer, per config: a baseline run, a `--hybrid` run (ema direction) and a `--hybrid --direction
-   adam` run, one after the other, same binary, data, seed and flags otherwise. From each run's
-   metrics.jsonl, the median step time per phase over the steps after --skip: the Full-step time (hybrid:
-   its warm-up and Full steps, which both run the fused AdamW + statistics pass) against the baseline's,
-   the Correct-step time against it, and the Predict-step time as a fraction of the baseline's Full step.
-   Targets (issue 14): Full and Correct <= 1.03x the baseline, Predict <= 2% of a Full step at d6 B8 T256.
+   adam` run, same binary, data, seed and flags otherwise, interleaved in --rounds rounds (baseline, ema,
+   adam, baseline, ...) so that a slow spell of a shared machine falls on every arm alike. From the
+   runs' metrics.jsonl, the median step time per phase over the steps after --skip, pooled over rounds:
+   the Full-step time (hybrid: its warm-up and Full steps, which both run the fused AdamW + statistics
+   pass) against the baseline's, the Correct-step time against it, and the Predict-step time as a
+   fraction of the baseline's Full step. The value test's probe forwards (hybrid/value.h; a step's
+   "probe_ms") are taken out of the Predict and Correct times and shown in a column of their own: they
+   are the test's price, paid on probed runs only. Targets (issue 14): Full and Correct <= 1.03x the
+   baseline, Predict <= 2% of a Full step at d6 B8 T256.
    The hybrid runs use --hybrid-warmup 4 --confidence-threshold 0 so that a short run has Predict and
    Correct steps to time; these flags change no per-step work.
 2. build/bench_hybrid at each config's depth: the passes alone (plain AdamW, AdamW fused with the
    statistics, Predict steps) in bytes moved and GB/s against a bandwidth probe (a += s*b) in the same
    run with the same threads.
 Prints the OpenBLAS core in use (set OPENBLAS_CORETYPE where Debian's OpenBLAS picks a slow kernel).
-usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:60,d6:8:256:16] [--skip 3]
+usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:40,d6:8:256:10] [--rounds 3] [--skip 3]
 """
 import argparse
 import json
@@ -41,18 +45,24 @@ def run_trainer(trainer, model, B, T, steps, flags, out, env):
     return cmd
 
 
-def phase_medians(path, skip):
-    """median ms per phase over the steps after `skip`; 'measured' pools warmup and full"""
-    by = {}
+def phase_times(path, skip, by):
+    """ms per phase over the steps after `skip`, less their probe forwards, appended to `by`;
+    'measured' pools warmup and full, 'probe' holds the probe forwards' ms"""
     with open(path) as f:
         for line in f:
             m = json.loads(line)
             if m.get("step", 0) <= skip or m.get("ms") is None or m.get("phase") is None:
                 continue
-            ph = m["phase"]
-            by.setdefault(ph, []).append(m["ms"])
+            ph, probe = m["phase"], m.get("probe_ms") or 0.0
+            by.setdefault(ph, []).append(m["ms"] - probe)
+            if probe > 0.0:
+                by.setdefault("probe", []).append(probe)
             if ph in ("warmup", "full"):
                 by.setdefault("measured", []).append(m["ms"])
+    return by
+
+
+def medians(by):
     return {k: (statistics.median(v), len(v)) for k, v in by.items()}
 
 
@@ -63,7 +73,8 @@ def fmt(x, n):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--configs", default="d2:8:64:60,d6:8:256:16", help="model:B:T:steps,...")
+    p.add_argument("--configs", default="d2:8:64:40,d6:8:256:10", help="model:B:T:steps per run,...")
+    p.add_argument("--rounds", type=int, default=3, help="runs per arm, interleaved")
     p.add_argument("--skip", type=int, default=3, help="steps left out of the medians (warm-up)")
     p.add_argument("--trainer", default="./train_gpt2")
     p.add_argument("--micro", default="build/bench_hybrid", help="the passes' bench ('' to skip)")
@@ -75,20 +86,25 @@ def main():
     try:
         for spec in a.configs.split(","):
             model, B, T, steps = spec.split(":")
-            res = {}
+            times = {name: {} for name, _ in ARMS}
+            for rnd in range(a.rounds):
+                for name, flags in ARMS:
+                    out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}_{rnd}")
+                    cmd = run_trainer(a.trainer, model, B, T, int(steps), flags, out, env)
+                    phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
+            res = {name: medians(by) for name, by in times.items()}
             for name, flags in ARMS:
-                out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}")
-                cmd = run_trainer(a.trainer, model, B, T, int(steps), flags, out, env)
-                res[name] = phase_medians(os.path.join(out, "metrics.jsonl"), a.skip)
-                print(f"  {' '.join(c for c in cmd if c not in ('-o', out))}: " + ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
+                print(f"  {model} B={B} T={T} {name} ({a.rounds} runs of {steps} steps): " +
+                      ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
             base = res["baseline"].get("full", (None, 0))[0]
             for name, _ in ARMS[1:]:
                 r = res[name]
                 full, nf = r.get("measured", (None, 0))
                 corr, nc = r.get("correct", (None, 0))
                 pred, npr = r.get("predict", (None, 0))
+                probe, npb = r.get("probe", (None, 0))
                 rows.append((f"{model} B={B} T={T}", name, base, res["baseline"]["full"][1], full, nf, corr, nc,
-                             pred, npr))
+                             pred, npr, probe, npb))
             if a.micro:
                 r = subprocess.run([a.micro, model[1:], "9"], env=env, cwd=ROOT, capture_output=True, text=True)
                 if r.returncode != 0:
@@ -98,15 +114,17 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print("| config | arm | baseline Full ms | hybrid Full ms | x baseline | Correct ms | x baseline | "
-          "Predict ms | Predict / baseline Full |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for cfg, name, base, nb, full, nf, corr, nc, pred, npr in rows:
+          "Predict ms | Predict / baseline Full | probe forward ms | probe / baseline Full |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for cfg, name, base, nb, full, nf, corr, nc, pred, npr, probe, npb in rows:
         ratio = lambda x: f"{x / base:.3f}x" if x is not None and base else "-"
-        frac = f"{100.0 * pred / base:.2f}%" if pred is not None and base else "-"
+        frac = lambda x: f"{100.0 * x / base:.2f}%" if x is not None and base else "-"
         print(f"| {cfg} | {name} | {fmt(base, nb)} | {fmt(full, nf)} | {ratio(full)} | {fmt(corr, nc)} | "
-              f"{ratio(corr)} | {fmt(pred, npr)} | {frac} |")
-    print(f"\nmedian ms per step (steps counted in brackets) after step {a.skip}; {a.threads} threads; targets: "
-          "Full and Correct <= 1.03x, Predict <= 2% of a Full step at d6 B8 T256")
+              f"{ratio(corr)} | {fmt(pred, npr)} | {frac(pred)} | {fmt(probe, npb)} | {frac(probe)} |")
+    print(f"\nmedian ms per step (steps counted in brackets) after step {a.skip} of each run, {a.rounds} interleaved "
+          f"runs per arm; {a.threads} threads; Predict and Correct without their probe forwards (the value test's, "
+          "on probed runs only: two per probed run); targets: Full and Correct <= 1.03x, Predict <= 2% of a Full "
+          "step at d6 B8 T256")
     for text in micro:
         print()
         print(text.strip())

@@ -265,7 +265,9 @@ def summarize_run(recs, target=None):
 HYBRID_DIAG = (("pct_steps_without_backward", "% steps without backward", 1),
                ("rollbacks", "rollbacks", 1), ("divergence_events", "divergence events", 1),
                ("predicted_loss_mae", "predicted-loss MAE", 3), ("predicted_loss_correlation", "predicted-loss corr.", 2),
-               ("mean_update_cosine", "update cosine", 3), ("predictor_ms_per_step", "predictor ms/step", 3))
+               ("mean_update_cosine", "update cosine", 3), ("predictor_ms_per_step", "predictor ms/step", 3),
+               ("value_pairs", "value-test pairs", 1), ("value_rho", "value-test rho", 2),
+               ("value_open", "still predicting", 2))
 
 
 def read_hybrid_summary(run_dir):
@@ -412,6 +414,18 @@ def full_steps_of(run):
     return measured, (run["backward"] / measured if measured and run["backward"] else None)
 
 
+def break_even(run):
+    """What a Predict step costs in Full steps: its own time plus what its run's Correct step costs beyond a
+    Full step (the value test's probe forward), per Predict step, over the mean Full-step time; None
+    without Full and Predict steps."""
+    steps, t = run["phase_steps"], run["phase_time_s"]
+    if not steps.get("full") or not steps.get("predict"):
+        return None
+    full = t.get("full", 0.0) / steps["full"]
+    extra = t.get("correct", 0.0) - full * steps.get("correct", 0)
+    return (t.get("predict", 0.0) + max(extra, 0.0)) / steps["predict"] / full if full > 0 else None
+
+
 def add_rho(arms, run_rows, arm_rows):
     """rho per hybrid run and per arm (mean, 95% CI over seeds), and the break-even rho of the arm."""
     matched = [a for a in arms if a["kind"] == "matched"]
@@ -430,9 +444,7 @@ def add_rho(arms, run_rows, arm_rows):
             ok = need is not None and r["predict_steps"] > 0
             r["rho_steps_needed"], r["rho_extrapolated"] = need, extra
             r["rho"] = (need - measured) / r["predict_steps"] if ok else None
-            ms = {ph: 1000.0 * r["phase_time_s"].get(ph, 0.0) / r["phase_steps"][ph] for ph in ("full", "predict")
-                  if r["phase_steps"].get(ph)}
-            r["break_even_rho"] = ms["predict"] / ms["full"] if len(ms) == 2 else None
+            r["break_even_rho"] = break_even(r)
     for row in arm_rows:
         rs = [r for r in run_rows if r["arm"] == row["arm"] and r.get("rho") is not None]
         if row["kind"] not in ("hybrid", "control"):

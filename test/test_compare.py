@@ -314,7 +314,11 @@ def rho_recompute(results):
         last = max(steps, key=lambda r: r["step"])
         fin = max((r for r in recs if r.get("val_loss") is not None), key=lambda r: r["step"])["val_loss"]
         full_ms = [r["ms"] for r in steps if r.get("phase") == "full"]
-        be = (sum(r["ms"] for r in pred) / len(pred)) / (sum(full_ms) / len(full_ms)) if pred and full_ms else None
+        be = None
+        if pred and full_ms:  # Predict time plus the Correct steps' excess over a Full step, per Predict step
+            f = sum(full_ms) / len(full_ms)
+            corr = [r["ms"] for r in steps if r.get("phase") == "correct"]
+            be = (sum(r["ms"] for r in pred) + max(sum(corr) - f * len(corr), 0.0)) / len(pred) / f
         measured = len(steps) - len(pred)
         return last["backward"] / (last["backward"] / measured), len(pred), fin, be
 

@@ -1,5 +1,5 @@
 // hybrid/controller.h alone: the phase machine's transitions, cool-down, LR warm-up, forced Full, back-off,
-// the gate on the scales, and the run length of the batch regime.
+// and the run length of the batch regime.
 #include <criterion/criterion.h>
 #include "hybrid/controller.h"
 
@@ -104,24 +104,6 @@ Test(controller, no_predict_before_the_lr_peak) {
     cr_assert_eq(phase_next(&c, 10, 1, 1), PHASE_CORRECT);
     phase_full_done(&c);
     cr_assert_eq(phase_next(&c, 11, 1, 1), PHASE_PREDICT);
-}
-
-Test(controller, gate_halves_on_harm_to_the_probe_and_doubles_back) {
-    Controller c;
-    phase_init(&c, 0, 2, 1, 1000, 0.0f);
-    cr_assert_float_eq(c.gate, 1.0f, 0.0f);
-    float want[] = {0.5f, 0.25f, 0.125f, 0.0625f, 0.0625f, 0.0625f};
-    for (int i = 0; i < 6; i++) {
-        phase_correct_outcome(&c, 1);
-        cr_assert_float_eq(c.gate, want[i], 0.0f, "after %d harmful Corrects: gate %g", i + 1, c.gate);
-    }
-    cr_assert_eq(c.full_required, 128); // the gaps doubled with every harmful Correct (2 * 2^6)
-    phase_correct_outcome(&c, 0);
-    cr_assert_float_eq(c.gate, 0.125f, 0.0f);
-    cr_assert_eq(c.full_required, 64);
-    for (int i = 0; i < 10; i++) { phase_correct_outcome(&c, 0); }
-    cr_assert_float_eq(c.gate, 1.0f, 0.0f);
-    cr_assert_eq(c.full_required, 2);
 }
 
 Test(controller, regime_horizon_grows_with_micro_batches) {

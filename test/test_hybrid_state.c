@@ -59,6 +59,8 @@ static float sim_backward(Sim* s, int batch) {
 // > 0: every Correct step reports a loss this much worse than measured (a prediction gone wrong);
 // g_sabotage_sigma: the same in units of the monitor's loss noise
 static float g_sabotage = 0.0f, g_sabotage_sigma = 0.0f;
+// > 0: every run-start probe reports theta_0 this much better than it is (Predict runs worth nothing)
+static float g_probe_bias = 0.0f;
 // if set, called after every hybrid_begin_step (the tests' probe of the decisions)
 static void (*g_probe)(const HybridState* h, int step, float lr, HybridPhase ph) = NULL;
 
@@ -85,6 +87,8 @@ static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, floa
         if (g_probe != NULL) { g_probe(h, step, lr, ph); }
         ApplyDirection dir = hybrid_direction(h, s->d, s->m, s->v);
         if (ph == PHASE_PREDICT) {
+            // the value test's probe: the loss of theta_0 on the batch the Correct step will train on
+            if (hybrid_probe_wanted(h)) { hybrid_probe_loss(h, sim_loss(s, s->batch) - g_probe_bias, 0.0); }
             if (h->run_steps == 1 && snapshot != NULL) { memcpy(snapshot, s->p, s->P * 4); } // test-side copy only
             hybrid_apply_predict(h, s->p, s->g, &dir);
             losses[step] = NAN;
@@ -100,8 +104,10 @@ static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, floa
             }
             L = sim_loss(s, s->batch);
         }
+        if (ph != PHASE_CORRECT && hybrid_probe_wanted(h)) { hybrid_probe_loss(h, L, 0.0); }
         float gn = sim_backward(s, s->batch);
         s->batch++;
+        if (ph == PHASE_CORRECT && hybrid_probe_wanted(h)) { hybrid_probe_loss(h, sim_loss(s, s->batch), 0.0); }
         s->t++;
         hybrid_update(h, s->p, s->g, s->m, s->v, s->d, 1.0f, s->t);
         losses[step] = L;
@@ -162,19 +168,19 @@ Test(state, resume_is_bit_exact_for_every_predictor) {
     resume_case(PREDICTOR_LINEAR, DIRECTION_ADAM, 43);
 }
 
-// fixed-scale predictors: every block's coefficient is gate * scale * lr_t / lr_peak (scale: beta1 or kappa)
+// fixed-scale predictors: every block's coefficient is scale * lr_t / lr_peak (scale: beta1 or kappa)
 static float g_want_scale;
 static int g_checked;
 static void check_fixed_coef(const HybridState* h, int step, float lr, HybridPhase ph) {
     if (ph != PHASE_PREDICT) { return; }
     for (int b = 0; b < NB; b++) {
-        float want = h->ctrl.gate * g_want_scale * lr / 0.02f;
+        float want = g_want_scale * lr / 0.02f;
         cr_assert_float_eq(h->coef[b], want, 1e-6f * fabsf(want), "step %d block %d: coef %g, want %g", step, b, h->coef[b], want);
     }
     g_checked++;
 }
 
-Test(state, fixed_scale_predictors_move_gate_times_scale_times_lr_ratio) {
+Test(state, fixed_scale_predictors_move_scale_times_lr_ratio) {
     int kinds[2] = {PREDICTOR_NESTEROV, PREDICTOR_SCALED};
     float scales[2] = {0.9f, 0.7f}; // nesterov: AdamW's beta1 (0.9 in hybrid_for); scaled: --kappa
     for (int i = 0; i < 2; i++) {
@@ -195,38 +201,58 @@ Test(state, fixed_scale_predictors_move_gate_times_scale_times_lr_ratio) {
     }
 }
 
-// harm: Correct steps whose loss is above the Full-step trend close the gate and lengthen the gaps;
-// when they stop, the gate opens again. The monitor is kept out (threshold 1000: no rollback).
-static float g_min_gate, g_gate_at_end;
-static int g_max_gap;
-static void track_gate(const HybridState* h, int step, float lr, HybridPhase ph) {
-    (void)lr; (void)ph;
-    if (h->ctrl.gate < g_min_gate) { g_min_gate = h->ctrl.gate; }
+// the value test (hybrid/value.h): on the simulated problem Predict runs along the update EMA lower the
+// loss on unseen batches by more than their cost, so predicting goes on; where every run-start probe says
+// theta_0 was better by far (runs worth nothing), predicting stops after VALUE_MIN_PAIRS pairs and the
+// gaps between runs grow to their ceiling. The monitor is kept out (threshold 1000: no rollback).
+static int g_max_gap, g_predict_after;
+static void track_gaps(const HybridState* h, int step, float lr, HybridPhase ph) {
+    (void)lr;
     if (h->ctrl.full_required > g_max_gap) { g_max_gap = h->ctrl.full_required; }
-    if (step == 95) { g_gate_at_end = h->ctrl.gate; }
+    if (ph == PHASE_PREDICT && h->value.pairs >= VALUE_MIN_PAIRS && !h->value.open && step >= 0) { g_predict_after++; }
 }
 
-Test(state, harmful_corrects_close_the_gate_and_it_reopens) {
+static void value_case(float bias, HybridState* h, Sim* s) {
     HybridConfig c;
     config(&c, PREDICTOR_SCALED, DIRECTION_EMA);
     c.divergence_threshold = 1000.0f;
     c.max_predict_steps = 1;
-    Sim s;
-    sim_init(&s);
-    HybridState h;
-    hybrid_for(&h, &c, &s);
+    c.warmup = 2;
+    sim_init(s);
+    hybrid_for(h, &c, s);
     float losses[STEPS];
-    g_min_gate = 1.0f; g_max_gap = 0; g_probe = track_gate;
-    g_sabotage_sigma = 3.0f; // Correct losses 3 noise units above what they are
-    sim_run(&h, &s, 0, 30, losses, NULL);
-    cr_assert_float_eq(h.ctrl.gate, PHASE_GATE_PROBE, 0.0f, "gate %g after harm", h.ctrl.gate);
-    cr_assert_geq(g_max_gap, 8, "gaps %d after harm", g_max_gap);
-    cr_assert_eq(h.metrics.rollbacks, 0);
-    g_sabotage_sigma = 0.0f;
-    sim_run(&h, &s, 30, STEPS, losses, NULL);
-    g_probe = NULL;
-    cr_assert_float_eq(g_gate_at_end, 1.0f, 0.0f, "gate %g at the end of the Predict window", g_gate_at_end);
-    cr_assert_eq(h.ctrl.full_required, c.full_steps, "gaps back to --full-steps");
+    g_max_gap = 0; g_predict_after = 0; g_probe = track_gaps;
+    g_probe_bias = bias;
+    sim_run(h, s, 0, STEPS, losses, NULL);
+    g_probe = NULL; g_probe_bias = 0.0f;
+    cr_assert_eq(h->metrics.rollbacks, 0);
+    cr_assert_geq(h->value.pairs, VALUE_MIN_PAIRS, "%d pairs", h->value.pairs);
+    cr_log_info("bias %g: %d pairs, rho %g, excess %g +- %g, open %d, %d Predict steps, max gap %d", bias, h->value.pairs,
+                value_rho(&h->value), value_mean(&h->value), value_se(&h->value), h->value.open,
+                h->metrics.steps[PHASE_PREDICT], g_max_gap);
+}
+
+Test(state, value_test_keeps_predicting_where_runs_pay) {
+    HybridState h;
+    Sim s;
+    value_case(0.0f, &h, &s);
+    cr_assert_eq(h.value.open, 1, "pairs %d, rho %g, excess %g +- %g", h.value.pairs, value_rho(&h.value),
+                 value_mean(&h.value), value_se(&h.value));
+    cr_assert_gt(value_rho(&h.value), 0.0f);
+    cr_assert_eq(h.ctrl.full_required, 1, "gaps stay at --full-steps");
+    cr_assert_gt(h.metrics.steps[PHASE_PREDICT], 20);
+    hybrid_free(&h);
+    sim_free(&s);
+}
+
+Test(state, value_test_stops_predicting_where_runs_do_not_pay) {
+    HybridState h;
+    Sim s;
+    value_case(0.05f, &h, &s);
+    cr_assert_eq(h.value.open, 0, "pairs %d, rho %g", h.value.pairs, value_rho(&h.value));
+    cr_assert_lt(value_rho(&h.value), 0.0f);
+    cr_assert_geq(g_max_gap, 16, "gaps %d after the test failed", g_max_gap);
+    cr_assert_lt(h.metrics.steps[PHASE_PREDICT], VALUE_MIN_PAIRS + 6, "%d Predict steps", h.metrics.steps[PHASE_PREDICT]);
     hybrid_free(&h);
     sim_free(&s);
 }
@@ -371,8 +397,14 @@ Test(state, summary_fields_and_table) {
     cr_assert(strstr(buf, "\"peak_rss_mib\": ") != NULL);
     char step_json[256];
     h.metrics.horizon = 3; h.metrics.confidence = NAN; h.metrics.predicted_loss = 2.5f;
+    h.metrics.step_probes = 0;
     hybrid_step_json(&h, step_json, sizeof(step_json));
-    cr_assert_str_eq(step_json, "\"predicted_loss\": 2.5, \"horizon\": 3, \"confidence\": null");
+    cr_assert_str_eq(step_json, "\"predicted_loss\": 2.5, \"horizon\": 3, \"confidence\": null, \"probe_ms\": null");
+    h.metrics.step_probes = 1; h.metrics.step_probe_ms = 1.25;
+    hybrid_step_json(&h, step_json, sizeof(step_json));
+    cr_assert(strstr(step_json, "\"probe_ms\": 1.2500") != NULL, "%s", step_json);
+    snprintf(want, sizeof(want), "\"value_pairs\": %d", h.value.pairs);
+    cr_assert(strstr(buf, want) != NULL, "%s", buf);
     FILE* f = tmpfile();
     hybrid_print_summary(&h, f);
     cr_assert_gt(ftell(f), 500);
