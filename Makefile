@@ -108,7 +108,7 @@ fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
 # hybrid/ is header-only; each header has its own Criterion test binary
 HYBRID_TESTS = $(BUILD)/test_hybrid_controller $(BUILD)/test_hybrid_predictor $(BUILD)/test_hybrid_residual \
                $(BUILD)/test_hybrid_monitor $(BUILD)/test_hybrid_bandit $(BUILD)/test_hybrid_apply \
-               $(BUILD)/test_hybrid_state
+               $(BUILD)/test_hybrid_state $(BUILD)/test_hybrid_value
 TESTS += $(HYBRID_TESTS)
 
 $(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c | $(BUILD)

@@ -284,7 +284,8 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
     const int fixed = predictor_is_fixed(h->cfg.predictor);
     phase_lr(&h->ctrl, lr, h->lr_peak);
     h->confidence = hybrid_confidence(h);
-    int confident = h->measured > 1 && h->confidence >= h->cfg.confidence_threshold;
+    int confident = h->measured > 1 && h->confidence >= h->cfg.confidence_threshold &&
+                    value_may_predict(&h->value, h->metrics.steps[PHASE_PREDICT], h->total_steps);
     if (starting && confident && step >= h->ctrl.warmup && h->cfg.max_predict_steps > 0) {
         if (h->cfg.adaptive) {
             horizon = bandit_choose(&h->bandit, h->x);
@@ -563,9 +564,11 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) { 
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     metrics_print_table(&h->metrics, f);
     const ValueTest* v = &h->value;
+    const char* verdict = v->pairs >= VALUE_MIN_PAIRS ? (v->open ? "predicting" : "stopped predicting")
+                          : !value_may_predict(v, h->metrics.steps[PHASE_PREDICT], h->total_steps)
+                          ? "probe budget spent before the test could decide: stopped predicting" : "still gathering";
     fprintf(f, "value test: %d pairs, rho %.3f (Full steps per Predict step), excess over cost %.3g +- %.2g: %s\n",
-            v->pairs, value_rho(v), value_mean(v), value_se(v),
-            v->pairs < VALUE_MIN_PAIRS ? "still gathering" : v->open ? "predicting" : "stopped predicting");
+            v->pairs, value_rho(v), value_mean(v), value_se(v), verdict);
     if (h->cfg.adaptive) { // the bandit's state: pulls and mean reward per horizon
         for (int a = 0; a < h->bandit.arms; a++) {
             int n = h->bandit.pulls[a];
@@ -583,7 +586,7 @@ static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t 
     metrics_field(buf, n, &pos, "value_rho", value_rho(v), 0);
     metrics_field(buf, n, &pos, "value_excess_mean", value_mean(v), 0);
     metrics_field(buf, n, &pos, "value_excess_se", value_se(v), 0);
-    metrics_field(buf, n, &pos, "value_open", v->open, 1);
+    metrics_field(buf, n, &pos, "value_predicting", v->open && value_may_predict(v, h->metrics.steps[PHASE_PREDICT], h->total_steps), 1);
     return (int)pos;
 }
 

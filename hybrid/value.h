@@ -10,20 +10,25 @@
  * rho in Full steps per Predict step. A predicted step pays where rho exceeds its cost c in Full
  * steps (the probes' forward passes included), so each pair adds x = pred gain - c * full gain and
  * the test keeps Predict runs going only while the pooled mean of x is above zero by `z` standard
- * errors; the first `min_pairs` pairs are gathered unconditionally. The burden of proof is on
- * prediction: worthless Predict steps (rho ~ 0) fail the test and predicting stops.
- * Fixed size; no allocation. Depends on hybrid/hio.h.
+ * errors; the first VALUE_MIN_PAIRS pairs are gathered unconditionally. The burden of proof is on
+ * prediction: worthless Predict steps (rho ~ 0) fail the test and predicting stops. Finding out has a
+ * price (a probe run worth nothing costs a Full step's progress), so until the test has passed, Predict
+ * steps are capped at VALUE_BUDGET of the schedule: in a short run the budget may end the probing
+ * before the test could decide.
+ * Fixed size; no allocation. Depends on libc and hybrid/hio.h.
  */
 #ifndef HYBRID_VALUE_H
 #define HYBRID_VALUE_H
 
 #include <math.h>
+#include <string.h>
 #include "hybrid/hio.h"
 
 #define VALUE_MIN_PAIRS 8       // pairs gathered before the test decides
 #define VALUE_Z 2.0f            // one-sided: the mean excess must be this many standard errors above 0
 #define VALUE_PROBE_EVERY 4     // while the test passes, one run in this many is probed
 #define VALUE_PASS_COST 0.01f   // a Predict step's own pass, in Full steps (measured: ~0.5%; rounded up)
+#define VALUE_BUDGET 0.05f      // until the test has passed, Predict steps are at most this share of the schedule
 
 typedef struct {
     int pairs;                 // completed (pred gain, full gain) pairs
@@ -78,6 +83,13 @@ static inline int value_add(ValueTest* v, float pred_gain, float full_gain, floa
 // whether the run starting now is probed: all of them until the test passes, then one in VALUE_PROBE_EVERY
 static inline int value_probe_run(const ValueTest* v, int run_index) {
     return !v->open || v->pairs < VALUE_MIN_PAIRS || run_index % VALUE_PROBE_EVERY == 0;
+}
+
+// whether a Predict run may start: always once the test has passed; before, and after it failed, only
+// while the Predict steps so far are under VALUE_BUDGET of the schedule
+static inline int value_may_predict(const ValueTest* v, int predict_steps, int total_steps) {
+    if (v->open && v->pairs >= VALUE_MIN_PAIRS) { return 1; }
+    return (float)predict_steps < VALUE_BUDGET * (float)total_steps;
 }
 
 static inline void value_io(HybridIO* io, ValueTest* v) {

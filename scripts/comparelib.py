@@ -267,7 +267,7 @@ HYBRID_DIAG = (("pct_steps_without_backward", "% steps without backward", 1),
                ("predicted_loss_mae", "predicted-loss MAE", 3), ("predicted_loss_correlation", "predicted-loss corr.", 2),
                ("mean_update_cosine", "update cosine", 3), ("predictor_ms_per_step", "predictor ms/step", 3),
                ("value_pairs", "value-test pairs", 1), ("value_rho", "value-test rho", 2),
-               ("value_open", "still predicting", 2))
+               ("value_predicting", "still predicting", 2))
 
 
 def read_hybrid_summary(run_dir):
