@@ -901,7 +901,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
                                      model->multi_gpu, model->stream);
             }
             h->run_steps = 0;
-            if (tr->rank0) {
+            if (tr->rank0 && h->rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
                 printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->step + 1, loss,
                        h->predicted_loss);
             }

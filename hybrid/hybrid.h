@@ -5,7 +5,8 @@
  *     phase = hybrid_begin_step(h, step, lr);
  *     Predict:  apply h->coef with hybrid_apply_predict (CPU) or its kernel; no forward, no backward,
  *               no batch; optionally a forward-only check when hybrid_micro_due(h) (hybrid_micro_result)
- *     otherwise: forward; on a Correct step hybrid_correct_check(h, loss) may answer ACTION_ROLLBACK:
+ *     otherwise: forward; on a Correct step hybrid_correct_check(h, loss) may answer ACTION_ROLLBACK
+ *               (the monitor's, or a probe run's before the value test passed: it only measures):
  *               then hybrid_rollback (or its kernel) and forward again; backward, clip; then AdamW
  *               fused with the statistics: hybrid_update (or its kernel, which fills h->stats)
  *     probes:   where hybrid_probe_wanted(h), a loss for the value test (hybrid/value.h): on a Predict
@@ -393,7 +394,8 @@ static inline void hybrid_probe_loss(HybridState* h, float loss, double ms) {
 }
 
 // Correct step, after its forward and before its backward. ACTION_ROLLBACK: the trainer must call
-// hybrid_rollback (or its kernel) and run the forward again before the backward.
+// hybrid_rollback (or its kernel) and run the forward again before the backward; h->rolled_back says
+// whether the monitor asked for it (else the run was a probe before the value test passed).
 static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
     if (h->phase != PHASE_CORRECT) { return ACTION_NONE; }
     h->correct_loss = loss;
@@ -408,6 +410,9 @@ static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
     if (a == ACTION_ROLLBACK) {
         h->metrics.rollbacks++;
         h->rolled_back = 1;
+    } else if (h->probing && !value_proven(&h->value)) {
+        a = ACTION_ROLLBACK; // a probe run before the value test has passed measures; it does not train
+        h->metrics.probe_undos++;
     }
     return a;
 }

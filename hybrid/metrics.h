@@ -27,6 +27,7 @@ typedef struct {
     int rollbacks, events, micro_checks, micro_stops;
     double predictor_ms;          // host time spent in the hybrid decisions (predictor, bandit, store)
     int probes;                   // probe losses measured (hybrid/value.h)
+    int probe_undos;              // probe runs rolled back because the value test had not passed
     double probe_ms;              // their forward passes' time (included in the phases' ms)
     // the current step, for its metrics line
     float predicted_loss;         // NAN when not applicable
@@ -120,6 +121,7 @@ static inline int metrics_summary_fields(const HybridMetrics* m, char* buf, size
     metrics_field(buf, n, &pos, "micro_checks", m->micro_checks, 1);
     metrics_field(buf, n, &pos, "micro_stops", m->micro_stops, 1);
     metrics_field(buf, n, &pos, "probes", m->probes, 1);
+    metrics_field(buf, n, &pos, "probe_runs_undone", m->probe_undos, 1);
     metrics_field(buf, n, &pos, "time_s_probes", m->probe_ms / 1000.0, 0);
     metrics_field(buf, n, &pos, "predictor_ms_per_step", total ? m->predictor_ms / total : NAN, 0);
     metrics_field(buf, n, &pos, "hybrid_time_s", time_total / 1000.0, 0);
@@ -145,6 +147,7 @@ static inline void metrics_print_table(const HybridMetrics* m, FILE* f) {
     fprintf(f, "| %-36s | %7d / %6d |\n", "rollbacks / divergence events", m->rollbacks, m->events);
     fprintf(f, "| %-36s | %7d / %6d |\n", "micro-checks / early stops", m->micro_checks, m->micro_stops);
     fprintf(f, "| %-36s | %7d / %6.2f |\n", "probe losses / their time (s)", m->probes, m->probe_ms / 1000.0);
+    fprintf(f, "| %-36s | %16d |\n", "probe runs undone (test not passed)", m->probe_undos);
     fprintf(f, "| %-36s | %16.4f |\n", "predictor ms per step", total ? m->predictor_ms / total : NAN);
     fprintf(f, "| %-36s | %15.3f%% |\n", "predictor cost / Full step", 100.0 * (total ? m->predictor_ms / total : NAN) / full_ms);
     fprintf(f, "| %-36s | %16.1f |\n", "peak RSS (MiB)", metrics_peak_rss_mib());
@@ -163,6 +166,7 @@ static inline void metrics_io(HybridIO* io, HybridMetrics* m) {
     hio_i32(io, &m->micro_checks); hio_i32(io, &m->micro_stops);
     hio_f64(io, &m->predictor_ms);
     hio_i32(io, &m->probes);
+    hio_i32(io, &m->probe_undos);
     hio_f64(io, &m->probe_ms);
 }
 

@@ -11,10 +11,11 @@
  * steps (the probes' forward passes included), so each pair adds x = pred gain - c * full gain and
  * the test keeps Predict runs going only while the pooled mean of x is above zero by `z` standard
  * errors; the first VALUE_MIN_PAIRS pairs are gathered unconditionally. The burden of proof is on
- * prediction: worthless Predict steps (rho ~ 0) fail the test and predicting stops. Finding out has a
- * price (a probe run worth nothing costs a Full step's progress), so until the test has passed, Predict
- * steps are capped at VALUE_BUDGET of the schedule: in a short run the budget may end the probing
- * before the test could decide.
+ * prediction: worthless Predict steps (rho ~ 0) fail the test and predicting stops. Until the test has
+ * passed, a probe run only measures: its Correct step rolls it back (exactly) after the check, so a
+ * Predict step that would have done harm costs no more than a step without progress; and such steps are
+ * capped at VALUE_BUDGET of the schedule (in a short run the budget may end the probing before the test
+ * could decide).
  * Fixed size; no allocation. Depends on libc and hybrid/hio.h.
  */
 #ifndef HYBRID_VALUE_H
@@ -28,7 +29,7 @@
 #define VALUE_Z 2.0f            // one-sided: the mean excess must be this many standard errors above 0
 #define VALUE_PROBE_EVERY 4     // while the test passes, one run in this many is probed
 #define VALUE_PASS_COST 0.01f   // a Predict step's own pass, in Full steps (measured: ~0.5%; rounded up)
-#define VALUE_BUDGET 0.05f      // until the test has passed, Predict steps are at most this share of the schedule
+#define VALUE_BUDGET 0.02f      // until the test has passed, Predict steps are at most this share of the schedule
 
 typedef struct {
     int pairs;                 // completed (pred gain, full gain) pairs
@@ -85,11 +86,13 @@ static inline int value_probe_run(const ValueTest* v, int run_index) {
     return !v->open || v->pairs < VALUE_MIN_PAIRS || run_index % VALUE_PROBE_EVERY == 0;
 }
 
+// the test has passed: Predict runs train (before, and after it failed, probe runs only measure)
+static inline int value_proven(const ValueTest* v) { return v->open && v->pairs >= VALUE_MIN_PAIRS; }
+
 // whether a Predict run may start: always once the test has passed; before, and after it failed, only
 // while the Predict steps so far are under VALUE_BUDGET of the schedule
 static inline int value_may_predict(const ValueTest* v, int predict_steps, int total_steps) {
-    if (v->open && v->pairs >= VALUE_MIN_PAIRS) { return 1; }
-    return (float)predict_steps < VALUE_BUDGET * (float)total_steps;
+    return value_proven(v) || (float)predict_steps < VALUE_BUDGET * (float)total_steps;
 }
 
 static inline void value_io(HybridIO* io, ValueTest* v) {

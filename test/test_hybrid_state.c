@@ -238,7 +238,7 @@ static void value_case(float bias, int schedule, HybridState* h, Sim* s) {
 Test(state, value_test_keeps_predicting_where_runs_pay) {
     HybridState h;
     Sim s;
-    value_case(0.0f, 400, &h, &s);
+    value_case(0.0f, 1000, &h, &s);
     cr_assert_geq(h.value.pairs, VALUE_MIN_PAIRS, "%d pairs", h.value.pairs);
     cr_assert_eq(h.value.open, 1, "pairs %d, rho %g, excess %g +- %g", h.value.pairs, value_rho(&h.value),
                  value_mean(&h.value), value_se(&h.value));
@@ -252,17 +252,17 @@ Test(state, value_test_keeps_predicting_where_runs_pay) {
 Test(state, value_test_stops_predicting_where_runs_do_not_pay) {
     HybridState h;
     Sim s;
-    value_case(0.05f, 400, &h, &s);
+    value_case(0.05f, 2000, &h, &s);
     cr_assert_geq(h.value.pairs, VALUE_MIN_PAIRS, "%d pairs", h.value.pairs);
     cr_assert_eq(h.value.open, 0, "pairs %d, rho %g", h.value.pairs, value_rho(&h.value));
     cr_assert_lt(value_rho(&h.value), 0.0f);
     cr_assert_geq(g_max_gap, 16, "gaps %d after the test failed", g_max_gap);
-    cr_assert_leq(h.metrics.steps[PHASE_PREDICT], (int)(VALUE_BUDGET * 400) + 1, "%d Predict steps", h.metrics.steps[PHASE_PREDICT]);
+    cr_assert_leq(h.metrics.steps[PHASE_PREDICT], (int)(VALUE_BUDGET * 2000) + 1, "%d Predict steps", h.metrics.steps[PHASE_PREDICT]);
     hybrid_free(&h);
     sim_free(&s);
 }
 
-// a schedule too short for the test to decide: the budget (5% of 120 steps) ends the probing
+// a schedule too short for the test to decide: the budget (2% of 120 steps) ends the probing
 Test(state, value_test_budget_caps_unproven_prediction) {
     HybridState h;
     Sim s;
