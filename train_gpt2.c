@@ -830,12 +830,14 @@ static StepResult train_full_step(Trainer* tr, float lr) {
         gpt2_forward(model, loader->inputs, loader->targets, B, T);
         if (correct && k == 0) {
             if (hybrid_correct_check(&tr->hybrid, model->mean_loss) == ACTION_ROLLBACK) {
+                double u0 = now_seconds();
                 if (tr->hybrid.rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
                     printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->step + 1,
                            model->mean_loss, tr->hybrid.predicted_loss);
                 }
                 hybrid_rollback(&tr->hybrid, model->params_memory, model->grads_memory);
                 gpt2_forward(model, loader->inputs, loader->targets, B, T);
+                if (!tr->hybrid.rolled_back) { hybrid_probe_ms(&tr->hybrid, (now_seconds() - u0) * 1000.0); }
             }
             gpt2_zero_grad(model);
         } else if (hybrid && k == 0 && hybrid_probe_wanted(&tr->hybrid)) {

@@ -893,6 +893,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
         float loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
         if (!correct) { hybrid_probe_loss(h, loss, 0.0); }
         else if (hybrid_correct_check(h, loss) == ACTION_ROLLBACK) {
+            double u0 = now_seconds();
             size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
             hybrid_rollback_device(model->master_weights, model->params_memory, model->grads_memory, lo, hi,
                                    gpt2_step_seed(model, tr->step + 1), model->stream);
@@ -907,6 +908,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
             }
             log_device_memory(tr, "rollback");
             if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
+            if (!h->rolled_back) { hybrid_probe_ms(h, (now_seconds() - u0) * 1000.0); } // undoing a probe run
         }
         gpt2_zero_grad(model);
         // rank 0 trains on the check batch; the others read on to their own first micro batch

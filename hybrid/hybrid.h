@@ -393,6 +393,14 @@ static inline void hybrid_probe_loss(HybridState* h, float loss, double ms) {
     if (h->phase == PHASE_PREDICT && h->probing) { v->l0 = loss; }
 }
 
+// time a trainer spent for the value test outside hybrid_probe_loss (undoing a probe run and running the
+// Correct step's forward again), counted with the probes' time
+static inline void hybrid_probe_ms(HybridState* h, double ms) {
+    h->metrics.probe_ms += ms;
+    h->metrics.step_probe_ms += ms;
+    h->metrics.step_probes++;
+}
+
 // Correct step, after its forward and before its backward. ACTION_ROLLBACK: the trainer must call
 // hybrid_rollback (or its kernel) and run the forward again before the backward; h->rolled_back says
 // whether the monitor asked for it (else the run was a probe before the value test passed).

@@ -33,7 +33,7 @@ typedef struct {
     float predicted_loss;         // NAN when not applicable
     int horizon;                  // 0 when not applicable
     float confidence;             // NAN when not applicable
-    int step_probes;              // probe losses measured in this step
+    int step_probes;              // probe losses measured (or probe work timed) in this step
     double step_probe_ms;         // and their ms
 } HybridMetrics;
 

@@ -557,8 +557,11 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
                  "micro batches per step). Per seed, that curve (made non-increasing, linear in log-steps between "
                  "neighbouring lengths, the end segment extended beyond them) gives the Full steps a baseline needs to "
                  "reach the hybrid run's final val loss; rho = (that - the hybrid's Full steps) / its Predict steps. "
-                 "rho > 0: a Predict step is worth something; rho > break-even (mean Predict-step time / mean Full-step "
-                 "time in the hybrid run): hybrid saves time. mean ± 95% t-interval over seeds.")
+                 "rho > 0: a Predict step is worth something; rho > break-even (the Predict steps' time plus what the "
+                 "Correct steps took beyond a Full step, per Predict step, over the mean Full-step time in the hybrid "
+                 "run): hybrid saves time. mean ± 95% t-interval over seeds. Where the value test rolled its probe "
+                 "runs back (before it passed: they measure, they do not train), rho is ~0 by construction; the "
+                 "value test's own estimate is in the hybrid diagnostics below.")
         L.append("")
         L.append("| arm | rho (95% CI) | seeds | extrapolated | break-even rho | final val loss | p (final val) | "
                  "time to target (s) | speed-up |")
