@@ -225,11 +225,16 @@ static void value_case(float bias, int schedule, HybridState* h, Sim* s) {
     const float wd[NB] = {0.0f, 0.0f, 0.0f, 0.0f};
     hybrid_init(h, &c, s->off, NB, schedule, 0.02f, 0.9f, 0.95f, 1e-8f, wd, 1337);
     float losses[STEPS];
+    float* snapshot = malloc(s->P * 4);
     g_max_gap = 0; g_predict_after = 0; g_probe = track_gaps;
     g_probe_bias = bias;
-    sim_run(h, s, 0, STEPS, losses, NULL);
+    int restored = sim_run(h, s, 0, STEPS, losses, snapshot);
     g_probe = NULL; g_probe_bias = 0.0f;
+    free(snapshot);
     cr_assert_eq(h->metrics.rollbacks, 0);
+    // every probe run before the test passed was undone, bit-exactly (sim_run compares with its snapshot)
+    cr_assert_gt(h->metrics.probe_undos, 0);
+    cr_assert_eq(restored, h->metrics.probe_undos, "%d runs restored, %d undone", restored, h->metrics.probe_undos);
     cr_log_info("bias %g: %d pairs, rho %g, excess %g +- %g, open %d, %d Predict steps, max gap %d", bias, h->value.pairs,
                 value_rho(&h->value), value_mean(&h->value), value_se(&h->value), h->value.open,
                 h->metrics.steps[PHASE_PREDICT], g_max_gap);
@@ -268,6 +273,7 @@ Test(state, value_test_budget_caps_unproven_prediction) {
     Sim s;
     value_case(0.05f, STEPS, &h, &s);
     cr_assert_lt(h.value.pairs, VALUE_MIN_PAIRS);
+    cr_assert_eq(h.metrics.probe_undos, h.metrics.steps[PHASE_CORRECT], "never proven: every run was undone");
     cr_assert_eq(h.metrics.steps[PHASE_PREDICT], (int)(VALUE_BUDGET * STEPS) + (VALUE_BUDGET * STEPS > (int)(VALUE_BUDGET * STEPS)),
                  "%d Predict steps", h.metrics.steps[PHASE_PREDICT]);
     char buf[2048];
