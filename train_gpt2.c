@@ -76,19 +76,22 @@ static inline void split_range(int n, int tid, int nth, int* lo, int* hi) {
 // C (M,N) = alpha op(A) op(B) + beta C, row-major; op(X) = X^T when transX. The larger of M and N is
 // split over the threads: sgemm_part computes thread tid's slice (its rows, or its columns), inside a
 // parallel region, so that callers can put several products and their elementwise work in one region.
-static inline int sgemm_splits_n(int M, int N) { return N > M; }
+// thread tid's block of an (M,N) output: rows [r0,r1) x columns [c0,c1), split along the larger side
+static inline void sgemm_slice(int tid, int nth, int M, int N, int* r0, int* r1, int* c0, int* c1) {
+    int lo, hi;
+    split_range(N > M ? N : M, tid, nth, &lo, &hi);
+    *r0 = N > M ? 0 : lo; *r1 = N > M ? M : hi;
+    *c0 = N > M ? lo : 0; *c1 = N > M ? hi : N;
+}
 static inline void sgemm_part(int tid, int nth, int transA, int transB, int M, int N, int K, float alpha,
                               const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
     enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
-    int split_n = sgemm_splits_n(M, N), lo, hi;
-    split_range(split_n ? N : M, tid, nth, &lo, &hi);
-    if (hi > lo && split_n) {
-        const float* b = transB ? B + (size_t)lo * ldb : B + lo;
-        cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, alpha, A, lda, b, ldb, beta, C + lo, ldc);
-    } else if (hi > lo) {
-        const float* a = transA ? A + lo : A + (size_t)lo * lda;
-        cblas_sgemm(CblasRowMajor, ta, tb, hi - lo, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)lo * ldc, ldc);
-    }
+    int r0, r1, c0, c1;
+    sgemm_slice(tid, nth, M, N, &r0, &r1, &c0, &c1);
+    if (r1 <= r0 || c1 <= c0) { return; }
+    const float* a = transA ? A + r0 : A + (size_t)r0 * lda;
+    const float* b = transB ? B + (size_t)c0 * ldb : B + c0;
+    cblas_sgemm(CblasRowMajor, ta, tb, r1 - r0, c1 - c0, K, alpha, a, lda, b, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
 }
 
 void sgemm(int transA, int transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
@@ -212,10 +215,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
     double t0 = prof_begin();
     #pragma omp parallel
     {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads(), lo, hi;
-        int split_n = sgemm_splits_n(N, OC);
-        split_range(split_n ? OC : N, tid, nth, &lo, &hi);
-        int r0 = split_n ? 0 : lo, r1 = split_n ? N : hi, c0 = split_n ? lo : 0, c1 = split_n ? hi : OC;
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads(), r0, r1, c0, c1;
+        sgemm_slice(tid, nth, N, OC, &r0, &r1, &c0, &c1);
         for (int n = r0; n < r1; n++) {
             float* o = out + (size_t)n * OC;
             if (residual != NULL) {

@@ -377,13 +377,19 @@ static inline int hybrid_probe_wanted(const HybridState* h) {
     return isfinite(h->value.pending);
 }
 
+// time a trainer spent for the value test outside hybrid_probe_loss (undoing a probe run and running the
+// Correct step's forward again), counted with the probes' time
+static inline void hybrid_probe_ms(HybridState* h, double ms) {
+    h->metrics.probe_ms += ms;
+    h->metrics.step_probe_ms += ms;
+    h->metrics.step_probes++;
+}
+
 // the probe's loss (see hybrid_probe_wanted) and the ms its forward took (0 where it was free)
 static inline void hybrid_probe_loss(HybridState* h, float loss, double ms) {
     ValueTest* v = &h->value;
     h->metrics.probes++;
-    h->metrics.probe_ms += ms;
-    h->metrics.step_probes++;
-    h->metrics.step_probe_ms += ms;
+    hybrid_probe_ms(h, ms);
     if (h->phase == PHASE_CORRECT) { v->pending = isfinite(loss) ? loss : NAN; return; }
     if (isfinite(v->pending)) { // the pair of the last probed run is complete: decide
         int open = value_add(v, v->pred_gain, v->pending - loss, v->cost);
@@ -391,14 +397,6 @@ static inline void hybrid_probe_loss(HybridState* h, float loss, double ms) {
         v->pending = NAN;
     }
     if (h->phase == PHASE_PREDICT && h->probing) { v->l0 = loss; }
-}
-
-// time a trainer spent for the value test outside hybrid_probe_loss (undoing a probe run and running the
-// Correct step's forward again), counted with the probes' time
-static inline void hybrid_probe_ms(HybridState* h, double ms) {
-    h->metrics.probe_ms += ms;
-    h->metrics.step_probe_ms += ms;
-    h->metrics.step_probes++;
 }
 
 // Correct step, after its forward and before its backward. ACTION_ROLLBACK: the trainer must call

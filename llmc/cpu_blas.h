@@ -72,17 +72,17 @@ static inline const char* blas_core_for(const CpuFeatures* f) {
 // how good an OpenBLAS core name's sgemm is, by the instructions it uses: 0 SSE-era, 1 AVX, 2 AVX2+FMA,
 // 3 AVX-512, 4 AVX-512 with BF16. A name we do not know (a newer OpenBLAS) ranks above all: never override it.
 static inline int blas_core_rank(const char* name) {
-    static const char* const ranks[][2] = {
-        {"Cooperlake", "4"}, {"SkylakeX", "3"}, {"Haswell", "2"}, {"Zen", "2"}, {"Sandybridge", "1"},
-        {"Bulldozer", "1"}, {"Piledriver", "1"}, {"Steamroller", "1"}, {"Excavator", "1"},
-        {"Unknown", "0"}, {"Katmai", "0"}, {"Coppermine", "0"}, {"Northwood", "0"}, {"Prescott", "0"},
-        {"Banias", "0"}, {"Atom", "0"}, {"Core2", "0"}, {"Penryn", "0"}, {"Dunnington", "0"}, {"Nehalem", "0"},
-        {"Athlon", "0"}, {"Opteron", "0"}, {"Opteron(SSE3)", "0"}, {"Barcelona", "0"}, {"Nano", "0"},
-        {"Bobcat", "0"},
+    static const struct { const char* name; int rank; } ranks[] = {
+        {"Cooperlake", 4}, {"SkylakeX", 3}, {"Haswell", 2}, {"Zen", 2}, {"Sandybridge", 1},
+        {"Bulldozer", 1}, {"Piledriver", 1}, {"Steamroller", 1}, {"Excavator", 1},
+        {"Unknown", 0}, {"Katmai", 0}, {"Coppermine", 0}, {"Northwood", 0}, {"Prescott", 0},
+        {"Banias", 0}, {"Atom", 0}, {"Core2", 0}, {"Penryn", 0}, {"Dunnington", 0}, {"Nehalem", 0},
+        {"Athlon", 0}, {"Opteron", 0}, {"Opteron(SSE3)", 0}, {"Barcelona", 0}, {"Nano", 0},
+        {"Bobcat", 0},
     };
     if (name == NULL) { return 0; }
     for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]); i++) {
-        if (strcasecmp(name, ranks[i][0]) == 0) { return ranks[i][1][0] - '0'; }
+        if (strcasecmp(name, ranks[i].name) == 0) { return ranks[i].rank; }
     }
     return 100;
 }

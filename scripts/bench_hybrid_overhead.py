@@ -55,11 +55,12 @@ def phase_times(path, skip, by):
             if m.get("step", 0) <= skip or m.get("ms") is None or m.get("phase") is None:
                 continue
             ph, probe = m["phase"], m.get("probe_ms") or 0.0
-            by.setdefault(ph, []).append(m["ms"] - probe)
+            ms = m["ms"] - probe
+            by.setdefault(ph, []).append(ms)
             if probe > 0.0:
                 by.setdefault("probe", []).append(probe)
             if ph in ("warmup", "full"):
-                by.setdefault("measured", []).append(m["ms"])
+                by.setdefault("measured", []).append(ms)
     return by
 
 

@@ -75,10 +75,12 @@ static void config(HybridConfig* c, int predictor, int direction) {
 
 // the schedule hybrid_init is told is 4 x the STEPS simulated: no cool-down inside them, and a probe budget
 // (5% of the schedule) that lets the value test decide
-static void hybrid_for(HybridState* h, const HybridConfig* c, const Sim* s) {
+static void hybrid_for_schedule(HybridState* h, const HybridConfig* c, const Sim* s, int schedule) {
     const float wd[NB] = {0.0f, 0.0f, 0.0f, 0.0f};
-    hybrid_init(h, c, s->off, NB, 4 * STEPS, 0.02f, 0.9f, 0.95f, 1e-8f, wd, 1337);
+    hybrid_init(h, c, s->off, NB, schedule, 0.02f, 0.9f, 0.95f, 1e-8f, wd, 1337);
 }
+
+static void hybrid_for(HybridState* h, const HybridConfig* c, const Sim* s) { hybrid_for_schedule(h, c, s, 4 * STEPS); }
 
 // run steps [from, to); losses[step] = the measured loss (NAN on Predict); returns rollbacks verified
 static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, float* snapshot) {
@@ -214,7 +216,7 @@ static void track_gaps(const HybridState* h, int step, float lr, HybridPhase ph)
     if (ph == PHASE_PREDICT && h->value.pairs >= VALUE_MIN_PAIRS && !h->value.open && step >= 0) { g_predict_after++; }
 }
 
-// schedule: the length hybrid_init is told (the probe budget is 5% of it); the simulation runs STEPS
+// schedule: the length hybrid_init is told (the probe budget is 2% of it); the simulation runs STEPS
 static void value_case(float bias, int schedule, HybridState* h, Sim* s) {
     HybridConfig c;
     config(&c, PREDICTOR_SCALED, DIRECTION_EMA);
@@ -222,8 +224,7 @@ static void value_case(float bias, int schedule, HybridState* h, Sim* s) {
     c.max_predict_steps = 1;
     c.warmup = 2;
     sim_init(s);
-    const float wd[NB] = {0.0f, 0.0f, 0.0f, 0.0f};
-    hybrid_init(h, &c, s->off, NB, schedule, 0.02f, 0.9f, 0.95f, 1e-8f, wd, 1337);
+    hybrid_for_schedule(h, &c, s, schedule);
     float losses[STEPS];
     float* snapshot = malloc(s->P * 4);
     g_max_gap = 0; g_predict_after = 0; g_probe = track_gaps;
