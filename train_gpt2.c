@@ -838,7 +838,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
                 }
                 hybrid_rollback(&tr->hybrid, model->params_memory, model->grads_memory);
                 gpt2_forward(model, loader->inputs, loader->targets, B, T);
-                if (!tr->hybrid.rolled_back) { hybrid_probe_ms(&tr->hybrid, (now_seconds() - u0) * 1000.0); }
+                hybrid_rollback_loss(&tr->hybrid, model->mean_loss, (now_seconds() - u0) * 1000.0);
             }
             gpt2_zero_grad(model);
         } else if (hybrid && k == 0 && hybrid_probe_wanted(&tr->hybrid)) {
@@ -873,7 +873,8 @@ static StepResult train_full_step(Trainer* tr, float lr) {
 // one Predict step (hybrid mode): the predicted update, written in place; no forward, no backward,
 // no batch. The run's first step keeps the weights in the gradient buffer (idle until the Correct
 // step's backward) for an exact rollback; a probed run's first step first measures the weights' loss on
-// the Correct step's batch (the value test). With --correction-interval, a forward-only check on the
+// the Correct step's batch (the value test; a run that will be undone leaves it to the Correct step's
+// forward after the undo). With --correction-interval, a forward-only check on the
 // last batch loaded may end the run early.
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r = {0};

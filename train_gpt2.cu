@@ -908,7 +908,8 @@ static StepResult train_full_step(Trainer* tr, float lr) {
             }
             log_device_memory(tr, "rollback");
             if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
-            if (!h->rolled_back) { hybrid_probe_ms(h, (now_seconds() - u0) * 1000.0); } // undoing a probe run
+            float undone_loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
+            hybrid_rollback_loss(h, undone_loss, (now_seconds() - u0) * 1000.0);
         }
         gpt2_zero_grad(model);
         // rank 0 trains on the check batch; the others read on to their own first micro batch

@@ -368,11 +368,15 @@ static inline void hybrid_micro_result(HybridState* h, float loss) {
 // whether the trainer measures a probe loss in this step (hybrid/value.h): on a probed run's first Predict
 // step, before its update, the loss on the next batch (peeked: the Correct step trains on it); on its
 // Correct step, after the backward and before the update, the loss on the batch after (peeked); on the
-// first measured step after that, its first micro batch's loss (it is on the same batch: no extra cost)
+// first measured step after that, its first micro batch's loss (it is on the same batch: no extra cost).
+// A probe run that will be undone (the test has not passed) skips the first: its Correct step runs the
+// same forward on the same weights after the undo, and hybrid_rollback_loss takes L(theta_0) from there.
 static inline int hybrid_probe_wanted(const HybridState* h) {
     if (!h->cfg.enabled) { return 0; }
     // a pair waiting for the loss of these weights on the next batch gets it from a run's first step too
-    if (h->phase == PHASE_PREDICT) { return (h->probing || isfinite(h->value.pending)) && h->run_steps == 1; }
+    if (h->phase == PHASE_PREDICT) {
+        return h->run_steps == 1 && (isfinite(h->value.pending) || (h->probing && value_proven(&h->value)));
+    }
     if (h->phase == PHASE_CORRECT) { return h->probing && isfinite(h->value.l0); }
     return isfinite(h->value.pending);
 }
@@ -399,17 +403,22 @@ static inline void hybrid_probe_loss(HybridState* h, float loss, double ms) {
     if (h->phase == PHASE_PREDICT && h->probing) { v->l0 = loss; }
 }
 
+// a probed run's gain per predicted step, on the batch it was probed on: L(theta_0) against the Correct
+// step's check loss L(theta_pred)
+static inline void hybrid_value_gain(HybridState* h) {
+    int H = h->ctrl.run_length > 0 ? h->ctrl.run_length : 1;
+    h->value.pred_gain = (h->value.l0 - h->correct_loss) / (float)H;
+    h->value.cost = value_cost(h->micro_batches, H);
+}
+
 // Correct step, after its forward and before its backward. ACTION_ROLLBACK: the trainer must call
-// hybrid_rollback (or its kernel) and run the forward again before the backward; h->rolled_back says
-// whether the monitor asked for it (else the run was a probe before the value test passed).
+// hybrid_rollback (or its kernel), run the forward again and give its loss to hybrid_rollback_loss before
+// the backward; h->rolled_back says whether the monitor asked for it (else the run was a probe before the
+// value test passed).
 static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
     if (h->phase != PHASE_CORRECT) { return ACTION_NONE; }
     h->correct_loss = loss;
-    if (h->probing && isfinite(h->value.l0)) { // the run's gain per predicted step, on the batch it was probed on
-        int H = h->ctrl.run_length > 0 ? h->ctrl.run_length : 1;
-        h->value.pred_gain = (h->value.l0 - loss) / (float)H;
-        h->value.cost = value_cost(h->micro_batches, H);
-    }
+    if (h->probing && isfinite(h->value.l0)) { hybrid_value_gain(h); }
     MonitorAction a = monitor_correct(&h->mon, h->step, loss, h->predicted_loss);
     if (a != ACTION_NONE) { h->metrics.events++; h->event_pending = 1; }
     if (a == ACTION_SHORTEN) { phase_shorten(&h->ctrl); }
@@ -421,6 +430,19 @@ static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
         h->metrics.probe_undos++;
     }
     return a;
+}
+
+// the Correct step's loss after a rollback: the weights from before the run, on the batch it was checked on,
+// i.e. L(theta_0) for a probe run that left it to this forward (hybrid_probe_wanted); `ms`: the time the
+// undo and this forward took, the value test's cost unless the monitor asked for the rollback
+static inline void hybrid_rollback_loss(HybridState* h, float loss, double ms) {
+    int take = h->probing && !isfinite(h->value.l0);
+    if (take) {
+        h->value.l0 = isfinite(loss) ? loss : NAN;
+        hybrid_value_gain(h);
+        h->metrics.probes++;
+    }
+    if (!h->rolled_back) { hybrid_probe_ms(h, ms); }
 }
 
 // CPU reference of the rollback: restore the parameters from before the current Predict run

@@ -107,6 +107,7 @@ static int sim_run(HybridState* h, Sim* s, int from, int to, float* losses, floa
                 verified++;
             }
             L = sim_loss(s, s->batch);
+            hybrid_rollback_loss(h, L - g_probe_bias, 1.0);
         }
         if (ph != PHASE_CORRECT && hybrid_probe_wanted(h)) { hybrid_probe_loss(h, L, 0.0); }
         float gn = sim_backward(s, s->batch);
@@ -209,11 +210,18 @@ Test(state, fixed_scale_predictors_move_scale_times_lr_ratio) {
 // loss on unseen batches by more than their cost, so predicting goes on; where every run-start probe says
 // theta_0 was better by far (runs worth nothing), predicting stops after VALUE_MIN_PAIRS pairs and the
 // gaps between runs grow to their ceiling. The monitor is kept out (threshold 1000: no rollback).
-static int g_max_gap, g_predict_after;
+// g_undone_starts: runs started to be undone with no pair waiting (their L(theta_0) comes after the undo);
+// g_wasted_starts: those of them that still asked for a forward at their start
+static int g_max_gap, g_predict_after, g_undone_starts, g_wasted_starts;
 static void track_gaps(const HybridState* h, int step, float lr, HybridPhase ph) {
     (void)lr;
     if (h->ctrl.full_required > g_max_gap) { g_max_gap = h->ctrl.full_required; }
     if (ph == PHASE_PREDICT && h->value.pairs >= VALUE_MIN_PAIRS && !h->value.open && step >= 0) { g_predict_after++; }
+    if (ph == PHASE_PREDICT && h->run_steps == 1 && h->probing && !value_proven(&h->value) &&
+        !isfinite(h->value.pending)) {
+        g_undone_starts++;
+        g_wasted_starts += hybrid_probe_wanted(h);
+    }
 }
 
 // schedule: the length hybrid_init is told (the probe budget is 2% of it); the simulation runs STEPS
@@ -227,7 +235,7 @@ static void value_case(float bias, int schedule, HybridState* h, Sim* s) {
     hybrid_for_schedule(h, &c, s, schedule);
     float losses[STEPS];
     float* snapshot = malloc(s->P * 4);
-    g_max_gap = 0; g_predict_after = 0; g_probe = track_gaps;
+    g_max_gap = 0; g_predict_after = 0; g_undone_starts = 0; g_wasted_starts = 0; g_probe = track_gaps;
     g_probe_bias = bias;
     int restored = sim_run(h, s, 0, STEPS, losses, snapshot);
     g_probe = NULL; g_probe_bias = 0.0f;
@@ -236,6 +244,11 @@ static void value_case(float bias, int schedule, HybridState* h, Sim* s) {
     // every probe run before the test passed was undone, bit-exactly (sim_run compares with its snapshot)
     cr_assert_gt(h->metrics.probe_undos, 0);
     cr_assert_eq(restored, h->metrics.probe_undos, "%d runs restored, %d undone", restored, h->metrics.probe_undos);
+    // a run to be undone does not measure L(theta_0) at its start: the Correct step's forward after the undo
+    // is the same loss (hybrid_rollback_loss), and the pairs still complete (the tests below count them)
+    cr_assert_gt(g_undone_starts, 0);
+    cr_assert_eq(g_wasted_starts, 0, "%d of %d runs to be undone measured theta_0 at their start", g_wasted_starts,
+                 g_undone_starts);
     cr_log_info("bias %g: %d pairs, rho %g, excess %g +- %g, open %d, %d Predict steps, max gap %d", bias, h->value.pairs,
                 value_rho(&h->value), value_mean(&h->value), value_se(&h->value), h->value.open,
                 h->metrics.steps[PHASE_PREDICT], g_max_gap);
