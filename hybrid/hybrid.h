@@ -7,8 +7,9 @@
  *               no batch; optionally a forward-only check when hybrid_micro_due(h) (hybrid_micro_result)
  *     otherwise: forward; on a Correct step hybrid_correct_check(h, loss) may answer ACTION_ROLLBACK
  *               (the monitor's, or a probe run's before the value test passed: it only measures):
- *               then hybrid_rollback (or its kernel) and forward again; backward, clip; then AdamW
- *               fused with the statistics: hybrid_update (or its kernel, which fills h->stats)
+ *               then hybrid_rollback (or its kernel), forward again and hybrid_rollback_loss;
+ *               backward, clip; then AdamW fused with the statistics: hybrid_update (or its kernel,
+ *               which fills h->stats)
  *     probes:   where hybrid_probe_wanted(h), a loss for the value test (hybrid/value.h): on a Predict
  *               step before its update and on a Correct step after its backward, a forward on the next
  *               batch, peeked (not consumed); on a Full step its first micro batch's loss; each given

@@ -11,8 +11,8 @@ baseline in the same run.
    pass) against the baseline's, the Correct-step time against it, and the Predict-step time as a
    fraction of the baseline's Full step. The value test's work (hybrid/value.h; a step's "probe_ms": its
    probe forwards, and before the test has passed the undo of a probe run and the Correct step's second
-   forward) is taken out of the Predict and Correct times and shown in a column of its own: it is the
-   test's price, paid on probed runs only. Targets (issue 14): Full and Correct <= 1.03x the
+   forward) is taken out of the Predict and Correct times and shown in a column of its own, per probed
+   run: it is the test's price, paid on probed runs only. Targets (issue 14): Full and Correct <= 1.03x the
    baseline, Predict <= 2% of a Full step at d6 B8 T256.
    The hybrid runs use --hybrid-warmup 4 --confidence-threshold 0 so that a short run has Predict and
    Correct steps to time; these flags change no per-step work.
@@ -46,19 +46,23 @@ def run_trainer(trainer, model, B, T, steps, flags, out, env):
     return cmd
 
 
-def phase_times(path, skip, by):
+def phase_times(path, skip, by, probe_runs):
     """ms per phase over the steps after `skip`, less their probe forwards, appended to `by`;
-    'measured' pools warmup and full, 'probe' holds the probe forwards' ms"""
+    'measured' pools warmup and full. probe_runs[0] += the value test's ms over the whole run,
+    probe_runs[1] += its probed runs (a short bench run never passes the test: every run is probed,
+    one Correct step each)"""
     with open(path) as f:
         for line in f:
             m = json.loads(line)
-            if m.get("step", 0) <= skip or m.get("ms") is None or m.get("phase") is None:
+            if m.get("ms") is None or m.get("phase") is None:
                 continue
             ph, probe = m["phase"], m.get("probe_ms") or 0.0
+            probe_runs[0] += probe
+            probe_runs[1] += ph == "correct"
+            if m.get("step", 0) <= skip:
+                continue
             ms = m["ms"] - probe
             by.setdefault(ph, []).append(ms)
-            if probe > 0.0:
-                by.setdefault("probe", []).append(probe)
             if ph in ("warmup", "full"):
                 by.setdefault("measured", []).append(ms)
     return by
@@ -89,12 +93,16 @@ def main():
         for spec in a.configs.split(","):
             model, B, T, steps = spec.split(":")
             times = {name: {} for name, _ in ARMS}
+            probe_runs = {name: [0.0, 0] for name, _ in ARMS}
             for rnd in range(a.rounds):
                 for name, flags in ARMS:
                     out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}_{rnd}")
                     cmd = run_trainer(a.trainer, model, B, T, int(steps), flags, out, env)
-                    phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
+                    phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name], probe_runs[name])
             res = {name: medians(by) for name, by in times.items()}
+            for name, (ms, n) in probe_runs.items():
+                if n:
+                    res[name]["probe"] = (ms / n, n)
             for name, flags in ARMS:
                 print(f"  {model} B={B} T={T} {name} ({a.rounds} runs of {steps} steps): " +
                       ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
@@ -116,7 +124,7 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     print()
     print("| config | arm | baseline Full ms | hybrid Full ms | x baseline | Correct ms | x baseline | "
-          "Predict ms | Predict / baseline Full | probe forward ms | probe / baseline Full |")
+          "Predict ms | Predict / baseline Full | value test ms per probed run | per run / baseline Full |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for cfg, name, base, nb, full, nf, corr, nc, pred, npr, probe, npb in rows:
         ratio = lambda x: f"{x / base:.3f}x" if x is not None and base else "-"
@@ -125,7 +133,8 @@ def main():
               f"{ratio(corr)} | {fmt(pred, npr)} | {frac(pred)} | {fmt(probe, npb)} | {frac(probe)} |")
     print(f"\nmedian ms per step (steps counted in brackets) after step {a.skip} of each run, {a.rounds} interleaved "
           f"runs per arm; {a.threads} threads; Predict and Correct without the value test's work (its probe "
-          "forwards on probed runs, and before the test has passed the undo of each probe run), shown as 'probe': "
+          "forwards on probed runs, and before the test has passed the undo of each probe run), shown as its "
+          "mean per probed run over every step of the runs (probed runs counted in brackets): "
           "targets: Full and Correct <= 1.03x, Predict <= 2% of a Full step at d6 B8 T256")
     for text in micro:
         print()
