@@ -395,21 +395,19 @@ static inline void hybrid_probe_loss(HybridState* h, float loss, double ms) {
     ValueTest* v = &h->value;
     h->metrics.probes++;
     hybrid_probe_ms(h, ms);
-    if (h->phase == PHASE_CORRECT) { v->pending = isfinite(loss) ? loss : NAN; return; }
+    if (h->phase == PHASE_CORRECT) { // the run's L(theta_0) is known by now (at its start, or after the undo)
+        int H = h->ctrl.run_length > 0 ? h->ctrl.run_length : 1;
+        v->pred_gain = (v->l0 - h->correct_loss) / (float)H; // per predicted step, on the batch it was probed on
+        v->cost = value_cost(h->micro_batches, H);
+        v->pending = isfinite(loss) ? loss : NAN;
+        return;
+    }
     if (isfinite(v->pending)) { // the pair of the last probed run is complete: decide
         int open = value_add(v, v->pred_gain, v->pending - loss, v->cost);
         phase_correct_outcome(&h->ctrl, !open);
         v->pending = NAN;
     }
     if (h->phase == PHASE_PREDICT && h->probing) { v->l0 = loss; }
-}
-
-// a probed run's gain per predicted step, on the batch it was probed on: L(theta_0) against the Correct
-// step's check loss L(theta_pred)
-static inline void hybrid_value_gain(HybridState* h) {
-    int H = h->ctrl.run_length > 0 ? h->ctrl.run_length : 1;
-    h->value.pred_gain = (h->value.l0 - h->correct_loss) / (float)H;
-    h->value.cost = value_cost(h->micro_batches, H);
 }
 
 // Correct step, after its forward and before its backward. ACTION_ROLLBACK: the trainer must call
@@ -419,7 +417,6 @@ static inline void hybrid_value_gain(HybridState* h) {
 static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
     if (h->phase != PHASE_CORRECT) { return ACTION_NONE; }
     h->correct_loss = loss;
-    if (h->probing && isfinite(h->value.l0)) { hybrid_value_gain(h); }
     MonitorAction a = monitor_correct(&h->mon, h->step, loss, h->predicted_loss);
     if (a != ACTION_NONE) { h->metrics.events++; h->event_pending = 1; }
     if (a == ACTION_SHORTEN) { phase_shorten(&h->ctrl); }
@@ -437,10 +434,8 @@ static inline MonitorAction hybrid_correct_check(HybridState* h, float loss) {
 // i.e. L(theta_0) for a probe run that left it to this forward (hybrid_probe_wanted); `ms`: the time the
 // undo and this forward took, the value test's cost unless the monitor asked for the rollback
 static inline void hybrid_rollback_loss(HybridState* h, float loss, double ms) {
-    int take = h->probing && !isfinite(h->value.l0);
-    if (take) {
+    if (h->probing && !isfinite(h->value.l0)) {
         h->value.l0 = isfinite(loss) ? loss : NAN;
-        hybrid_value_gain(h);
         h->metrics.probes++;
     }
     if (!h->rolled_back) { hybrid_probe_ms(h, ms); }

@@ -1,5 +1,5 @@
 /*
- * hybrid/value.h — the value test: is a Predict step worth what it costs? (docs/hybrid.md §7)
+ * hybrid/value.h — the value test: is a Predict step worth what it costs? (docs/hybrid.md §2)
  * A step's expected loss gain is far below one batch's loss noise, so comparing a Correct step's
  * loss with a trend says nothing. Paired losses on the same unseen batch do: a probed Predict run
  * measures, on the batch its Correct step will train on,
