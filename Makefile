@@ -57,7 +57,7 @@ $(BUILD)/test_gradcheck: test/test_gradcheck.c | $(BUILD)
 $(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
-	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -DLLMC_PROFILE $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
 # llmc/cpu_blas.h: the OpenBLAS core and wait policy chosen before main (runs ./train_gpt2 and bench_sgemm)
 TESTS += $(BUILD)/test_cpu_blas

@@ -1,12 +1,12 @@
 /*
- * test/fuzz_tokenizer.c — libFuzzer harness for data/bpe.h (`make fuzz-tokenizer`, clang, from the repo root).
+ * test/fuzz_tokenizer.c — libFuzzer harness for llmc/bpe.h (`make fuzz-tokenizer`, clang, from the repo root).
  * For any byte string: ids lie in the vocabulary and below <|endoftext|>, decoding gives the bytes back,
  * and the heap merge equals encoder.py's merge loop on the whole input taken as one piece.
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "data/bpe.h"
+#include "llmc/bpe.h"
 
 static BPETokenizer tok;
 static int ready = 0;

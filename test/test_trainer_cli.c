@@ -188,7 +188,7 @@ Test(cli, nan_loss_never_reaches_the_weights_and_stops_after_five) {
     free(text);
 }
 
-// ---- issue 11: what a new user meets first
+// ---- what a new user meets first
 
 Test(cli, checkpoints_without_output_dir) { expect_error("-n 5", "flag -n: checkpoints need an output dir (-o)"); }
 Test(cli, temperature_zero) { expect_error("--temperature 0", "flag --temperature"); }
@@ -248,7 +248,7 @@ Test(cli, no_val_shards_beside_means_val_off_with_a_note) {
     free(text);
 }
 
-// ---- generation from a model file: -x 0 --prompt; the prompt is encoded by our BPE (data/bpe.h)
+// ---- generation from a model file: -x 0 --prompt; the prompt is encoded by our BPE (llmc/bpe.h)
 
 static char* generate(const char* model, const char* seed, const char* tokenizer, const char* name) {
     char out[512];

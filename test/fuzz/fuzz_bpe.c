@@ -1,11 +1,11 @@
 /*
- * test/fuzz/fuzz_bpe.c — the BPE encoder (data/bpe.h, GPT-2's real vocabulary) on arbitrary bytes.
+ * test/fuzz/fuzz_bpe.c — the BPE encoder (llmc/bpe.h, GPT-2's real vocabulary) on arbitrary bytes.
  * Every byte string must encode to ids inside the vocabulary that decode back to exactly those bytes,
  * and encoding must not depend on what was encoded before (the word cache): a second encoding of the
  * same input, after the cache has seen it, must give the same ids. Run from the repository root.
  */
 #include "test/fuzz/fuzz.h"
-#include "data/bpe.h"
+#include "llmc/bpe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static BPETokenizer t;
