@@ -1,13 +1,15 @@
-# hybrid-llmc build. `make` builds the CPU trainer and tools, `make test` runs every CPU test.
+# hybrid-llmc build. `make` builds the CPU trainer and tools; `make test` runs the fast tier of the tests
+# (every unit, under ~2 minutes on 2 cores); `make check` runs everything, as CI does.
 CC ?= gcc
 CFLAGS ?= -O3 -march=native -fopenmp -Wall -Wextra -I.
 LDLIBS ?= -lopenblas -lm
 TEST_LDLIBS = -lcriterion
 BUILD = build
 
-# every section below appends its binaries and tests to these
+# every section below appends its binaries and tests to these; SLOW_TESTS run in `make check` only
 PROGRAMS =
 TESTS =
+SLOW_TESTS =
 
 # Header dependencies come from the compiler: every C/C++ rule adds $(DEPFLAGS), which writes the headers the
 # target included to build/.deps/<target>.d (-MP: a deleted header does not break the build); they are
@@ -57,7 +59,7 @@ $(BUILD)/test_gradcheck: test/test_gradcheck.c | $(BUILD)
 $(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
-	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -DLLMC_PROFILE $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
 # llmc/cpu_blas.h: the OpenBLAS core and wait policy chosen before main (runs ./train_gpt2 and bench_sgemm)
 TESTS += $(BUILD)/test_cpu_blas
@@ -93,16 +95,8 @@ bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
 
-# libFuzzer (clang) on the tokenizer for FUZZ_SECONDS; the corpus of found inputs stays in build/
+# the tokenizer's fuzzers (test/fuzz/fuzz_bpe.c, fuzz_vocab.c, fuzz_tokenizer.c) run with the others: `make fuzz`
 FUZZ_SECONDS ?= 60
-$(BUILD)/fuzz_tokenizer: test/fuzz_tokenizer.c | $(BUILD)
-	clang -O2 -g -fsanitize=fuzzer,address,undefined -I. $(DEPFLAGS) -o $@ test/fuzz_tokenizer.c
-
-.PHONY: fuzz-tokenizer
-fuzz: fuzz-tokenizer
-fuzz-tokenizer: $(BUILD)/fuzz_tokenizer
-	mkdir -p $(BUILD)/fuzz_tokenizer_corpus
-	./$(BUILD)/fuzz_tokenizer -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz_tokenizer_corpus
 
 # ---- section: hybrid ----
 # hybrid/ is header-only; each header has its own Criterion test binary
@@ -224,7 +218,7 @@ endif
 
 # ---- section: reliability ----
 # Sanitizer build of the test suite, fuzzers, and the crash / full-disk / signal / bad-input tests.
-# `make test` runs the reliability tests, replays the fuzz corpora and crashers under ASan+UBSan, and ends
+# `make test` runs the reliability tests and replays the fuzz corpora and crashers under ASan+UBSan; `make check` ends
 # with `make test-asan`: every test binary rebuilt in build/asan with the sanitizers and run again.
 SAN_CFLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
              -fopenmp -Wall -Wextra -I.
@@ -256,8 +250,9 @@ else
 export LLMC_TRAINER = ./train_gpt2
 TESTS += $(FUZZ_TARGETS:%=$(BUILD)/fuzz/replay_%)
 TESTS += test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
-         test/reliability/test_kill.sh \
-         test/reliability/test_diskfull.sh test/reliability/test_numeric.sh test/reliability/test_asan.sh
+         test/reliability/test_diskfull.sh test/reliability/test_numeric.sh
+# kill -9 at random moments (~35 s), then the whole suite rebuilt with the sanitizers (several minutes)
+SLOW_TESTS += test/reliability/test_kill.sh test/reliability/test_asan.sh
 test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
 test/reliability/test_kill.sh test/reliability/test_diskfull.sh test/reliability/test_numeric.sh: train_gpt2
 test/reliability/test_bad_inputs.sh: tokenize
@@ -327,7 +322,8 @@ test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
 
 # ---- section: documentation (README.md, docs/) ----
 # every relative link resolves inside the repository; the README's quick start works in a fresh clone
-TESTS += test/test_links.py test/test_quickstart.sh
+TESTS += test/test_links.py
+SLOW_TESTS := test/test_quickstart.sh $(SLOW_TESTS)
 
 # ---- end of sections ----
 
@@ -336,9 +332,12 @@ all: $(PROGRAMS)
 $(BUILD):
 	mkdir -p $(BUILD)
 
-# runs every test binary, keeps going, fails if any failed (Criterion prints its summary on stderr)
+# each runs its tests in order, keeps going, fails if any failed (Criterion prints its summary on stderr)
+.PHONY: check
 test: $(TESTS)
 	@fail=0; for t in $(TESTS); do echo "== $$t"; ./$$t || fail=1; done; exit $$fail
+check: $(TESTS) $(SLOW_TESTS)
+	@fail=0; for t in $(TESTS) $(SLOW_TESTS); do echo "== $$t"; ./$$t || fail=1; done; exit $$fail
 
 clean:
 	rm -rf $(BUILD) $(PROGRAMS)

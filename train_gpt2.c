@@ -19,9 +19,13 @@
 #include <cblas.h>
 #include <omp.h>
 
-#include "llmc/cpu_blas.h"     // before main: the OpenBLAS kernel and the OpenMP wait policy
-#include "llmc/cpu_profile.h"
-#include "llmc/train_common.h"  // utils, args, data, schedule, checkpoints, logs, hybrid/
+#include "llmc/cpu_blas.h"     // the OpenBLAS kernel and the OpenMP wait policy (cpu_blas_init)
+#include "llmc/cpu_profile.h"  // where a step's time goes (the bench build only)
+#include "llmc/config.h"       // the flags
+#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's controller
+#include "llmc/run_state.h"    // checkpoints and resume
+#include "llmc/report.h"       // the start-up table and the summary
+#include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint
 
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
@@ -421,9 +425,6 @@ static void point_parameters(ParameterTensors* p, const size_t sizes[NUM_PARAMET
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { *(ptrs[i]) = memory; memory += sizes[i]; }
 }
 
-// weight decay applies to the 2-D weights only (llm.c): wte, wpe, qkvw, attprojw, fcw, fcprojw
-static const int PARAM_DECAYS[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-
 // Activations for (B, T) at allocation; per-layer tensors are strided by the allocated size so that
 // a forward at smaller (B, T) (sampling) reuses the same arena. The backward needs only three
 // scratch tensors because it walks the layers in reverse, accumulating into dresidual.
@@ -761,34 +762,17 @@ void gpt2_free(GPT2* model) {
     model->params_memory = model->grads_memory = model->m_memory = model->v_memory = model->acts_memory = NULL;
 }
 
-// hybrid mode's parameter blocks: each tensor of each layer, 12 L + 4 blocks. offsets: (12L+5) in
-// floats; weight_decay: (12L+4), the AdamW decay each block gets (wd on the 2-D weights, else 0)
-void gpt2_hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
-    int L = model->config.num_layers, nb = 0;
-    size_t off = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
-        int parts = per_layer ? L : 1;
-        for (int l = 0; l < parts; l++) {
-            offsets[nb] = off;
-            weight_decay[nb] = PARAM_DECAYS[k] ? wd : 0.0f;
-            off += model->param_sizes[k] / parts;
-            nb++;
-        }
-    }
-    offsets[nb] = off;
-}
-
 #ifndef TESTING
 // ----------------------------------------------------------------------------
-// the trainer: the shared run (llmc/train_common.h: flags, data, schedule, logs, counters) and the model
+// the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters, hybrid mode's
+// controller) and the model
 
 // MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine (290 GFLOP/s on
 // 2 threads). `make bench` measures the real peak next to the trainer.
 #define CPU_PEAK_GFLOPS_PER_THREAD 145.0
 
 typedef struct {
-    TRAIN_RUN_FIELDS          // first: (TrainRun*)&trainer is the shared part
+    TrainRun run;
     GPT2 model;
     float* direction;         // (P) hybrid mode's direction buffer (--direction ema only)
 } Trainer;
@@ -802,11 +786,11 @@ static const TrainCli CLI = {
 // hybrid mode's probe (hybrid_probe_wanted): the current weights' loss on the next batch, which is peeked,
 // not consumed (the coming step trains on it); in --overfit mode the one batch
 static void hybrid_probe_next(Trainer* tr) {
-    double t0 = now_seconds();
-    DataLoader* loader = &tr->train_loader;
-    if (!tr->cfg.overfit) { dataloader_peek_batch(loader); }
-    gpt2_forward(&tr->model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
-    hybrid_probe_loss(&tr->hybrid, tr->model.mean_loss, (now_seconds() - t0) * 1000.0);
+    double t0 = hmath_seconds();
+    DataLoader* loader = &tr->run.train_loader;
+    if (!tr->run.cfg.overfit) { dataloader_peek_batch(loader); }
+    gpt2_forward(&tr->model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
+    hybrid_probe_loss(&tr->run.hybrid, tr->model.mean_loss, (hmath_seconds() - t0) * 1000.0);
 }
 
 // one Full step: forward and backward over grad_accum micro batches, global norm, clip, AdamW.
@@ -818,55 +802,55 @@ static void hybrid_probe_next(Trainer* tr) {
 // the next step's first micro batch loss after it.
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r = {0};
-    double t0 = now_seconds();
+    double t0 = hmath_seconds();
     GPT2* model = &tr->model;
-    DataLoader* loader = &tr->train_loader;
-    int B = tr->cfg.B, T = tr->cfg.T;
-    int hybrid = tr->cfg.hybrid.enabled;
-    int correct = hybrid && tr->hybrid.phase == PHASE_CORRECT;
+    DataLoader* loader = &tr->run.train_loader;
+    int B = tr->run.cfg.B, T = tr->run.cfg.T;
+    int hybrid = tr->run.cfg.hybrid.enabled;
+    int correct = hybrid && tr->run.hybrid.phase == PHASE_CORRECT;
     if (!correct) { gpt2_zero_grad(model); }
     double loss_sum = 0.0;
-    for (int k = 0; k < tr->grad_accum; k++) {
-        if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+    for (int k = 0; k < tr->run.grad_accum; k++) {
+        if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
         gpt2_forward(model, loader->inputs, loader->targets, B, T);
         if (correct && k == 0) {
-            if (hybrid_correct_check(&tr->hybrid, model->mean_loss) == ACTION_ROLLBACK) {
-                double u0 = now_seconds();
-                if (tr->hybrid.rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
-                    printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->step + 1,
-                           model->mean_loss, tr->hybrid.predicted_loss);
+            if (hybrid_correct_check(&tr->run.hybrid, model->mean_loss) == ACTION_ROLLBACK) {
+                double u0 = hmath_seconds();
+                if (tr->run.hybrid.rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
+                    printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->run.step + 1,
+                           model->mean_loss, tr->run.hybrid.predicted_loss);
                 }
-                hybrid_rollback(&tr->hybrid, model->params_memory, model->grads_memory);
+                hybrid_rollback(&tr->run.hybrid, model->params_memory, model->grads_memory);
                 gpt2_forward(model, loader->inputs, loader->targets, B, T);
-                hybrid_rollback_loss(&tr->hybrid, model->mean_loss, (now_seconds() - u0) * 1000.0);
+                hybrid_rollback_loss(&tr->run.hybrid, model->mean_loss, (hmath_seconds() - u0) * 1000.0);
             }
             gpt2_zero_grad(model);
-        } else if (hybrid && k == 0 && hybrid_probe_wanted(&tr->hybrid)) {
-            hybrid_probe_loss(&tr->hybrid, model->mean_loss, 0.0);
+        } else if (hybrid && k == 0 && hybrid_probe_wanted(&tr->run.hybrid)) {
+            hybrid_probe_loss(&tr->run.hybrid, model->mean_loss, 0.0);
         }
-        gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->grad_accum);
+        gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->run.grad_accum);
         loss_sum += model->mean_loss;
     }
-    r.loss = (float)(loss_sum / tr->grad_accum);
+    r.loss = (float)(loss_sum / tr->run.grad_accum);
     r.grad_norm = gpt2_grad_norm(model);
-    if (correct && hybrid_probe_wanted(&tr->hybrid)) { hybrid_probe_next(tr); }
+    if (correct && hybrid_probe_wanted(&tr->run.hybrid)) { hybrid_probe_next(tr); }
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
-        if (hybrid) { memset(tr->hybrid.stats, 0, (size_t)tr->hybrid.nblocks * 3 * sizeof(double)); }
+        if (hybrid) { memset(tr->run.hybrid.stats, 0, (size_t)tr->run.hybrid.nblocks * 3 * sizeof(double)); }
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
-        tr->adam_steps++;
+        tr->run.adam_steps++;
         if (hybrid) { // the same AdamW, fused with the statistics (hybrid/apply.h): no extra pass
-            hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                          tr->direction, grad_scale, tr->adam_steps);
+            hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+                          tr->direction, grad_scale, tr->run.adam_steps);
         } else {
-            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale, tr->adam_steps);
+            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
         }
     }
-    tr->tokens += (uint64_t)tr->grad_accum * B * T;
-    tr->backward += (uint64_t)tr->grad_accum;
-    r.ms = (now_seconds() - t0) * 1000.0;
-    tr->train_time_s += r.ms / 1000.0;
+    tr->run.tokens += (uint64_t)tr->run.grad_accum * B * T;
+    tr->run.backward += (uint64_t)tr->run.grad_accum;
+    r.ms = (hmath_seconds() - t0) * 1000.0;
+    tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
 
@@ -878,78 +862,80 @@ static StepResult train_full_step(Trainer* tr, float lr) {
 // last batch loaded may end the run early.
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r = {0};
-    double t0 = now_seconds();
+    double t0 = hmath_seconds();
     GPT2* model = &tr->model;
-    if (hybrid_probe_wanted(&tr->hybrid)) { hybrid_probe_next(tr); }
-    ApplyDirection dir = hybrid_direction(&tr->hybrid, tr->direction, model->m_memory, model->v_memory);
-    hybrid_apply_predict(&tr->hybrid, model->params_memory, model->grads_memory, &dir);
+    if (hybrid_probe_wanted(&tr->run.hybrid)) { hybrid_probe_next(tr); }
+    ApplyDirection dir = hybrid_direction(&tr->run.hybrid, tr->direction, model->m_memory, model->v_memory);
+    hybrid_apply_predict(&tr->run.hybrid, model->params_memory, model->grads_memory, &dir);
     r.loss = NAN;
     r.grad_norm = NAN;
-    if (hybrid_micro_due(&tr->hybrid)) {
-        DataLoader* loader = &tr->train_loader;
-        gpt2_forward(model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
-        hybrid_micro_result(&tr->hybrid, model->mean_loss);
+    if (hybrid_micro_due(&tr->run.hybrid)) {
+        DataLoader* loader = &tr->run.train_loader;
+        gpt2_forward(model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
+        hybrid_micro_result(&tr->run.hybrid, model->mean_loss);
     }
-    r.ms = (now_seconds() - t0) * 1000.0;
-    tr->train_time_s += r.ms / 1000.0;
+    r.ms = (hmath_seconds() - t0) * 1000.0;
+    tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
 
 
 // ----------------------------------------------------------------------------
-// the backend of the shared loop (llmc/train_common.h)
+// evaluation, text, checkpoints
 
-static StepResult cpu_full_step(void* ctx, float lr) { return train_full_step((Trainer*)ctx, lr); }
-static StepResult cpu_predict_step(void* ctx) { return train_predict_step((Trainer*)ctx); }
-
-static float cpu_batch_loss(void* ctx, const int* inputs, const int* targets) {
-    Trainer* tr = (Trainer*)ctx;
-    gpt2_forward(&tr->model, inputs, targets, tr->cfg.B, tr->cfg.T);
-    return tr->model.mean_loss;
+// mean val loss over the run's val batches (the same batches every time)
+static float evaluate(Trainer* tr) {
+    DataLoader* val = &tr->run.val_loader;
+    size_t n = run_val_begin(&tr->run);
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        gpt2_forward(&tr->model, val->inputs, val->targets, tr->run.cfg.B, tr->run.cfg.T);
+        sum += tr->model.mean_loss;
+    }
+    return (float)(sum / n);
 }
 
-// logits (V) after tokens[0..n): a forward at (1, n) on the same arena
-static void cpu_next_logits(void* ctx, const int* tokens, int n, float* logits) {
-    GPT2* model = &((Trainer*)ctx)->model;
-    gpt2_forward(model, tokens, NULL, 1, n);
-    memcpy(logits, model->acts.logits + (size_t)(n - 1) * model->config.padded_vocab_size,
-           (size_t)model->config.vocab_size * sizeof(float));
+// the prompt, then -g tokens, each from a forward over the last T tokens at (1, n) on the same arena
+static void generate(Trainer* tr) {
+    GPT2* model = &tr->model;
+    Sampler* s = &tr->run.sampler;
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    sampler_begin(s, &tr->run.tokenizer);
+    for (int t = s->prompt_len; t < s->end; t++) {
+        int n = sampler_context_len(t, tr->run.cfg.T);
+        gpt2_forward(model, s->tokens + (t - n), NULL, 1, n);
+        sampler_push(s, t, model->acts.logits + (size_t)(n - 1) * Vp, V, &tr->run.tokenizer);
+    }
+    sampler_end();
 }
 
-// model, state and (hybrid mode) hybrid state of this step; the gradient buffer holds the rollback point
-static void cpu_save(void* ctx) {
-    Trainer* tr = (Trainer*)ctx;
+// model, state and (hybrid mode) hybrid state of this step, then the DONE marker; the gradient buffer
+// holds the rollback point of an open Predict run
+static void checkpoint(Trainer* tr) {
     char path[4096];
-    checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "model", tr->step);
+    checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
     model_write(path, &tr->model.config, tr->model.params_memory, tr->model.num_parameters);
-    train_write_state((TrainRun*)tr, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory);
-    if (tr->cfg.hybrid.enabled) { train_write_hybrid_state((TrainRun*)tr, tr->direction, tr->model.grads_memory); }
-}
-
-static void cpu_config_rows(const void* ctx) {
-    const Trainer* tr = (const Trainer*)ctx;
-    char v[64];
-    train_print_row("BLAS", cpu_blas_describe());
-    snprintf(v, sizeof(v), "%d", omp_get_max_threads()); train_print_row("threads", v);
-    snprintf(v, sizeof(v), "%.0f", CPU_PEAK_GFLOPS_PER_THREAD * omp_get_max_threads()); train_print_row("MFU peak GFLOP/s", v);
-    snprintf(v, sizeof(v), "%.1f", tr->model.num_activations * 4.0 / 1048576.0); train_print_row("activation MiB", v);
+    run_state_write(&tr->run, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory);
+    if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->direction, tr->model.grads_memory); }
+    run_state_commit(&tr->run);
 }
 
 int main(int argc, char** argv) {
-    // the BLAS kernel and the OpenMP wait policy were set before main (llmc/cpu_blas.h)
+    cpu_blas_init(argc, argv);  // the OpenBLAS kernel and the OpenMP wait policy (may re-execute once)
     static Trainer tr;
-    TrainRun* run = (TrainRun*)&tr;
-    train_parse_args(&tr.cfg, argc, argv, &CLI);
-    TrainConfig* cfg = &tr.cfg;
-    tr.num_processes = 1;
-    tr.rank0 = 1;
-    if (cfg->output_dir != NULL) { train_make_dirs(cfg->output_dir); }
+    TrainRun* run = &tr.run;
+    TrainConfig* cfg = &run->cfg;
+    config_parse(cfg, argc, argv, &CLI);
+    run->num_processes = 1;
+    run->rank0 = 1;
+    if (cfg->output_dir != NULL) { config_make_dirs(cfg->output_dir); }
 
     // the model: from the latest checkpoint when resuming, else from -e
-    int resume_step = train_resume_step(run);
+    int resume_step = run_state_resume_step(run);
     char path[4096];
     int depth;
-    if (train_model_source(cfg, resume_step, path, sizeof(path), &depth)) {
+    if (run_state_model_source(cfg, resume_step, path, sizeof(path), &depth)) {
         gpt2_build_from_checkpoint(&tr.model, path);
     } else {
         gpt2_build_from_random(&tr.model, depth, shard_vocab_size(cfg->train_pattern), (uint64_t)cfg->seed);
@@ -959,24 +945,23 @@ int main(int argc, char** argv) {
     }
     gpt2_allocate(&tr.model, cfg->B, cfg->T);
     const GPT2Config* mc = &tr.model.config;
-    TrainBackend be = {&tr, cpu_full_step, cpu_predict_step, cpu_batch_loss, cpu_next_logits, cpu_save, NULL, NULL};
 
-    // data, schedule, sampling, logs; -x 0: text from the model, no training
-    train_setup(run, mc->vocab_size, resume_step);
+    // data, schedule, sampler, logs; -x 0: text from the model, no training
+    run_setup(run, mc->vocab_size, resume_step);
     if (cfg->max_steps == 0) {
-        train_sample_text(run, &be, mc->vocab_size);
-        train_free(run);
+        generate(&tr);
+        run_free(run);
         gpt2_free(&tr.model);
         return EXIT_SUCCESS;
     }
     if (cfg->hybrid.enabled) {
-        int L = mc->num_layers, nblocks = 12 * L + 4;
+        int nblocks = 12 * mc->num_layers + 4;
         size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
-        gpt2_hybrid_blocks(&tr.model, offsets, block_wd, cfg->weight_decay);
-        hybrid_init(&tr.hybrid, &cfg->hybrid, offsets, nblocks, tr.total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
+        gpt2_param_blocks(mc, offsets, block_wd, cfg->weight_decay);
+        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
                     ADAM_EPS, block_wd, (uint64_t)cfg->seed);
-        hybrid_set_micro_batches(&tr.hybrid, tr.grad_accum);
+        hybrid_set_micro_batches(&run->hybrid, run->grad_accum);
         free(offsets);
         free(block_wd);
         if (cfg->hybrid.direction == DIRECTION_EMA) {
@@ -984,29 +969,54 @@ int main(int argc, char** argv) {
         }
     }
     if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
-        train_load_state(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory);
+        run_state_load(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory);
         if (cfg->hybrid.enabled) {
-            FILE* fp = train_open_hybrid_state(run, resume_step, path, sizeof(path));
+            FILE* fp = run_state_open_hybrid(run, resume_step, path, sizeof(path));
             char err[200];
-            if (hybrid_load(&tr.hybrid, fp, tr.direction, tr.model.grads_memory, err, sizeof(err)) != 0) {
+            if (hybrid_load(&run->hybrid, fp, tr.direction, tr.model.grads_memory, err, sizeof(err)) != 0) {
                 fatal("%s: %s", path, err);
             }
             fcloseCheck(fp, path);
         }
     }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
-        dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
-        dataloader_next_batch(&tr.train_loader);
+        dataloader_reset(&run->train_loader, (uint64_t)cfg->seed);
+        dataloader_next_batch(&run->train_loader);
     }
-    tr.flops_per_token = 6.0 * tr.model.num_parameters + 6.0 * mc->num_layers * mc->channels * cfg->T;
-    tr.peak_flops = CPU_PEAK_GFLOPS_PER_THREAD * 1e9 * omp_get_max_threads();
-    train_print_config(run, &CLI, mc, tr.model.num_parameters, resume_step, cpu_config_rows, &tr);
+    run->flops_per_token = 6.0 * tr.model.num_parameters + 6.0 * mc->num_layers * mc->channels * cfg->T;
+    run->peak_flops = CPU_PEAK_GFLOPS_PER_THREAD * 1e9 * omp_get_max_threads();
+    report_config_begin(run, &CLI, mc, tr.model.num_parameters);
+    char v[64];
+    report_row("BLAS", cpu_blas_describe());
+    snprintf(v, sizeof(v), "%d", omp_get_max_threads()); report_row("threads", v);
+    snprintf(v, sizeof(v), "%.0f", CPU_PEAK_GFLOPS_PER_THREAD * omp_get_max_threads()); report_row("MFU peak GFLOP/s", v);
+    snprintf(v, sizeof(v), "%.1f", tr.model.num_activations * 4.0 / 1048576.0); report_row("activation MiB", v);
+    report_config_end(resume_step);
 
-    train_loop(run, &be, mc->vocab_size, argc, argv);
-    train_write_summary(run, "");
+    // the training loop: each step is a Full step (forward, backward, AdamW) or, in hybrid mode, what
+    // the controller decides: a Predict step (no batch, no backward) or a Correct step (a Full step
+    // taken at the predicted point, which may roll the Predict run back)
+    signals_install();
+    if (run->has_val && run->step == 0) { run_log_init_val(run, evaluate(&tr)); }
+    while (run->step < run->total_steps) {
+        float lr = lr_scheduler_get(&run->scheduler, run->step);
+        HybridPhase phase = run_step_begin(run, lr);
+        StepResult r = phase == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
+        run_step_end(run, &r, r.ms);
+        run_print_step(run, &r, lr);
+        run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
+        if (run_sample_due(run)) { generate(&tr); }
+        int stop = signals_stop_requested();
+        if (run_checkpoint_due(run, stop)) { checkpoint(&tr); }
+        if (stop && !run_last_step(run)) {
+            signals_print_resume_hint(run->step, cfg->output_dir, argc, argv);
+            break;
+        }
+    }
+    report_summary(run, "");
 
     free(tr.direction);
-    train_free(run);
+    run_free(run);
     gpt2_free(&tr.model);
     return EXIT_SUCCESS;
 }

@@ -12,7 +12,11 @@
 #include <string.h>
 #include <math.h>
 #include <time.h>
-#include "llmc/train_common.h"  // utils, args, data, schedule, checkpoints, logs, hybrid/
+#include "llmc/config.h"       // the flags
+#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's controller
+#include "llmc/run_state.h"    // checkpoints and resume
+#include "llmc/report.h"       // the start-up table and the summary
+#include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint
 #include "llmc/cuda_common.cuh"
 #include "llmc/encoder.cuh"
 #include "llmc/layernorm.cuh"
@@ -555,9 +559,6 @@ void gpt2_sync_floatX(GPT2* model, int step) {
     cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
-// weight decay applies to the 2-D weights only (wte, wpe, qkvw, attprojw, fcw, fcprojw), as the CPU path
-static const int decayed_tensor[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
-
 // AdamW on this rank's shard, one launch per tensor (the decay differs), then the weights are gathered.
 // t: AdamW's 1-based update count (bias correction); step: the 1-based training step (rounding seed)
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -569,7 +570,7 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         size_t end = i < NUM_PARAMETER_TENSORS ? start + model->param_sizes[i] : model->num_parameters_padded;
         size_t a = start > lo ? start : lo, b = end < hi ? end : hi;
         if (a < b) {
-            float wd = i < NUM_PARAMETER_TENSORS && decayed_tensor[i] ? weight_decay : 0.0f;
+            float wd = i < NUM_PARAMETER_TENSORS && PARAM_DECAYS[i] ? weight_decay : 0.0f;
             adamw_update(model->master_weights + a, model->params_memory + a, model->grads_memory + a,
                          model->m_memory + (a - lo), model->v_memory + (a - lo), b - a, a, lr, beta1, beta2, t,
                          eps, wd, grad_scale, seed, model->stream);
@@ -623,26 +624,6 @@ float gpt2_sum_over_ranks(GPT2* model, float x) {
     return x;
 }
 
-// hybrid mode's parameter blocks (CONTRACT), as train_gpt2.c: each tensor of each layer, 12 L + 4 blocks.
-// offsets: (12L+5) in floats; weight_decay: (12L+4), the AdamW decay each block gets (wd on the 2-D
-// weights, else 0); returns the number of blocks
-int gpt2_hybrid_blocks(const GPT2* model, size_t* offsets, float* weight_decay, float wd) {
-    int L = model->config.num_layers, nb = 0;
-    size_t off = 0;
-    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
-        int per_layer = k >= 2 && k < NUM_PARAMETER_TENSORS - 2;  // wte, wpe, lnfw, lnfb are one block each
-        int parts = per_layer ? L : 1;
-        for (int l = 0; l < parts; l++) {
-            offsets[nb] = off;
-            weight_decay[nb] = decayed_tensor[k] ? wd : 0.0f;
-            off += model->param_sizes[k] / parts;
-            nb++;
-        }
-    }
-    offsets[nb] = off;
-    return nb;
-}
-
 void gpt2_free(GPT2* model) {
     void* dev[] = {model->params_memory, model->master_weights, model->grads_memory, model->m_memory,
                    model->v_memory, model->inputs, model->targets, model->bucket_memory, model->scratch,
@@ -664,7 +645,7 @@ void gpt2_free(GPT2* model) {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------
-// command line: the shared table (llmc/train_common.h) plus the GPU flags
+// command line: the shared table (llmc/config.h) plus the GPU flags
 
 static const ArgSpec GPU_ARGS[] = {
     ARG("-r", ARG_INT, TrainConfig, recompute, 0, 2, 0, "recompute in the backward pass: 0 none, 1 GELU, 2 GELU + LayerNorm"),
@@ -685,7 +666,7 @@ static const TrainCli CLI = {
     "                            ./train_gpt2cu -pn 2 -pr 1 -pi fs -pf /tmp/run1 ...\n",
 };
 
-// the GPU flags' checks (the shared ones are in train_parse_args)
+// the GPU flags' checks (the shared ones are in config_parse)
 static void check_gpu_args(const TrainConfig* c) {
     if (c->process_rank >= c->num_processes && strcmp(c->init_method, "mpi") != 0) {
         fatal("flag -pr: rank %d is not below the number of processes -pn %d", c->process_rank, c->num_processes);
@@ -696,7 +677,7 @@ static void check_gpu_args(const TrainConfig* c) {
 }
 
 // ----------------------------------------------------------------------------
-// the trainer: the shared run (llmc/train_common.h) and the model, its device buffers and staging
+// the trainer: the run (llmc/run.h) and the model, its device buffers and staging
 
 // dense peak TFLOP/s for the MFU column: bf16 tensor cores, and plain fp32 (PRECISION=FP32)
 typedef struct { const char* name; double bf16, fp32; } GpuPeak;
@@ -720,7 +701,7 @@ static double gpu_peak_flops(const char* device_name) {
 }
 
 typedef struct {
-    TRAIN_RUN_FIELDS          // first: (TrainRun*)&trainer is the shared part
+    TrainRun run;
     MultiGpuConfig multi_gpu;
     GPT2 model;
     float* host_params;       // (P) checkpoint staging
@@ -728,6 +709,7 @@ typedef struct {
     float* host_v;            // (P)
     int* gen_batch;           // (B*T) sampling input: the context window, padded
     floatX* gen_row;          // (Vp) host, one row of logits
+    float* gen_logits;        // (V) host, that row in fp32 for the sampler
     double peak_device_mib;   // highest device memory in use seen at the logged points
     HybridPhase last_phase;   // for the device memory log at phase changes
     char device_name[256];
@@ -747,13 +729,12 @@ typedef struct {
 static void log_device_memory(Trainer* tr, const char* where) {
     double used = cuda_used_mib();
     if (used > tr->peak_device_mib) { tr->peak_device_mib = used; }
-    if (tr->rank0) {
+    if (tr->run.rank0) {
         printf("device memory (%s): %.1f MiB in use, %.1f MiB allocated by the trainer\n", where, used,
                cuda_bytes_allocated / (1024.0 * 1024.0));
     }
 }
 
-// ----------------------------------------------------------------------------
 // ----------------------------------------------------------------------------
 // hybrid mode on the device
 
@@ -762,10 +743,10 @@ static void hybrid_setup(Trainer* tr) {
     int nblocks = 12 * model->config.num_layers + 4;
     size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
-    tr->nblocks = gpt2_hybrid_blocks(model, offsets, block_wd, tr->cfg.weight_decay);
-    hybrid_init(&tr->hybrid, &tr->cfg.hybrid, offsets, nblocks, tr->total_steps, tr->cfg.lr, ADAM_BETA1, ADAM_BETA2,
-                ADAM_EPS, block_wd, (uint64_t)tr->cfg.seed);
-    hybrid_set_micro_batches(&tr->hybrid, tr->grad_accum);
+    tr->nblocks = gpt2_param_blocks(&model->config, offsets, block_wd, tr->run.cfg.weight_decay);
+    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, tr->run.cfg.lr, ADAM_BETA1, ADAM_BETA2,
+                ADAM_EPS, block_wd, (uint64_t)tr->run.cfg.seed);
+    hybrid_set_micro_batches(&tr->run.hybrid, tr->run.grad_accum);
     tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     tr->block_wd = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
@@ -774,7 +755,7 @@ static void hybrid_setup(Trainer* tr) {
     tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
     tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
     size_t P = model->num_parameters;
-    if (tr->cfg.hybrid.direction == DIRECTION_EMA) {
+    if (tr->run.cfg.hybrid.direction == DIRECTION_EMA) {
         tr->direction = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
         cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&tr->host_dir, P * sizeof(float)));
@@ -788,13 +769,13 @@ static void hybrid_setup(Trainer* tr) {
 // not consumed (the coming step trains on it); in --overfit mode the one batch. Every rank runs the same
 // batch, so every rank gets the same loss (mirrors train_gpt2.c)
 static void hybrid_probe_next(Trainer* tr) {
-    double t0 = now_seconds();
+    double t0 = hmath_seconds();
     GPT2* model = &tr->model;
-    DataLoader* loader = &tr->train_loader;
-    if (!tr->cfg.overfit) { dataloader_peek_batch(loader); }
-    gpt2_forward(model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
+    DataLoader* loader = &tr->run.train_loader;
+    if (!tr->run.cfg.overfit) { dataloader_peek_batch(loader); }
+    gpt2_forward(model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
     float loss = gpt2_sum_over_ranks(model, model->mean_loss) / model->multi_gpu->num_processes;
-    hybrid_probe_loss(&tr->hybrid, loss, (now_seconds() - t0) * 1000.0);
+    hybrid_probe_loss(&tr->run.hybrid, loss, (hmath_seconds() - t0) * 1000.0);
 }
 
 // a Predict step: theta += coef_b * d_b on this rank's shard (no forward, no backward, no batch, no
@@ -803,32 +784,32 @@ static void hybrid_probe_next(Trainer* tr) {
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
-    double t0 = now_seconds();
+    double t0 = hmath_seconds();
     GPT2* model = &tr->model;
-    HybridState* h = &tr->hybrid;
+    HybridState* h = &tr->run.hybrid;
     if (hybrid_probe_wanted(h)) { hybrid_probe_next(tr); }
     int first = h->run_steps == 1;
     cudaCheck(cudaMemcpyAsync(tr->coef, h->coef, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
     ApplyDirection dir = hybrid_direction(h, tr->direction, model->m_memory, model->v_memory);
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
     hybrid_predict(model->master_weights, model->params_memory, model->grads_memory, dir, tr->block_offsets,
-                   tr->nblocks, tr->coef, lo, hi, first, gpt2_step_seed(model, tr->step + 1), model->stream);
+                   tr->nblocks, tr->coef, lo, hi, first, gpt2_step_seed(model, tr->run.step + 1), model->stream);
     if (model->multi_gpu->zero_stage == 1) {
         multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
                              model->stream);
     }
     if (hybrid_micro_due(h)) {
         // forward-only check on the last batch read (a Predict step consumes none); the loss over ranks
-        DataLoader* loader = &tr->train_loader;
-        gpt2_forward(model, loader->inputs, loader->targets, tr->cfg.B, tr->cfg.T);
+        DataLoader* loader = &tr->run.train_loader;
+        gpt2_forward(model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
         float loss = gpt2_sum_over_ranks(model, model->mean_loss) / model->multi_gpu->num_processes;
         hybrid_micro_result(h, loss);
     }
     cudaCheck(cudaStreamSynchronize(model->stream));
     r.loss = NAN;
     r.grad_norm = NAN;
-    r.ms = (now_seconds() - t0) * 1000.0;
-    tr->train_time_s += r.ms / 1000.0;
+    r.ms = (hmath_seconds() - t0) * 1000.0;
+    tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
 
@@ -837,10 +818,10 @@ static StepResult train_predict_step(Trainer* tr) {
 // tensor has no block: plain AdamW), the statistics summed over ranks into h->stats for hybrid_end_step
 static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     GPT2* model = &tr->model;
-    HybridState* h = &tr->hybrid;
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->adam_steps, lr, h->lr_peak, grad_scale};
+    HybridState* h = &tr->run.hybrid;
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->run.adam_steps, lr, h->lr_peak, grad_scale};
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
-    uint32_t seed = gpt2_step_seed(model, tr->step + 1);
+    uint32_t seed = gpt2_step_seed(model, tr->run.step + 1);
     hybrid_adamw_observe_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
                                 model->grads_memory, model->m_memory, model->v_memory, tr->direction, &st,
                                 h->cfg.direction, h->cfg.direction_beta, tr->block_offsets, tr->nblocks, lo, hi, seed,
@@ -849,7 +830,7 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     if (pad < hi) {
         adamw_update(model->master_weights + pad, model->params_memory + pad, model->grads_memory + pad,
                      model->m_memory + (pad - lo), model->v_memory + (pad - lo), hi - pad, pad, lr, h->beta1, h->beta2,
-                     tr->adam_steps, h->eps, 0.0f, grad_scale, seed, model->stream);
+                     tr->run.adam_steps, h->eps, 0.0f, grad_scale, seed, model->stream);
     }
     if (model->multi_gpu->zero_stage == 1) {
         multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
@@ -864,7 +845,7 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     cudaCheck(cudaMemcpyAsync(h->stats, tr->stats, (size_t)tr->nblocks * 3 * sizeof(double), cudaMemcpyDeviceToHost,
                               model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
-    h->adam_t = tr->adam_steps;
+    h->adam_t = tr->run.adam_steps;
 }
 
 // one Full (or Correct) step: every process steps the shared loader through grad_accum * processes micro
@@ -878,59 +859,59 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
-    double t0 = now_seconds();
+    double t0 = hmath_seconds();
     GPT2* model = &tr->model;
-    DataLoader* loader = &tr->train_loader;
-    HybridState* h = &tr->hybrid;
-    int B = tr->cfg.B, T = tr->cfg.T, np = tr->multi_gpu.num_processes;
-    int hybrid = tr->cfg.hybrid.enabled;
+    DataLoader* loader = &tr->run.train_loader;
+    HybridState* h = &tr->run.hybrid;
+    int B = tr->run.cfg.B, T = tr->run.cfg.T, np = tr->multi_gpu.num_processes;
+    int hybrid = tr->run.cfg.hybrid.enabled;
     int correct = hybrid && h->phase == PHASE_CORRECT;
     if (correct || (hybrid && hybrid_probe_wanted(h))) {
-        if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+        if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
         // the first micro batch (rank 0's) is the check batch: one decision, the same on every rank
         int rank0 = tr->multi_gpu.process_rank == 0;
         if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
         float loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
         if (!correct) { hybrid_probe_loss(h, loss, 0.0); }
         else if (hybrid_correct_check(h, loss) == ACTION_ROLLBACK) {
-            double u0 = now_seconds();
+            double u0 = hmath_seconds();
             size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
             hybrid_rollback_device(model->master_weights, model->params_memory, model->grads_memory, lo, hi,
-                                   gpt2_step_seed(model, tr->step + 1), model->stream);
+                                   gpt2_step_seed(model, tr->run.step + 1), model->stream);
             if (model->multi_gpu->zero_stage == 1) {
                 multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX),
                                      model->multi_gpu, model->stream);
             }
             h->run_steps = 0;
-            if (tr->rank0 && h->rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
-                printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->step + 1, loss,
+            if (tr->run.rank0 && h->rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
+                printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->run.step + 1, loss,
                        h->predicted_loss);
             }
             log_device_memory(tr, "rollback");
             if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
             float undone_loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
-            hybrid_rollback_loss(h, undone_loss, (now_seconds() - u0) * 1000.0);
+            hybrid_rollback_loss(h, undone_loss, (hmath_seconds() - u0) * 1000.0);
         }
         gpt2_zero_grad(model);
         // rank 0 trains on the check batch; the others read on to their own first micro batch
         for (int k = 1; k <= tr->multi_gpu.process_rank; k++) {
-            if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+            if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
         }
         if (!rank0) { gpt2_forward(model, loader->inputs, NULL, B, T); }
-        gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->grad_accum));
-        for (int k = tr->multi_gpu.process_rank + 1; k < tr->grad_accum * np; k++) {
-            if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+        gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->run.grad_accum));
+        for (int k = tr->multi_gpu.process_rank + 1; k < tr->run.grad_accum * np; k++) {
+            if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
             if (k % np != tr->multi_gpu.process_rank) { continue; }
             gpt2_forward(model, loader->inputs, NULL, B, T);
-            gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->grad_accum));
+            gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->run.grad_accum));
         }
     } else {
         gpt2_zero_grad(model);
-        for (int k = 0; k < tr->grad_accum * np; k++) {
-            if (!tr->cfg.overfit) { dataloader_next_batch(loader); }
+        for (int k = 0; k < tr->run.grad_accum * np; k++) {
+            if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
             if (k % np != tr->multi_gpu.process_rank) { continue; }
             gpt2_forward(model, loader->inputs, NULL, B, T);
-            gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->grad_accum));
+            gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->run.grad_accum));
         }
     }
     r.loss = gpt2_accumulated_loss(model);
@@ -939,61 +920,73 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     if (correct && hybrid_probe_wanted(h)) { hybrid_probe_next(tr); }
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
-        gpt2_sync_floatX(model, tr->step + 1);  // keeps params == round(master, seed(step))
+        gpt2_sync_floatX(model, tr->run.step + 1);  // keeps params == round(master, seed(step))
         if (hybrid) { memset(h->stats, 0, (size_t)tr->nblocks * 3 * sizeof(double)); }
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
-        tr->adam_steps++;
+        tr->run.adam_steps++;
         if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the statistics
         else {
-            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->cfg.weight_decay, grad_scale,
-                        tr->adam_steps, tr->step + 1);
+            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale,
+                        tr->run.adam_steps, tr->run.step + 1);
         }
     }
     cudaCheck(cudaStreamSynchronize(model->stream));
-    tr->tokens += (uint64_t)tr->grad_accum * np * B * T;
-    tr->backward += (uint64_t)tr->grad_accum * np;
-    r.ms = (now_seconds() - t0) * 1000.0;
-    tr->train_time_s += r.ms / 1000.0;
+    tr->run.tokens += (uint64_t)tr->run.grad_accum * np * B * T;
+    tr->run.backward += (uint64_t)tr->run.grad_accum * np;
+    r.ms = (hmath_seconds() - t0) * 1000.0;
+    tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
 
 
 // ----------------------------------------------------------------------------
-// the backend of the shared loop (llmc/train_common.h)
+// evaluation, text, checkpoints
 
-static StepResult gpu_full_step(void* ctx, float lr) { return train_full_step((Trainer*)ctx, lr); }
-static StepResult gpu_predict_step(void* ctx) { return train_predict_step((Trainer*)ctx); }
-static float gpu_sum_over_ranks(void* ctx, float x) { return gpt2_sum_over_ranks(&((Trainer*)ctx)->model, x); }
-
-static float gpu_batch_loss(void* ctx, const int* inputs, const int* targets) {
-    Trainer* tr = (Trainer*)ctx;
-    gpt2_forward(&tr->model, inputs, targets, tr->cfg.B, tr->cfg.T);
-    return tr->model.mean_loss;
+// mean val loss over the run's val batches (the same batches every time), split over the processes
+static float evaluate(Trainer* tr) {
+    TrainRun* run = &tr->run;
+    DataLoader* val = &run->val_loader;
+    size_t n = run_val_begin(run);
+    int np = run->num_processes, rank = run->cfg.process_rank;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        if (np > 1 && (int)(i % np) != rank) { continue; }
+        gpt2_forward(&tr->model, val->inputs, val->targets, run->cfg.B, run->cfg.T);
+        sum += tr->model.mean_loss;
+    }
+    if (np > 1) { sum = gpt2_sum_over_ranks(&tr->model, (float)sum); }
+    return (float)(sum / n);
 }
 
-// logits (V) after tokens[0..n): the forward runs on the full allocated (B,T) batch, the window at
-// the start of the first row; causality makes the padding after it irrelevant
-static void gpu_next_logits(void* ctx, const int* tokens, int n, float* logits) {
-    Trainer* tr = (Trainer*)ctx;
+// the prompt, then -g tokens (rank 0). Each forward runs on the full allocated (B,T) batch with the
+// context window at the start of the first row; causality makes the padding after it irrelevant.
+static void generate(Trainer* tr) {
     GPT2* model = &tr->model;
+    Sampler* s = &tr->run.sampler;
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
-    memcpy(tr->gen_batch, tokens, (size_t)n * sizeof(int));
-    gpt2_forward(model, tr->gen_batch, NULL, tr->cfg.B, tr->cfg.T);
-    cudaCheck(cudaMemcpy(tr->gen_row, model->acts.logits + (size_t)(n - 1) * Vp, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
-    for (int i = 0; i < V; i++) { logits[i] = (float)tr->gen_row[i]; }
+    sampler_begin(s, &tr->run.tokenizer);
+    for (int t = s->prompt_len; t < s->end; t++) {
+        int n = sampler_context_len(t, tr->run.cfg.T);
+        memcpy(tr->gen_batch, s->tokens + (t - n), (size_t)n * sizeof(int));
+        gpt2_forward(model, tr->gen_batch, NULL, tr->run.cfg.B, tr->run.cfg.T);
+        cudaCheck(cudaMemcpy(tr->gen_row, model->acts.logits + (size_t)(n - 1) * Vp, Vp * sizeof(floatX), cudaMemcpyDeviceToHost));
+        for (int i = 0; i < V; i++) { tr->gen_logits[i] = (float)tr->gen_row[i]; }
+        sampler_push(s, t, tr->gen_logits, V, &tr->run.tokenizer);
+    }
+    sampler_end();
 }
 
 // model (fp32 master weights), state (AdamW m and v gathered to one llm.c-layout file, so a run can
 // resume on another number of GPUs). Every rank takes part in the gathers; rank 0 writes.
-static void gpu_save(void* ctx) {
-    Trainer* tr = (Trainer*)ctx;
+static void checkpoint(Trainer* tr) {
     GPT2* model = &tr->model;
-    HybridState* h = &tr->hybrid;
+    HybridState* h = &tr->run.hybrid;
     size_t P = model->num_parameters, lo = model->shard_offset;
     size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
     int zero1 = model->multi_gpu->zero_stage == 1;
-    int open_run = tr->cfg.hybrid.enabled && h->run_steps > 0;
+    int open_run = tr->run.cfg.hybrid.enabled && h->run_steps > 0;
     if (open_run) {  // the rollback point (in the gradient buffer, sharded like the weights)
         multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
                              model->stream);
@@ -1017,12 +1010,16 @@ static void gpu_save(void* ctx) {
                                   cudaMemcpyHostToDevice, model->stream));
         cudaCheck(cudaStreamSynchronize(model->stream));
     }
-    if (!tr->rank0) { return; }
-    char path[4096];
-    checkpoint_path(path, sizeof(path), tr->cfg.output_dir, "model", tr->step);
-    model_write(path, &model->config, tr->host_params, P);
-    train_write_state((TrainRun*)tr, P, tr->host_m, tr->host_v);
-    if (tr->cfg.hybrid.enabled) { train_write_hybrid_state((TrainRun*)tr, tr->host_dir, open_run ? tr->host_keep : NULL); }
+    if (tr->run.rank0) {
+        char path[4096];
+        checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
+        model_write(path, &model->config, tr->host_params, P);
+        run_state_write(&tr->run, P, tr->host_m, tr->host_v);
+        if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->host_dir, open_run ? tr->host_keep : NULL); }
+        run_state_commit(&tr->run);
+    }
+    // nobody continues (or exits) before rank 0 has finished writing
+    gpt2_sum_over_ranks(model, 0.0f);
 }
 
 // the hybrid state of checkpoint `step` onto the device: direction buffer, and an open Predict run's
@@ -1030,9 +1027,9 @@ static void gpu_save(void* ctx) {
 static void gpu_load_hybrid(Trainer* tr, int step) {
     GPT2* model = &tr->model;
     char path[4096];
-    FILE* f = train_open_hybrid_state((TrainRun*)tr, step, path, sizeof(path));
+    FILE* f = run_state_open_hybrid(&tr->run, step, path, sizeof(path));
     char err[256];
-    if (hybrid_load(&tr->hybrid, f, tr->host_dir, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
+    if (hybrid_load(&tr->run.hybrid, f, tr->host_dir, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
     fcloseCheck(f, path);
     size_t P = model->num_parameters, lo = model->shard_offset;
     size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
@@ -1040,43 +1037,32 @@ static void gpu_load_hybrid(Trainer* tr, int step) {
         cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
         cudaCheck(cudaMemcpy(tr->direction, tr->host_dir + lo, own * sizeof(float), cudaMemcpyHostToDevice));
     }
-    if (tr->hybrid.run_steps > 0) {
+    if (tr->run.hybrid.run_steps > 0) {
         cudaCheck(cudaMemcpy(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float), cudaMemcpyHostToDevice));
     }
 }
 
 // device memory after the first step and at every phase change
-static void gpu_after_step(void* ctx) {
-    Trainer* tr = (Trainer*)ctx;
-    if (tr->step == 1) { log_device_memory(tr, "after the first step"); }
-    if (tr->cfg.hybrid.enabled && tr->hybrid.phase != tr->last_phase) {
+static void log_device_memory_after_step(Trainer* tr) {
+    if (tr->run.step == 1) { log_device_memory(tr, "after the first step"); }
+    if (tr->run.cfg.hybrid.enabled && tr->run.hybrid.phase != tr->last_phase) {
         char where[64];
-        snprintf(where, sizeof(where), "step %d, %s", tr->step, hybrid_phase_name(&tr->hybrid));
+        snprintf(where, sizeof(where), "step %d, %s", tr->run.step, hybrid_phase_name(&tr->run.hybrid));
         log_device_memory(tr, where);
-        tr->last_phase = tr->hybrid.phase;
+        tr->last_phase = tr->run.hybrid.phase;
     }
-}
-
-static void gpu_config_rows(const void* ctx) {
-    const Trainer* tr = (const Trainer*)ctx;
-    char v[64];
-    train_print_row("device", tr->device_name);
-    train_print_row("precision", PRECISION_NAME);
-    train_print_row("attention", tr->model.use_cudnn ? "cuDNN (fused flash attention)" : "built-in kernels");
-    snprintf(v, sizeof(v), "%d", tr->multi_gpu.num_processes); train_print_row("processes (GPUs)", v);
-    snprintf(v, sizeof(v), "%.0f", tr->peak_flops / tr->multi_gpu.num_processes / 1e12); train_print_row("MFU peak TFLOP/s", v);
 }
 
 int main(int argc, char** argv) {
     static Trainer tr;  // large: not on the stack
-    TrainRun* run = (TrainRun*)&tr;
-    train_parse_args(&tr.cfg, argc, argv, &CLI);
-    TrainConfig* cfg = &tr.cfg;
+    TrainRun* run = &tr.run;
+    TrainConfig* cfg = &run->cfg;
+    config_parse(cfg, argc, argv, &CLI);
     check_gpu_args(cfg);
     tr.multi_gpu = multi_gpu_config_init(cfg->num_processes, cfg->process_rank, cfg->gpus_per_node,
                                          cfg->init_method, cfg->fs_path, cfg->server_ip, cfg->zero_stage);
-    tr.rank0 = tr.multi_gpu.process_rank == 0;
-    int np = tr.num_processes = tr.multi_gpu.num_processes;
+    run->rank0 = tr.multi_gpu.process_rank == 0;
+    int np = run->num_processes = tr.multi_gpu.num_processes;
     cfg->process_rank = tr.multi_gpu.process_rank;
     if (cfg->total_batch != -1 && cfg->total_batch % (cfg->B * cfg->T * np) != 0) {
         fatal("flag -d: total batch %d is not a multiple of B*T*processes = %d", cfg->total_batch, cfg->B * cfg->T * np);
@@ -1084,16 +1070,16 @@ int main(int argc, char** argv) {
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, tr.multi_gpu.local_device_idx));
     snprintf(tr.device_name, sizeof(tr.device_name), "%s", prop.name);
-    tr.peak_flops = gpu_peak_flops(prop.name) * np;
-    if (cfg->output_dir != NULL && tr.rank0) { train_make_dirs(cfg->output_dir); }
+    run->peak_flops = gpu_peak_flops(prop.name) * np;
+    if (cfg->output_dir != NULL && run->rank0) { config_make_dirs(cfg->output_dir); }
     matmul_init();
 
     // the model: from the latest checkpoint when resuming, else from -e
-    int resume_step = train_resume_step(run);
+    int resume_step = run_state_resume_step(run);
     uint32_t rounding_seed = (uint32_t)((uint64_t)cfg->seed ^ ((uint64_t)cfg->seed >> 32));
     char path[4096];
     int depth;
-    if (train_model_source(cfg, resume_step, path, sizeof(path), &depth)) {
+    if (run_state_model_source(cfg, resume_step, path, sizeof(path), &depth)) {
         gpt2_build_from_checkpoint(&tr.model, path, &tr.multi_gpu, rounding_seed, 0);
     } else {
         gpt2_build_from_random(&tr.model, depth, shard_vocab_size(cfg->train_pattern), (uint64_t)cfg->seed,
@@ -1107,40 +1093,73 @@ int main(int argc, char** argv) {
     size_t P = tr.model.num_parameters;
     tr.gen_batch = (int*)callocCheck((size_t)cfg->B * cfg->T, sizeof(int));
     tr.gen_row = (floatX*)mallocCheck((size_t)mc->padded_vocab_size * sizeof(floatX));
-    TrainBackend be = {&tr, gpu_full_step, gpu_predict_step, gpu_batch_loss, gpu_next_logits, gpu_save,
-                       gpu_sum_over_ranks, gpu_after_step};
+    tr.gen_logits = (float*)mallocCheck((size_t)mc->vocab_size * sizeof(float));
 
-    // data, schedule, sampling, logs; -x 0: text from the model, no training
-    train_setup(run, mc->vocab_size, resume_step);
+    // data, schedule, sampler, logs; -x 0: text from the model, no training
+    run_setup(run, mc->vocab_size, resume_step);
     if (cfg->max_steps == 0) {
-        if (tr.rank0) { train_sample_text(run, &be, mc->vocab_size); }
+        if (run->rank0) { generate(&tr); }
     } else {
         cudaCheck(cudaMallocHost((void**)&tr.host_params, P * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&tr.host_m, P * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&tr.host_v, P * sizeof(float)));
         if (cfg->hybrid.enabled) { hybrid_setup(&tr); }
         if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
-            train_load_state(run, resume_step, P, tr.host_m, tr.host_v);
+            run_state_load(run, resume_step, P, tr.host_m, tr.host_v);
             gpt2_optimizer_from_host(&tr.model, tr.host_m, tr.host_v);
             if (cfg->hybrid.enabled) { gpu_load_hybrid(&tr, resume_step); }
             // the floatX copy as this step left it: the resumed run continues bit-exactly
-            gpt2_sync_floatX(&tr.model, tr.step);
+            gpt2_sync_floatX(&tr.model, run->step);
         }
         if (cfg->overfit) {  // the same first batch on every step, also after a resume
-            dataloader_reset(&tr.train_loader, (uint64_t)cfg->seed);
-            dataloader_next_batch(&tr.train_loader);
+            dataloader_reset(&run->train_loader, (uint64_t)cfg->seed);
+            dataloader_next_batch(&run->train_loader);
         }
-        tr.flops_per_token = 6.0 * P + 6.0 * mc->num_layers * mc->channels * cfg->T;
-        if (tr.rank0) { train_print_config(run, &CLI, mc, P, resume_step, gpu_config_rows, &tr); }
+        run->flops_per_token = 6.0 * P + 6.0 * mc->num_layers * mc->channels * cfg->T;
+        if (run->rank0) {
+            char v[64];
+            report_config_begin(run, &CLI, mc, P);
+            report_row("device", tr.device_name);
+            report_row("precision", PRECISION_NAME);
+            report_row("attention", tr.model.use_cudnn ? "cuDNN (fused flash attention)" : "built-in kernels");
+            snprintf(v, sizeof(v), "%d", np); report_row("processes (GPUs)", v);
+            snprintf(v, sizeof(v), "%.0f", run->peak_flops / np / 1e12); report_row("MFU peak TFLOP/s", v);
+            report_config_end(resume_step);
+        }
         log_device_memory(&tr, "start-up");
         tr.last_phase = (HybridPhase)PHASE_COUNT;
 
-        train_loop(run, &be, mc->vocab_size, argc, argv);
+        // the training loop, as train_gpt2.c's; the processes agree on the controller's step time and on
+        // stopping (a signal reaches them at different moments: rank 0's decision is everyone's)
+        signals_install();
+        if (run->has_val && run->step == 0) { run_log_init_val(run, evaluate(&tr)); }
+        while (run->step < run->total_steps) {
+            float lr = lr_scheduler_get(&run->scheduler, run->step);
+            HybridPhase phase = run_step_begin(run, lr);
+            StepResult r = phase == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
+            double ms = np > 1 && cfg->hybrid.adaptive ? gpt2_sum_over_ranks(&tr.model, (float)r.ms) / np : r.ms;
+            run_step_end(run, &r, ms);
+            log_device_memory_after_step(&tr);
+            run_print_step(run, &r, lr);
+            run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
+            if (run_sample_due(run)) { generate(&tr); }
+            // Predict steps communicate nothing, so the decision waits for the next measured step
+            int stop = signals_stop_requested();
+            if (np > 1) {
+                stop = run->predict && !run_last_step(run) ? 0
+                     : (int)gpt2_sum_over_ranks(&tr.model, run->rank0 && stop ? 1.0f : 0.0f);
+            }
+            if (run_checkpoint_due(run, stop)) { checkpoint(&tr); }
+            if (stop && !run_last_step(run)) {
+                if (run->rank0) { signals_print_resume_hint(run->step, cfg->output_dir, argc, argv); }
+                break;
+            }
+        }
         log_device_memory(&tr, "end");
-        if (tr.rank0) {
+        if (run->rank0) {
             char extra[128];
             snprintf(extra, sizeof(extra), ", \"peak_device_mib\": %.1f, \"processes\": %d", tr.peak_device_mib, np);
-            train_write_summary(run, extra);
+            report_summary(run, extra);
             printf("peak device memory %.1f MiB\n", tr.peak_device_mib);
         }
         cudaCheck(cudaFreeHost(tr.host_params));
@@ -1148,16 +1167,17 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFreeHost(tr.host_v));
     }
 
-    if (tr.cfg.hybrid.enabled && cfg->max_steps != 0) {
+    if (cfg->hybrid.enabled && cfg->max_steps != 0) {
         cudaCheck(cudaStreamSynchronize(tr.model.stream));
         void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.stats, tr.stats_partial, tr.direction};
         for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
         if (tr.host_dir != NULL) { cudaCheck(cudaFreeHost(tr.host_dir)); }
         cudaCheck(cudaFreeHost(tr.host_keep));
     }
-    train_free(run);
+    run_free(run);
     free(tr.gen_batch);
     free(tr.gen_row);
+    free(tr.gen_logits);
     gpt2_free(&tr.model);
     matmul_free();
     multi_gpu_config_free(&tr.multi_gpu);

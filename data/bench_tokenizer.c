@@ -1,5 +1,5 @@
 /*
- * bench_tokenizer — encoding speed of data/bpe.h on one core, in MB of UTF-8 text per second.
+ * bench_tokenizer — encoding speed of llmc/bpe.h on one core, in MB of UTF-8 text per second.
  * The text is a shard decoded back to documents (the default corpus: English prose), so the benchmark
  * needs no extra files. Reports the first pass (empty word cache) and the best of later passes, and
  * checks that re-encoding reproduces the shard's tokens exactly.
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 #include "llmc/utils.h"
-#include "data/bpe.h"
+#include "llmc/bpe.h"
 #include "data/shard.h"
 
 static double now_s(void) {

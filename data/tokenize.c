@@ -10,7 +10,7 @@
 #include <errno.h>
 #include <sys/stat.h>
 #include "llmc/utils.h"
-#include "data/bpe.h"
+#include "llmc/bpe.h"
 #include "data/shard.h"
 
 // where `encode` writes without -o: inside the repository's data/ (git-ignored), not the working directory

@@ -33,7 +33,7 @@ static void axpy(float* a, const float* b, size_t n, float s) {
 
 static void fill(float* x, size_t n, float scale, uint64_t seed) {
     uint64_t rng = seed;
-    for (size_t i = 0; i < n; i++) { x[i] = scale * (random_f32(&rng) - 0.5f); }
+    for (size_t i = 0; i < n; i++) { x[i] = scale * (hmath_f32(&rng) - 0.5f); }
 }
 
 int main(int argc, char** argv) {
@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
     int L = model.config.num_layers, nb = 12 * L + 4;
     size_t* offsets = (size_t*)mallocCheck((size_t)(nb + 1) * sizeof(size_t));
     float* wd = (float*)mallocCheck((size_t)nb * sizeof(float));
-    gpt2_hybrid_blocks(&model, offsets, wd, 0.1f);
+    gpt2_param_blocks(&model.config, offsets, wd, 0.1f);
     float* direction = (float*)mallocCheck(P * sizeof(float));
     float* keep = (float*)mallocCheck(P * sizeof(float));
     fill(direction, P, 1e-3f, 4);

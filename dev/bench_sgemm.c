@@ -18,6 +18,7 @@ static double now_s(void) {
 }
 
 int main(int argc, char** argv) {
+    cpu_blas_init(argc, argv);  // the OpenBLAS kernel and the OpenMP wait policy (may re-execute once)
     int n = argc > 1 ? atoi(argv[1]) : 2048;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
     if (n <= 0 || repeats <= 0) {

@@ -1,6 +1,7 @@
 /*
- * hybrid/hmath.h — the small numerics every hybrid component shares: a seeded xorshift* generator
- * (so predictor init and the RSSM's stochastic latent are reproducible and checkpointable), a
+ * hybrid/hmath.h — the small numerics every hybrid component shares: the project's one random number
+ * generator, xorshift* (so predictor init and the RSSM's stochastic latent are reproducible and
+ * checkpointable; llmc/rand.h builds the trainers' streams on it), the one monotonic clock, a
  * Gaussian sampler, a Cholesky solver for the tiny SPD systems of ridge regression and LinUCB, and
  * a flat-vector Adam used by the learned predictors. All sizes here are tens, never parameters.
  */
@@ -10,9 +11,11 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 // ----------------------------------------------------------------------------
-// random numbers (xorshift*, as llmc/rand.h, duplicated because hybrid/ depends on libc only)
+// random numbers: xorshift* (64-bit state, 32-bit output). It lives here, at the bottom of the
+// dependencies (hybrid/ needs only libc), so that everything above uses this one definition.
 
 static inline uint32_t hmath_u32(uint64_t* state) {
     *state ^= *state >> 12; *state ^= *state << 25; *state ^= *state >> 27;
@@ -25,6 +28,13 @@ static inline float hmath_normal(uint64_t* state) {
     float u1 = (hmath_u32(state) >> 8) / 16777216.0f + 1.0f / 33554432.0f; // (0,1)
     float u2 = hmath_f32(state);
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
+}
+
+// seconds on the monotonic clock: step times, the controller's own time, benchmarks
+static inline double hmath_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static inline float hmath_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }

@@ -87,7 +87,7 @@ static inline void hybrid_config_default(HybridConfig* c) {
 }
 
 // The flags as a table, one row per HybridConfig field. The trainer's command-line parser
-// (llmc/args.h through llmc/train_common.h) reads this table, so hybrid mode has no parser of its own.
+// (llmc/args.h through llmc/config.h) reads this table, so hybrid mode has no parser of its own.
 // An enum field's value is the index of its name in `choices` ("a|b|c").
 typedef enum { HYBRID_FLAG_INT, HYBRID_FLAG_FLOAT, HYBRID_FLAG_CHOICE } HybridFlagType;
 typedef struct {
@@ -181,11 +181,7 @@ typedef struct {
 
 static inline float hybrid_sigma(const HybridState* h) { return monitor_sigma(&h->mon); }
 
-static inline double hybrid_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
+static inline double hybrid_now_ms(void) { return hmath_seconds() * 1e3; }
 
 // offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
 // hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);

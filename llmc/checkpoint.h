@@ -65,6 +65,29 @@ static inline size_t gpt2_num_parameters(const GPT2Config* c) {
     return n;
 }
 
+// weight decay applies to the 2-D weights only (llm.c): wte, wpe, qkvw, attprojw, fcw, fcprojw
+static const int PARAM_DECAYS[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
+
+// hybrid mode's parameter blocks: each tensor of each layer, 12 L + 4 blocks (wte, wpe, lnfw, lnfb are
+// one block each). offsets: (12L+5) in floats; weight_decay: (12L+4), the AdamW decay each block gets
+// (wd on the 2-D weights, else 0). Returns the number of blocks.
+static inline int gpt2_param_blocks(const GPT2Config* c, size_t* offsets, float* weight_decay, float wd) {
+    size_t sizes[NUM_PARAMETER_TENSORS], off = 0;
+    gpt2_param_sizes(sizes, c);
+    int L = c->num_layers, nb = 0;
+    for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
+        int parts = k >= 2 && k < NUM_PARAMETER_TENSORS - 2 ? L : 1;
+        for (int l = 0; l < parts; l++) {
+            offsets[nb] = off;
+            weight_decay[nb] = PARAM_DECAYS[k] ? wd : 0.0f;
+            off += sizes[k] / parts;
+            nb++;
+        }
+    }
+    offsets[nb] = off;
+    return nb;
+}
+
 // ----------------------------------------------------------------------------
 // model file
 

@@ -1,7 +1,7 @@
 /*
  * llmc/cpu_blas.h — the environment our CPU programs run in: the right OpenBLAS kernel for this CPU and
- * the OpenMP wait policy, fixed before main() in every program that includes this header (train_gpt2,
- * dev/bench_gpt2, dev/bench_sgemm, the test binaries).
+ * the OpenMP wait policy, set by cpu_blas_init(argc, argv) on the first line of main() (train_gpt2,
+ * dev/bench_gpt2, dev/bench_sgemm). CPU only.
  * Why: a DYNAMIC_ARCH OpenBLAS picks its kernel from the CPU models it knows. On a CPU newer than the
  * library (e.g. Debian's 0.3.21 on a recent Xeon) it falls back to its SSE3 kernel, 4-7x slower. Both
  * OpenBLAS (OPENBLAS_CORETYPE) and libgomp (OMP_WAIT_POLICY, GOMP_SPINCOUNT) read their settings when they
@@ -143,9 +143,9 @@ static inline const char* cpu_blas_describe(void) {
     return out;
 }
 
-// Runs before main() (glibc passes constructors argc and argv). Sets what the plan says and re-executes
-// once; if the exec fails, the program carries on with what it has.
-__attribute__((constructor)) static void cpu_blas_setup(int argc, char** argv) {
+// The first call of main(), before any BLAS or OpenMP work: sets what the plan says and re-executes the
+// program once with the same arguments; if the exec fails, the program carries on with what it has.
+static inline void cpu_blas_init(int argc, char** argv) {
     (void)argc;
     const char* chosen = blas_chosen_core();
     CpuFeatures f = cpu_features_detect();

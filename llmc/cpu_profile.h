@@ -1,7 +1,9 @@
 /*
  * llmc/cpu_profile.h — where a CPU training step's time goes, by kind of work: wall-clock timers around
- * the layer calls of train_gpt2.c, read by dev/bench_gpt2 (`make bench` prints the table). Off unless
- * cpu_profile_enabled is set; when on, one omp_get_wtime pair per layer call (~100 a step: negligible).
+ * the layer calls of train_gpt2.c, read by dev/bench_gpt2 (`make bench` prints the table). Compiled in
+ * only where the build defines LLMC_PROFILE (the bench's build); elsewhere PROF(phase, stmt) is stmt.
+ * When compiled in, it runs while cpu_profile_enabled is set: one omp_get_wtime pair per layer call
+ * (~100 a step: negligible).
  * Time spent in OpenMP barriers and thread wake-ups is inside each phase; the step's remainder
  * (everything not wrapped) shows up as "other" in the bench.
  */
@@ -35,6 +37,10 @@ static inline void prof_end(ProfPhase phase, double t0) {
     if (cpu_profile_enabled) { cpu_profile_seconds[phase] += omp_get_wtime() - t0; }
 }
 // PROF(phase, statement): the statement's wall time added to the phase
+#ifdef LLMC_PROFILE
 #define PROF(phase, stmt) do { double prof_t0_ = prof_begin(); stmt; prof_end(phase, prof_t0_); } while (0)
+#else
+#define PROF(phase, stmt) do { stmt; } while (0)
+#endif
 
 #endif // LLMC_CPU_PROFILE_H

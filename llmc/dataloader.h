@@ -2,7 +2,7 @@
  * llmc/dataloader.h — batches of (B, T) tokens from llm.c token shards (magic 20240520).
  * A shard is int32 header[256] then num_tokens uint16 tokens. Batch k of a shard is the B*T+1 tokens
  * starting at k*B*T: the first B*T are the inputs, the last B*T (shifted by one) the targets.
- * The train loader shuffles (CONTRACT.md): at the start of every epoch it permutes the shard order, and when
+ * The train loader shuffles (docs/formats.md): at the start of every epoch it permutes the shard order, and when
  * it enters a shard it permutes that shard's batch order, both with one xorshift* stream. The val loader
  * reads shards and batches in order and is reset before every evaluation.
  * Every shard is validated when the loader opens: magic, version, length, at least one batch, and every

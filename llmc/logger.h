@@ -1,7 +1,7 @@
 /*
  * llmc/logger.h — the run's logs in the output dir:
  *   main.log       llm.c's format: "s:%d trl:%.4f lr:%.6f norm:%.2f" per step, "s:%d tel:%.4f" per eval
- *   metrics.jsonl  one JSON object per step (CONTRACT.md), losses at full precision (%.9g)
+ *   metrics.jsonl  one JSON object per step (docs/formats.md), losses at full precision (%.9g)
  *   summary.json   written once at the end
  * Lines are flushed as written, so a killed run keeps every finished step. On resume, lines past the
  * resumed step are dropped first, so the logs of a resumed run equal those of an uninterrupted one.

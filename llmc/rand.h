@@ -1,8 +1,9 @@
 /*
- * llmc/rand.h — the project's one random number generator: xorshift* (64-bit state, 32-bit output).
- * Every random choice (random init, data order, sampling) goes through it so that runs are reproducible
- * bit for bit, and so that the Python reference can replay the data order exactly (CONTRACT.md).
- * The state is a plain uint64_t: it is saved in checkpoints as is.
+ * llmc/rand.h — the trainers' random streams on the project's one generator (xorshift*, hybrid/hmath.h):
+ * the random init, the data order and sampling, each from --seed and its own salt. Every random choice
+ * goes through them so that runs are reproducible bit for bit, and so that the Python reference
+ * (scripts/train_gpt2.py) can replay the data order exactly (docs/formats.md).
+ * A state is a plain uint64_t: it is saved in checkpoints as is.
  */
 #ifndef LLMC_RAND_H
 #define LLMC_RAND_H
@@ -10,22 +11,11 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "hybrid/hmath.h"
 
-// seeds of the independent streams, derived from the user's --seed (CONTRACT.md)
+// seeds of the independent streams, derived from the user's --seed
 #define RNG_DATA_SALT 0xD1B54A32D192ED03ull
 #define RNG_SAMPLE_SALT 0x9E3779B97F4A7C15ull
-
-static inline uint32_t random_u32(uint64_t* state) {
-    *state ^= *state >> 12;
-    *state ^= *state << 25;
-    *state ^= *state >> 27;
-    return (uint32_t)((*state * 0x2545F4914F6CDD1Dull) >> 32);
-}
-
-// uniform in [0, 1) with 24 random bits
-static inline float random_f32(uint64_t* state) {
-    return (random_u32(state) >> 8) / 16777216.0f;
-}
 
 // xorshift* is stuck at 0 forever, so a zero state (seed equal to a salt) is replaced by a fixed constant
 static inline uint64_t random_state(uint64_t seed, uint64_t salt) {
@@ -37,19 +27,19 @@ static inline uint64_t random_state(uint64_t seed, uint64_t salt) {
 // Used for the dN random init; sequential, so the same seed always gives the same weights.
 static inline void normal_fill(float* out, size_t n, float mean, float std, uint64_t* state) {
     for (size_t i = 0; i < n; i += 2) {
-        double u1 = 1.0 - random_f32(state);  // (0, 1]: log is finite
-        double u2 = random_f32(state);
+        double u1 = 1.0 - hmath_f32(state);  // (0, 1]: log is finite
+        double u2 = hmath_f32(state);
         double r = sqrt(-2.0 * log(u1));
         out[i] = (float)(mean + std * r * cos(2.0 * M_PI * u2));
         if (i + 1 < n) { out[i + 1] = (float)(mean + std * r * sin(2.0 * M_PI * u2)); }
     }
 }
 
-// Fisher-Yates shuffle of a[0..n), the exact loop of CONTRACT.md (the Python reference replays it)
+// Fisher-Yates shuffle of a[0..n), the loop the Python reference replays
 static inline void random_permute(int* a, size_t n, uint64_t* state) {
     if (n < 2) { return; }
     for (size_t i = n - 1; i > 0; i--) {
-        size_t j = random_u32(state) % (i + 1);
+        size_t j = hmath_u32(state) % (i + 1);
         int tmp = a[i]; a[i] = a[j]; a[j] = tmp;
     }
 }

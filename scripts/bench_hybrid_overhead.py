@@ -12,7 +12,7 @@ baseline in the same run.
    fraction of the baseline's Full step. The value test's work (hybrid/value.h; a step's "probe_ms": its
    probe forwards, and before the test has passed the undo of a probe run and the Correct step's second
    forward) is taken out of the Predict and Correct times and shown in a column of its own, per probed
-   run: it is the test's price, paid on probed runs only. Targets (issue 14): Full and Correct <= 1.03x the
+   run: it is the test's price, paid on probed runs only. Targets: Full and Correct <= 1.03x the
    baseline, Predict <= 2% of a Full step at d6 B8 T256.
    The hybrid runs use --hybrid-warmup 4 --confidence-threshold 0 so that a short run has Predict and
    Correct steps to time; these flags change no per-step work.

@@ -186,7 +186,7 @@ def build_arms(cfg):
 
 
 # ----------------------------------------------------------------------------
-# metrics.jsonl (format in lead/CONTRACT.md) and per-run summaries
+# metrics.jsonl (format in docs/formats.md) and per-run summaries
 
 def read_metrics(path):
     """All records of a metrics.jsonl, in file order. Raises CompareError on a malformed line."""

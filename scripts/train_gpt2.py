@@ -4,7 +4,7 @@ scripts/train_gpt2.py — the PyTorch reference for train_gpt2.c (CPU, fp32; run
 
 The same GPT-2 as llm.c (learned position embeddings, pre-LayerNorm blocks, tanh-GELU MLP, causal
 self-attention, wte tied to the lm_head, vocab padded to Vp rows, loss over the first V logits), the same
-llm.c model files and token shards, the same DataLoader order (xorshift* + Fisher-Yates, see CONTRACT), the
+llm.c model files and token shards, the same DataLoader order (xorshift* + Fisher-Yates, docs/formats.md), the
 same AdamW (decoupled weight decay on the 2-D weights only, written out by hand), global-norm clipping at
 1.0, LR schedules and gradient accumulation. It writes metrics.jsonl in -o like the C trainer, so the two
 can be compared step by step.
@@ -283,7 +283,7 @@ def get_lr(kind, lr, step, warmup, total, final_frac):
 
 
 # ----------------------------------------------------------------------------
-# llm.c token shards and the DataLoader order of CONTRACT.md
+# llm.c token shards and the DataLoader order of docs/formats.md
 
 def read_shard(path, vocab):
     size = os.path.getsize(path)

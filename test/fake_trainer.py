@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """
 test/fake_trainer.py — a stand-in for ./train_gpt2 that writes a synthetic metrics.jsonl in the
-contract's format (lead/CONTRACT.md), so that compare_hybrid's runner, statistics, report and plots are
+format (docs/formats.md), so that compare_hybrid's runner, statistics, report and plots are
 tested without the real trainer (and compare_pytorch without the PyTorch reference). Curves depend on the seed, the LR and the hybrid flags; nothing else
 about them matters. FAKE_TRAINER_FAIL=<substring of the -o path> makes that run exit with status 3.
 """

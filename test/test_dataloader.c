@@ -1,4 +1,4 @@
-// Tests of llmc/dataloader.h: the batch order of CONTRACT.md, epochs, the val loader, the checkpoint
+// Tests of llmc/dataloader.h: the batch order of docs/formats.md, epochs, the val loader, the checkpoint
 // blob, and every kind of bad shard (one-line error naming the file, exit 1).
 #include "llmc/dataloader.h"
 #include "trainer_test_util.h"
@@ -31,7 +31,7 @@ static void teardown_shards(void) { rm_rf(dir); }
 
 TestSuite(dataloader, .init = setup_shards, .fini = teardown_shards);
 
-// replays CONTRACT.md's order independently: per epoch, permute shards, then each shard's batches on entry
+// replays that order independently: per epoch, permute shards, then each shard's batches on entry
 Test(dataloader, train_order_follows_contract_over_three_epochs) {
     uint64_t seed = 1337;
     DataLoader loader;
@@ -40,13 +40,13 @@ Test(dataloader, train_order_follows_contract_over_three_epochs) {
     uint64_t rng = seed ^ 0xD1B54A32D192ED03ull;
     for (int epoch = 0; epoch < 3; epoch++) {
         int shards[3] = {0, 1, 2};
-        for (int i = 2; i > 0; i--) { int j = random_u32(&rng) % (i + 1); int t = shards[i]; shards[i] = shards[j]; shards[j] = t; }
+        for (int i = 2; i > 0; i--) { int j = hmath_u32(&rng) % (i + 1); int t = shards[i]; shards[i] = shards[j]; shards[j] = t; }
         for (int si = 0; si < 3; si++) {
             int s = shards[si];
             int nb = (int)((shard_tokens[s] - 1) / BT);
             int order[8];
             for (int i = 0; i < nb; i++) { order[i] = i; }
-            for (int i = nb - 1; i > 0; i--) { int j = random_u32(&rng) % (i + 1); int t = order[i]; order[i] = order[j]; order[j] = t; }
+            for (int i = nb - 1; i > 0; i--) { int j = hmath_u32(&rng) % (i + 1); int t = order[i]; order[i] = order[j]; order[j] = t; }
             for (int k = 0; k < nb; k++) {
                 dataloader_next_batch(&loader);
                 int base = s * 1000 + order[k] * BT;

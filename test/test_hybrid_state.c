@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include "hybrid/hybrid.h"
-#include "llmc/train_common.h"  // the parser that reads hybrid/'s flag table
+#include "llmc/config.h"  // the parser that reads hybrid/'s flag table
 
 #define NB 4
 #define STEPS 120
@@ -384,13 +384,13 @@ Test(state, file_round_trip_and_refusals) {
     sim_free(&s);
 }
 
-// hybrid/'s flag table, read by the trainers' parser (llmc/args.h through llmc/train_common.h)
+// hybrid/'s flag table, read by the trainers' parser (llmc/args.h through llmc/config.h)
 static int parse_hybrid(TrainConfig* c, int argc, char** argv, int* i) {
-    return arg_parse_one(c, train_hybrid_args(), NUM_HYBRID_FLAGS, argc, argv, i);
+    return arg_parse_one(c, config_hybrid_args(), NUM_HYBRID_FLAGS, argc, argv, i);
 }
 
 Test(state, flags_parse_and_reject_bad_values) {
-    TrainConfig t = train_config_default();
+    TrainConfig t = config_default();
     HybridConfig* c = &t.hybrid;
     char* argv[] = {"prog", "--hybrid", "--predictor", "rssm", "--max-predict-steps", "8", "--direction", "adam",
                     "--hybrid", "0", "--adaptive", "1", "--hybrid", "-x", "--other"};
@@ -408,14 +408,14 @@ Test(state, flags_parse_and_reject_bad_values) {
 }
 
 Test(state, bad_predictor_name_exits_with_one_line, .exit_code = 1) {
-    TrainConfig t = train_config_default();
+    TrainConfig t = config_default();
     char* argv[] = {"prog", "--predictor", "oracle"};
     int i = 1;
     parse_hybrid(&t, 3, argv, &i);
 }
 
 Test(state, bad_number_exits_with_one_line, .exit_code = 1) {
-    TrainConfig t = train_config_default();
+    TrainConfig t = config_default();
     char* argv[] = {"prog", "--max-predict-steps", "17"};
     int i = 1;
     parse_hybrid(&t, 3, argv, &i);
@@ -455,7 +455,7 @@ Test(state, summary_fields_and_table) {
 }
 
 Test(state, kappa_flag_sets_the_scale_of_the_scaled_predictor) {
-    TrainConfig t = train_config_default();
+    TrainConfig t = config_default();
     char* argv[] = {"prog", "--predictor", "scaled", "--kappa", "0.5"};
     int i = 1;
     cr_assert(parse_hybrid(&t, 5, argv, &i)); i++;
@@ -465,7 +465,7 @@ Test(state, kappa_flag_sets_the_scale_of_the_scaled_predictor) {
 }
 
 Test(state, kappa_out_of_range_exits_with_one_line, .exit_code = 1) {
-    TrainConfig t = train_config_default();
+    TrainConfig t = config_default();
     char* argv[] = {"prog", "--kappa", "5"};
     int i = 1;
     parse_hybrid(&t, 3, argv, &i);

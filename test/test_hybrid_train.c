@@ -23,7 +23,7 @@ static void write_shard(const char* path, int ntok, uint64_t seed) {
     uint64_t rng = seed;
     for (int i = 0; i < ntok; i++) {
         // mostly an arithmetic pattern, with noise: learnable, not trivial
-        toks[i] = (uint16_t)((random_u32(&rng) % 4 == 0) ? random_u32(&rng) % VOCAB : (uint32_t)(i * 7 + i / 13) % VOCAB);
+        toks[i] = (uint16_t)((hmath_u32(&rng) % 4 == 0) ? hmath_u32(&rng) % VOCAB : (uint32_t)(i * 7 + i / 13) % VOCAB);
     }
     // Criterion runs tests in parallel and each rewrites the shards: write aside and rename, so that a
     // trainer started by another test never reads a half-written shard
@@ -114,7 +114,7 @@ static void tiny_init(Tiny* s, int direction) {
     int nb = 12 + 4;
     size_t offsets[17];
     float wd[16];
-    gpt2_hybrid_blocks(&s->model, offsets, wd, 0.1f);
+    gpt2_param_blocks(&s->model.config, offsets, wd, 0.1f);
     cr_assert_eq(offsets[nb], s->model.num_parameters);
     HybridConfig c;
     hybrid_config_default(&c);
@@ -125,7 +125,7 @@ static void tiny_init(Tiny* s, int direction) {
     s->t = 0;
     s->x = malloc(32 * sizeof(int)); s->y = malloc(32 * sizeof(int));
     uint64_t rng = 3;
-    for (int i = 0; i < 32; i++) { s->x[i] = random_u32(&rng) % VOCAB; s->y[i] = (s->x[i] * 7) % VOCAB; }
+    for (int i = 0; i < 32; i++) { s->x[i] = hmath_u32(&rng) % VOCAB; s->y[i] = (s->x[i] * 7) % VOCAB; }
 }
 
 static void tiny_free(Tiny* s) {

@@ -152,49 +152,7 @@ Test(resume, keep_last_k_checkpoints) {
     }
 }
 
-Test(resume, sigint_checkpoints_exits_zero_and_resumes_exactly) {
-    char a[512], b[512], metrics[700], cmd[4096], log[700];
-    join_path(a, sizeof(a), dir, "straight");
-    join_path(b, sizeof(b), dir, "interrupted");
-    train("-x 300 -v 100", a);
-    snprintf(cmd, sizeof(cmd), "%s -x 300 -v 100 -o %s", flags, b);
-    snprintf(log, sizeof(log), "%s.stdout", b);
-    join_path(metrics, sizeof(metrics), b, "metrics.jsonl");
-    char buf[8192], *argv[128];
-    snprintf(buf, sizeof(buf), "%s", cmd);
-    split_cmd(buf, argv);
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE* out = fopen(log, "w");
-        dup2(fileno(out), 1);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    // interrupt once a few steps are logged
-    for (int i = 0; i < 20000; i++) {
-        char* text = read_text(metrics);
-        int lines = text ? count_lines(text) : 0;
-        free(text);
-        if (lines >= 4) { break; }
-        usleep(1000);
-    }
-    kill(pid, SIGINT);
-    int st;
-    waitpid(pid, &st, 0);
-    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "interrupted run must exit 0");
-    char* out = read_text(log);
-    // 296 steps were left when the signal came: the run stopped early, with a checkpoint
-    cr_assert_not_null(strstr(out, "stopped by signal"), "%s", out);
-    cr_assert_not_null(strstr(out, "-y 1"), "prints how to resume: %s", out);
-    cr_assert_not_null(strstr(out, "checkpoint: step"), "%s", out);
-    free(out);
-    train("-x 300 -v 100 -y 1", b);
-    char* ma = metrics_without_times(a);
-    char* mb = metrics_without_times(b);
-    cr_assert_str_eq(ma, mb);
-    free(ma); free(mb);
-}
+// stopping by a signal and resuming: test/reliability/test_signal.sh and test_resume_hint.sh
 
 Test(resume, minus_one_steps_is_one_epoch) {
     // shards of 3000 and 4000 tokens at B*T = 128: 23 + 31 = 54 batches; 2 micro batches per step: 27 steps

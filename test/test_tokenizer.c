@@ -1,5 +1,5 @@
 /*
- * test/test_tokenizer.c — GPT-2 BPE tokenizer (data/bpe.h), shards (data/shard.h) and ./tokenize.
+ * test/test_tokenizer.c — GPT-2 BPE tokenizer (llmc/bpe.h), shards (data/shard.h) and ./tokenize.
  * Expected ids come from an independent encoder (npm gpt-3-encoder under node, see
  * data/reference/gpt2_reference.js), committed as test/fixtures/tokenizer_cases.tsv and
  * data/default/reference.sha256. Run from the repository root (make test does).
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "data/bpe.h"
+#include "llmc/bpe.h"
 #include "data/shard.h"
 #include "llmc/dataloader.h"
 #include "llmc/tokenizer.h"

@@ -88,12 +88,8 @@ Test(cli, sequence_longer_than_model) { expect_error("-e d1 -t 1025", "flag -t")
 Test(cli, huge_micro_batch) { expect_error("-b 1048576 -t 1048576", "flag -b"); }
 Test(cli, bad_seed) { expect_error("--seed -1", "flag --seed"); }
 
-Test(cli, missing_model_file) {
-    char extra[1024], path[512];
-    join_path(path, sizeof(path), dir, "nope.bin");
-    snprintf(extra, sizeof(extra), "-e %s", path);
-    expect_error(extra, path);
-}
+// bad model files (-e) through the trainer: test/reliability/test_bad_inputs.sh; the loader itself:
+// test/test_checkpoint.c. A valid tiny model file for the tests below:
 
 static void write_model(const char* path, GPT2Config c, float fill, size_t cut_bytes, int magic, int version) {
     size_t n = gpt2_num_parameters(&c);
@@ -112,47 +108,6 @@ static GPT2Config tiny(int vocab) {
     GPT2Config c = {.max_seq_len = 32, .vocab_size = vocab, .padded_vocab_size = (vocab + 127) / 128 * 128,
                     .num_layers = 1, .num_heads = 2, .channels = 16};
     return c;
-}
-
-static void expect_model_error(GPT2Config c, float fill, size_t cut, int magic, int version, const char* needle) {
-    char path[512], extra[1024];
-    join_path(path, sizeof(path), dir, "model.bin");
-    write_model(path, c, fill, cut, magic, version);
-    snprintf(extra, sizeof(extra), "-e %s", path);
-    RunResult r = run_with(extra);
-    assert_one_line_error(&r, path);
-    assert_one_line_error(&r, needle);
-}
-
-Test(cli, empty_model_file) {
-    char path[512], extra[1024];
-    join_path(path, sizeof(path), dir, "empty.bin");
-    write_bytes(path, "", 0);
-    snprintf(extra, sizeof(extra), "-e %s", path);
-    RunResult r = run_with(extra);
-    assert_one_line_error(&r, path);
-}
-Test(cli, truncated_model_file) { expect_model_error(tiny(256), 0.01f, 100, 20240326, 3, "truncated"); }
-Test(cli, model_wrong_magic) { expect_model_error(tiny(256), 0.01f, 0, 1234, 3, "magic"); }
-Test(cli, model_bf16_version) { expect_model_error(tiny(256), 0.01f, 0, 20240326, 5, "version 5"); }
-Test(cli, model_nan_weights) { expect_model_error(tiny(256), NAN, 0, 20240326, 3, "NaN"); }
-Test(cli, model_sequence_too_short) {
-    GPT2Config c = tiny(256);
-    c.max_seq_len = 8;
-    char path[512], extra[1024];
-    join_path(path, sizeof(path), dir, "short.bin");
-    write_model(path, c, 0.01f, 0, 20240326, 3);
-    snprintf(extra, sizeof(extra), "-e %s", path);
-    expect_error(extra, "flag -t");
-}
-
-Test(cli, token_at_or_above_model_vocab) {
-    // the shard holds ids up to ~160; a model with 100 rows cannot embed them
-    char extra[1024], path[512];
-    join_path(path, sizeof(path), dir, "model.bin");
-    write_model(path, tiny(100), 0.01f, 0, 20240326, 3);
-    snprintf(extra, sizeof(extra), "-e %s", path);
-    expect_error(extra, train);
 }
 
 Test(cli, shard_smaller_than_one_batch) { expect_error("-b 16 -t 256", train); }
@@ -188,7 +143,7 @@ Test(cli, nan_loss_never_reaches_the_weights_and_stops_after_five) {
     free(text);
 }
 
-// ---- issue 11: what a new user meets first
+// ---- what a new user meets first
 
 Test(cli, checkpoints_without_output_dir) { expect_error("-n 5", "flag -n: checkpoints need an output dir (-o)"); }
 Test(cli, temperature_zero) { expect_error("--temperature 0", "flag --temperature"); }
@@ -248,7 +203,7 @@ Test(cli, no_val_shards_beside_means_val_off_with_a_note) {
     free(text);
 }
 
-// ---- generation from a model file: -x 0 --prompt; the prompt is encoded by our BPE (data/bpe.h)
+// ---- generation from a model file: -x 0 --prompt; the prompt is encoded by our BPE (llmc/bpe.h)
 
 static char* generate(const char* model, const char* seed, const char* tokenizer, const char* name) {
     char out[512];

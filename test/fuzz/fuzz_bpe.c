@@ -1,11 +1,12 @@
 /*
- * test/fuzz/fuzz_bpe.c — the BPE encoder (data/bpe.h, GPT-2's real vocabulary) on arbitrary bytes.
+ * test/fuzz/fuzz_bpe.c — the BPE encoder (llmc/bpe.h, GPT-2's real vocabulary) on arbitrary bytes.
  * Every byte string must encode to ids inside the vocabulary that decode back to exactly those bytes,
  * and encoding must not depend on what was encoded before (the word cache): a second encoding of the
- * same input, after the cache has seen it, must give the same ids. Run from the repository root.
+ * same input, after the cache has seen it, must give the same ids. The heap merge must equal the simple
+ * merge loop (encoder.py's) on the whole input taken as one piece. Run from the repository root.
  */
 #include "test/fuzz/fuzz.h"
-#include "data/bpe.h"
+#include "llmc/bpe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static BPETokenizer t;
@@ -29,6 +30,17 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         }
         bpe_ids_free(&first);
         bpe_ids_free(&second);
+        if (size > 0 && size <= 4096) {
+            bpe_reserve_scratch(&t, size);
+            for (size_t k = 0; k < size; k++) { t.sym[k] = t.byte_token[data[k]]; }
+            size_t a = bpe_merge_simple(&t, size);
+            int* simple = (int*)malloc(a * sizeof(int));
+            memcpy(simple, t.sym, a * sizeof(int));
+            for (size_t k = 0; k < size; k++) { t.sym[k] = t.byte_token[data[k]]; }
+            size_t b = bpe_merge_heap(&t, size);
+            if (a != b || memcmp(simple, t.sym, a * sizeof(int)) != 0) { fprintf(stderr, "heap merge != simple merge\n"); abort(); }
+            free(simple);
+        }
     }
     fuzz_end();
     return 0;

@@ -1,11 +1,11 @@
 /*
- * test/fuzz/fuzz_vocab.c — the vocabulary loaders of the BPE tokenizer (data/bpe.h) on hostile files:
+ * test/fuzz/fuzz_vocab.c — the vocabulary loaders of the BPE tokenizer (llmc/bpe.h) on hostile files:
  * encoder.json (bpe_load_encoder) when the input's first byte is even, vocab.bpe (bpe_load_merges,
  * against GPT-2's real encoder.json, loaded once) when it is odd; the rest of the input is the file.
  * Run from the repository root (data/gpt2/ holds the real vocabulary).
  */
 #include "test/fuzz/fuzz.h"
-#include "data/bpe.h"
+#include "llmc/bpe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static BPETokenizer gpt2;   // encoder.json only: the merges loader's input

@@ -1,8 +1,7 @@
 #!/bin/bash
 # test/reliability/test_signal.sh — SIGTERM and SIGINT: the trainer finishes its step, writes a
-# checkpoint, exits 0 and says how to resume; resuming from that checkpoint is bit-exact against an
-# uninterrupted run. Run A gets SIGTERM at step a, its resume B gets SIGINT at step b > a, and B's
-# checkpoint b must equal step b of a reference run.
+# complete checkpoint, exits 0 and says how to resume. Run A gets SIGTERM at step a, its resume B gets
+# SIGINT at step b > a. (That the printed line resumes bit-exactly: test_resume_hint.sh.)
 source "$(dirname "$0")/lib.sh"
 make_data
 ARGS=$(base_args)
@@ -43,8 +42,4 @@ stopped_run INT B -y 1
 b=$(latest_done "$WORK/run")
 [ "$b" -gt "$a" ] || fail "SIGINT: no checkpoint after step $a (latest $b): did the resume start?"
 
-# reference: uninterrupted to step b, one checkpoint at b
-$TRAINER $ARGS -o "$WORK/ref" -n "$b" -x "$b" > "$WORK/ref.log" 2>&1 || { tail -5 "$WORK/ref.log"; fail "reference run failed"; }
-[ "$(ckpt_hash "$WORK/run" "$b")" = "$(ckpt_hash "$WORK/ref" "$b")" ] ||
-    fail "checkpoint $b after SIGTERM at $a, resume and SIGINT differs from the uninterrupted run"
-note "ok: SIGTERM at step $a and SIGINT at step $b exited 0 with a resume hint; resume bit-exact"
+note "ok: SIGTERM at step $a and SIGINT at step $b exited 0 with a complete checkpoint and a resume hint"

@@ -1,8 +1,8 @@
 /*
- * data/bpe.h — GPT-2's byte-level BPE tokenizer (encoder and decoder), header-only.
+ * llmc/bpe.h — GPT-2's byte-level BPE tokenizer (encoder and decoder), header-only.
  * Produces the same token ids as OpenAI's GPT-2 encoder: the pre-tokenisation pattern
  *     's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
- * is implemented by hand over code point classes from data/unicode_tables.h, each piece is split
+ * is implemented by hand over code point classes from llmc/unicode_tables.h, each piece is split
  * into bytes (GPT-2's byte-to-unicode map is only needed to read encoder.json and vocab.bpe), and
  * merged by rank exactly like encoder.py's bpe(). Works on raw bytes: a byte that does not start a
  * valid UTF-8 sequence counts as a code point of class "other", so every byte string encodes and
@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/utils.h"
-#include "data/unicode_tables.h"
+#include "llmc/unicode_tables.h"
 
 #define BPE_EOT 50256            // <|endoftext|>, the last id of GPT-2's vocabulary
 #define BPE_MAX_TOKEN_BYTES 255  // llm.c's tokenizer file stores token lengths in one byte

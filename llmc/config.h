@@ -1,0 +1,233 @@
+/*
+ * llmc/config.h — a run's configuration: one TrainConfig field per command-line flag, the flag table
+ * both trainers parse (hybrid/'s flags joined in as rows of it), usage, the checks between flags,
+ * and the two path decisions made from flags (the output dir, the val shards beside -i).
+ * A trainer adds its own flags through a TrainCli; nothing here knows a model or a device.
+ */
+#ifndef LLMC_CONFIG_H
+#define LLMC_CONFIG_H
+
+#include <errno.h>
+#include <glob.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "llmc/utils.h"
+#include "llmc/args.h"
+#include "llmc/schedulers.h"
+#include "hybrid/hybrid.h"
+
+#define MAX_FAULTS 5                 // consecutive NaN/Inf steps before giving up
+#define GRAD_CLIP 1.0f
+#define ADAM_BETA1 0.9f
+#define ADAM_BETA2 0.95f
+#define ADAM_EPS 1e-8f
+#define TRAIN_MAX_BT (1 << 24)       // B*T per micro batch: int token offsets stay far from overflow
+#define TRAIN_MAX_B 65535            // B: the CUDA kernels' grid dimension y
+
+// ----------------------------------------------------------------------------
+// configuration: one field per flag; the GPU-only fields are simply not in the CPU trainer's table
+
+typedef struct {
+    const char* train_pattern; // -i
+    const char* val_pattern;   // -j (NULL: beside -i, see config_val_pattern)
+    const char* init;          // -e: model file, or dN
+    const char* output_dir;    // -o (NULL: no logs, no checkpoints)
+    int B;                     // -b (per process)
+    int T;                     // -t
+    int total_batch;           // -d tokens per step over all processes (-1: B*T*processes)
+    int max_steps;             // -x (-1: one epoch, 0: no training, generate only)
+    float lr;                  // -l peak learning rate
+    int warmup;                // -u
+    float final_frac;          // -q
+    const char* schedule;      // -k
+    float weight_decay;        // -c
+    int val_every;             // -v (0: off)
+    int val_batches;           // -m (-1: all)
+    int sample_every;          // -s (0: off)
+    int sample_tokens;         // -g
+    int ckpt_every;            // -n (0: off)
+    int ckpt_keep;             // -nk (0: all)
+    int resume;                // -y
+    int allow_changed;         // --allow-changed
+    int overfit;               // -a
+    long long seed;            // --seed
+    const char* tokenizer;     // --tokenizer
+    const char* prompt;        // --prompt (NULL: samples start from EOT alone)
+    const char* vocab_dir;     // --vocab
+    float temperature;         // --temperature
+    int top_k;                 // --top-k (0: off)
+    // train_gpt2.cu only
+    int recompute;             // -r
+    int zero_stage;            // -z
+    int num_processes;         // -pn
+    int process_rank;          // -pr
+    int gpus_per_node;         // -pg
+    const char* init_method;   // -pi
+    const char* fs_path;       // -pf
+    const char* server_ip;     // -ps
+    HybridConfig hybrid;       // --hybrid, --predictor, ... (hybrid/hybrid.h's table)
+} TrainConfig;
+
+static inline TrainConfig config_default(void) {
+    TrainConfig c;
+    memset(&c, 0, sizeof(c));
+    c.train_pattern = "data/default/train_*.bin";
+    c.val_pattern = NULL;
+    c.init = "d6";
+    c.output_dir = NULL;
+    c.B = 4;
+    c.T = 64;
+    c.total_batch = -1;
+    c.max_steps = -1;
+    c.lr = 3e-4f;
+    c.final_frac = 1.0f;
+    c.schedule = "cosine";
+    c.val_every = 20;
+    c.val_batches = 20;
+    c.sample_every = 20;
+    c.sample_tokens = 64;
+    c.seed = 1337;
+    c.tokenizer = "data/gpt2_tokenizer.bin";
+    c.vocab_dir = "data/gpt2";
+    c.temperature = 1.0f;
+    c.recompute = 1;
+    c.num_processes = 1;
+    c.gpus_per_node = 8;
+#ifdef USE_MPI
+    c.init_method = "mpi";
+#else
+    c.init_method = "fs";
+#endif
+    c.fs_path = "/tmp";
+    c.server_ip = "127.0.0.1";
+    hybrid_config_default(&c.hybrid);
+    return c;
+}
+
+static const ArgSpec TRAIN_ARGS[] = {
+    ARG("-i", ARG_STR, TrainConfig, train_pattern, 0, 0, 0, "train data shards (glob)"),
+    ARG("-j", ARG_STR, TrainConfig, val_pattern, 0, 0, 0, "val data shards (glob; unset: the val_* shards beside -i's train_*, if any)"),
+    ARG("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
+    ARG("-o", ARG_STR, TrainConfig, output_dir, 0, 0, 0, "output dir, created with its parents: main.log, metrics.jsonl, summary.json, checkpoints"),
+    ARG("-b", ARG_INT, TrainConfig, B, 1, TRAIN_MAX_B, 0, "micro batch size B (per process)"),
+    ARG("-t", ARG_INT, TrainConfig, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
+    ARG("-d", ARG_INT, TrainConfig, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all processes (multiple of B*T*processes; -1: B*T*processes)"),
+    ARG("-x", ARG_INT, TrainConfig, max_steps, 0, 1 << 30, 1, "number of steps (-1: one epoch of the train data; 0: no training, generate -g tokens)"),
+    ARG("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
+    ARG("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
+    ARG("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
+    ARG("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
+    ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
+    ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
+    ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
+    ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps and after the last (0: off)"),
+    ARG("-g", ARG_INT, TrainConfig, sample_tokens, 1, 1 << 20, 0, "tokens per sample (past T, the model sees the last T)"),
+    ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
+    ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
+    ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
+    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if -x -l -u -q -k -e differ from the checkpoint's (0|1)"),
+    ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
+    ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order and sampling"),
+    ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),
+    ARG("--prompt", ARG_STR, TrainConfig, prompt, 0, 0, 0, "text the samples continue (encoded with --vocab's BPE)"),
+    ARG("--vocab", ARG_STR, TrainConfig, vocab_dir, 0, 0, 0, "directory of GPT-2's encoder.json and vocab.bpe, for --prompt"),
+    ARG("--temperature", ARG_FLOAT, TrainConfig, temperature, 1e-3, 100, 0, "sampling temperature"),
+    ARG("--top-k", ARG_INT, TrainConfig, top_k, 0, 1 << 24, 0, "sample from the k most likely tokens only (0: all)"),
+};
+#define NUM_TRAIN_ARGS ((int)(sizeof(TRAIN_ARGS) / sizeof(TRAIN_ARGS[0])))
+
+// hybrid/hybrid.h's flag table as rows of this parser's table (fields inside TrainConfig.hybrid)
+static inline const ArgSpec* config_hybrid_args(void) {
+    static ArgSpec rows[NUM_HYBRID_FLAGS];
+    for (int k = 0; k < NUM_HYBRID_FLAGS; k++) {
+        const HybridFlag* f = &HYBRID_FLAGS[k];
+        ArgSpec a = {f->flag, f->type == HYBRID_FLAG_INT ? ARG_INT : f->type == HYBRID_FLAG_FLOAT ? ARG_FLOAT : ARG_CHOICE,
+                     offsetof(TrainConfig, hybrid) + f->offset, f->min, f->max, 0, f->help, f->choices, f->bare};
+        rows[k] = a;
+    }
+    return rows;
+}
+
+// what a trainer adds to the command line: its name, its own flags, its checks
+typedef struct {
+    const char* program;       // "./train_gpt2"
+    const char* about;         // the usage line's tail
+    const ArgSpec* args;       // the trainer's own flags (may be NULL)
+    int num_args;
+    const char* example;       // usage lines after the flags
+} TrainCli;
+
+static inline void config_print_usage(FILE* out, const TrainCli* cli) {
+    TrainConfig d = config_default();
+    fprintf(out, "usage: %s [options]   (%s; llm.c's flags)\n", cli->program, cli->about);
+    arg_print_usage(out, TRAIN_ARGS, NUM_TRAIN_ARGS, &d);
+    if (cli->args != NULL) { arg_print_usage(out, cli->args, cli->num_args, &d); }
+    arg_print_usage(out, config_hybrid_args(), NUM_HYBRID_FLAGS, &d);
+    fprintf(out, "  %-30s this text\n", "-h, --help");
+    fprintf(out, "%s", cli->example);
+}
+
+// fills c from the command line, or exits 1 with one line naming the flag and the problem
+static inline void config_parse(TrainConfig* c, int argc, char** argv, const TrainCli* cli) {
+    *c = config_default();
+    for (int i = 1; i < argc; i++) {
+        const char* flag = argv[i];
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { config_print_usage(stdout, cli); exit(EXIT_SUCCESS); }
+        if (arg_parse_one(c, TRAIN_ARGS, NUM_TRAIN_ARGS, argc, argv, &i)) { continue; }
+        if (cli->args != NULL && arg_parse_one(c, cli->args, cli->num_args, argc, argv, &i)) { continue; }
+        if (arg_parse_one(c, config_hybrid_args(), NUM_HYBRID_FLAGS, argc, argv, &i)) { continue; }
+        fatal("unknown flag '%s' (%s -h lists the flags)", flag, cli->program);
+    }
+    LRScheduleKind kind;
+    if (lr_schedule_parse(c->schedule, &kind) != 0) {
+        fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
+    }
+    if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
+    if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
+    if ((long long)c->B * c->T > TRAIN_MAX_BT) {
+        fatal("flag -b: B*T = %lld tokens per micro batch is more than the trainers support (%d)",
+              (long long)c->B * c->T, TRAIN_MAX_BT);
+    }
+    if (c->total_batch != -1 && c->total_batch % (c->B * c->T * c->num_processes) != 0) {
+        fatal("flag -d: total batch %d is not a multiple of B*T*processes = %d", c->total_batch,
+              c->B * c->T * c->num_processes);
+    }
+}
+
+// mkdir -p: creates dir and its missing parents, or exits naming the one that cannot be made
+static inline void config_make_dirs(const char* dir) {
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) { fatal("%s: output dir path too long", dir); }
+    for (char* p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0') { continue; }
+        char c = *p;
+        *p = '\0';
+        struct stat st;
+        if (mkdir(path, 0755) != 0 && errno != EEXIST) { fatal("%s: cannot create output dir (%s)", path, strerror(errno)); }
+        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) { fatal("%s: cannot create output dir (not a directory)", path); }
+        *p = c;
+        if (c == '\0') { break; }
+    }
+}
+
+// -j unset: the val shards beside the train shards (dir/train_*.bin -> dir/val_*.bin), when they
+// exist; else NULL (val off). Writes into buf.
+static inline const char* config_val_pattern(const TrainConfig* c, char* buf, size_t size) {
+    if (c->val_pattern != NULL) { return c->val_pattern; }
+    const char* slash = strrchr(c->train_pattern, '/');
+    const char* base = slash != NULL ? slash + 1 : c->train_pattern;
+    const char* hit = strstr(base, "train");
+    if (hit == NULL) { return NULL; }
+    int n = snprintf(buf, size, "%.*sval%s", (int)(hit - c->train_pattern), c->train_pattern, hit + 5);
+    if (n < 0 || (size_t)n >= size) { return NULL; }
+    glob_t g;
+    int found = glob(buf, 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return found ? buf : NULL;
+}
+
+
+#endif // LLMC_CONFIG_H

@@ -1,0 +1,82 @@
+/*
+ * llmc/report.h — what a run tells its user besides the per-step lines: the start-up table (every flag
+ * with its value, the model, the run, and the trainer's own rows) and, at the end, summary.json and the
+ * closing lines (with hybrid mode's summary table).
+ */
+#ifndef LLMC_REPORT_H
+#define LLMC_REPORT_H
+
+#include <stdio.h>
+#include "llmc/config.h"
+#include "llmc/checkpoint.h"
+#include "llmc/run.h"
+
+#define REPORT_LINE "+----------------------+----------------------------------------------------+\n"
+
+static inline void report_row(const char* name, const char* value) { printf("| %-20s | %-50s |\n", name, value); }
+
+static inline void report_flag_rows(const TrainConfig* cfg, const ArgSpec* specs, int n) {
+    for (int i = 0; i < n; i++) {
+        char v[256];
+        arg_format_value(v, sizeof(v), cfg, &specs[i]);
+        report_row(specs[i].flag, v);
+    }
+}
+
+// the start-up table, first part: the flags, the model and the run. The trainer adds its own rows
+// (report_row), then report_config_end closes the table.
+static inline void report_config_begin(const TrainRun* run, const TrainCli* cli, const GPT2Config* c,
+                                       size_t num_parameters) {
+    char v[256];
+    printf("%s", REPORT_LINE);
+    report_row("Parameter", "Value");
+    printf("%s", REPORT_LINE);
+    report_flag_rows(&run->cfg, TRAIN_ARGS, NUM_TRAIN_ARGS);
+    if (cli->args != NULL) { report_flag_rows(&run->cfg, cli->args, cli->num_args); }
+    report_flag_rows(&run->cfg, config_hybrid_args(), run->cfg.hybrid.enabled ? NUM_HYBRID_FLAGS : 1);
+    printf("%s", REPORT_LINE);
+    const char* names[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
+    int values[] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels};
+    for (int i = 0; i < 6; i++) { snprintf(v, sizeof(v), "%d", values[i]); report_row(names[i], v); }
+    snprintf(v, sizeof(v), "%zu", num_parameters); report_row("num_parameters", v);
+    if (run->cfg.max_steps != 0) {
+        snprintf(v, sizeof(v), "%zu", run->train_loader.total_batches); report_row("train batches/epoch", v);
+        snprintf(v, sizeof(v), "%zu", run->has_val ? run->val_loader.total_batches : 0); report_row("val batches", v);
+        snprintf(v, sizeof(v), "%d", run->grad_accum); report_row("grad accumulation", v);
+        snprintf(v, sizeof(v), "%d", run->total_steps); report_row("steps", v);
+    }
+}
+
+static inline void report_config_end(int resume_step) {
+    char v[64];
+    if (resume_step >= 0) { snprintf(v, sizeof(v), "%d", resume_step); report_row("resumed from step", v); }
+    printf("%s", REPORT_LINE);
+}
+
+// summary.json; extra: more "key": value pairs of the backend (leading ", "), or ""
+static inline void report_summary(TrainRun* run, const char* extra) {
+    char body[4096];
+    char val[64];
+    if (run->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", run->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
+    int n = snprintf(body, sizeof(body),
+             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"train_loss\": %.9g, \"backward\": %llu, "
+             "\"tokens\": %llu%s",
+             run->step, run->train_time_s, val, run->last_train_loss, (unsigned long long)run->backward,
+             (unsigned long long)run->tokens, extra);
+    if (run->cfg.hybrid.enabled) {
+        const int* ps = run->hybrid.metrics.steps;
+        n += snprintf(body + n, sizeof(body) - n,
+                      ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
+                      ps[PHASE_WARMUP], ps[PHASE_FULL], ps[PHASE_PREDICT], ps[PHASE_CORRECT]);
+        n += hybrid_summary_fields(&run->hybrid, body + n, sizeof(body) - n - 2);
+        snprintf(body + n, sizeof(body) - n, "}");
+    } else {
+        snprintf(body + n, sizeof(body) - n, ", \"phase_steps\": {\"full\": %d}", run->step);
+    }
+    logger_write_summary(&run->logger, body);
+    if (run->cfg.hybrid.enabled) { hybrid_print_summary(&run->hybrid, stdout); }
+    printf("done: %d steps, %.2f s training time, %llu backward passes\n", run->step, run->train_time_s,
+           (unsigned long long)run->backward);
+}
+
+#endif // LLMC_REPORT_H

@@ -1,0 +1,244 @@
+/*
+ * llmc/run.h — a training run as both trainers keep it besides the model: the configuration, the data
+ * loaders, the LR schedule, the sampler, the logs, the counters a checkpoint saves, and hybrid mode's
+ * controller. The helpers here are the parts of a step that do not touch the model: what the hybrid
+ * controller decides before it and records after it, the console line, the metrics line, the count of
+ * non-finite steps, and when to evaluate, sample or checkpoint. Each trainer's main() holds the loop
+ * itself and calls these; the model's forward, backward and update stay in the trainer.
+ */
+#ifndef LLMC_RUN_H
+#define LLMC_RUN_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/utils.h"
+#include "llmc/config.h"
+#include "llmc/dataloader.h"
+#include "llmc/schedulers.h"
+#include "llmc/tokenizer.h"
+#include "llmc/sampler.h"
+#include "llmc/logger.h"
+#include "hybrid/hybrid.h"
+
+#define MAX_FAULTS 5  // consecutive NaN/Inf steps before giving up
+
+typedef struct {
+    TrainConfig cfg;
+    int num_processes;
+    int rank0;                // this process prints, logs and writes checkpoints
+    DataLoader train_loader;
+    DataLoader val_loader;
+    int has_val;
+    LRScheduler scheduler;
+    Tokenizer tokenizer;
+    Sampler sampler;          // its stream is saved
+    Logger logger;
+    int grad_accum;           // micro batches per step and process
+    int total_steps;
+    int step;                 // steps completed (saved)
+    int adam_steps;           // AdamW updates applied (saved)
+    uint64_t tokens;          // train tokens consumed, all processes (saved)
+    uint64_t backward;        // backward passes, all processes (saved)
+    double train_time_s;      // cumulative training seconds (saved)
+    int faults;               // consecutive non-finite steps
+    float last_val_loss;      // -1 until computed
+    float last_train_loss;
+    unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
+    double flops_per_token;
+    double peak_flops;        // all processes; 0: unknown, no MFU
+    HybridState hybrid;
+    // the step in progress (run_step_begin .. run_log_step)
+    int predict;              // it was a Predict step
+    const char* phase;        // its phase's name ("full" without --hybrid)
+    double decide_ms;         // the controller's decision time
+    char hybrid_json[256];    // its hybrid fields for metrics.jsonl
+} TrainRun;
+
+// what a trainer's step returns
+typedef struct {
+    float loss;       // mean over the step's micro batches (and processes)
+    float grad_norm;  // before clipping
+    int skipped;      // non-finite loss or norm: no update
+    double ms;
+} StepResult;
+
+// ----------------------------------------------------------------------------
+// set-up: data, steps, schedule, sampler, tokenizer and logs, once the model is built (V known)
+
+static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
+    TrainConfig* c = &run->cfg;
+    int np = run->num_processes;
+    run->last_val_loss = -1.0f;
+    int eot = GPT2_EOT < vocab_size ? GPT2_EOT : 0;
+    if (c->sample_every > 0 || c->max_steps == 0) {
+        tokenizer_init(&run->tokenizer, c->tokenizer);
+        if (!run->tokenizer.init_ok && run->rank0) { printf("note: no tokenizer at %s; samples print token ids\n", c->tokenizer); }
+        if (run->tokenizer.init_ok && run->tokenizer.eot_token >= 0 && run->tokenizer.eot_token < vocab_size) {
+            eot = run->tokenizer.eot_token;
+        }
+    }
+    sampler_init(&run->sampler, c->prompt, c->vocab_dir, eot, vocab_size, c->sample_tokens, c->temperature,
+                 c->top_k, (uint64_t)c->seed);
+    if (c->max_steps == 0) { return; }  // generation only: no data
+    dataloader_init(&run->train_loader, c->train_pattern, c->B, c->T, vocab_size, 1, (uint64_t)c->seed);
+    char val_buf[4096];
+    const char* val_pattern = config_val_pattern(c, val_buf, sizeof(val_buf));
+    run->has_val = c->val_every > 0 && val_pattern != NULL;
+    if (c->val_every > 0 && val_pattern == NULL && run->rank0) {
+        printf("note: no val shards beside %s (and no -j): val is off\n", c->train_pattern);
+    }
+    if (run->has_val) {
+        dataloader_init(&run->val_loader, val_pattern, c->B, c->T, vocab_size, 0, (uint64_t)c->seed);
+    }
+    run->grad_accum = c->total_batch == -1 ? 1 : c->total_batch / (c->B * c->T * np);
+    run->total_steps = c->max_steps;
+    if (run->total_steps == -1) {
+        run->total_steps = (int)(run->train_loader.total_batches / ((size_t)run->grad_accum * np));
+        if (run->total_steps == 0) {
+            fatal("%s: one epoch has %zu batches, fewer than one step needs (%d)", c->train_pattern,
+                  run->train_loader.total_batches, run->grad_accum * np);
+        }
+    }
+    LRScheduleKind kind;
+    lr_schedule_parse(c->schedule, &kind);
+    lr_scheduler_init(&run->scheduler, kind, c->lr, c->warmup, run->total_steps, c->final_frac);
+    run->loader_blob = (unsigned char*)mallocCheck(dataloader_state_max_size(&run->train_loader));
+    logger_init(&run->logger, run->rank0 ? c->output_dir : NULL, resume_step);
+}
+
+static inline void run_free(TrainRun* run) {
+    logger_free(&run->logger);
+    tokenizer_free(&run->tokenizer);
+    sampler_free(&run->sampler);
+    if (run->cfg.max_steps != 0) { dataloader_free(&run->train_loader); }
+    if (run->has_val) { dataloader_free(&run->val_loader); }
+    free(run->loader_blob);
+    if (run->cfg.hybrid.enabled && run->cfg.max_steps != 0) { hybrid_free(&run->hybrid); }
+}
+
+// ----------------------------------------------------------------------------
+// around a step
+
+// what this step is: PHASE_FULL without --hybrid, else the controller's decision (its time is training time)
+static inline HybridPhase run_step_begin(TrainRun* run, float lr) {
+    if (!run->cfg.hybrid.enabled) { return PHASE_FULL; }
+    double h0 = hmath_seconds();
+    HybridPhase ph = hybrid_begin_step(&run->hybrid, run->step, lr);
+    run->decide_ms = (hmath_seconds() - h0) * 1000.0;
+    return ph;
+}
+
+// the controller records the step (controller_ms: the step time it learns from, the same on every
+// process), the step counts as done, and the last train loss is kept
+static inline void run_step_end(TrainRun* run, StepResult* r, double controller_ms) {
+    run->predict = 0;
+    run->phase = "full";
+    run->hybrid_json[0] = '\0';
+    if (run->cfg.hybrid.enabled) {
+        double h0 = hmath_seconds();
+        hybrid_end_step(&run->hybrid, r->skipped ? NAN : r->loss, r->skipped ? NAN : r->grad_norm,
+                        controller_ms + run->decide_ms);
+        double hybrid_ms = run->decide_ms + (hmath_seconds() - h0) * 1000.0;
+        r->ms += hybrid_ms;
+        run->train_time_s += hybrid_ms / 1000.0;
+        hybrid_step_json(&run->hybrid, run->hybrid_json, sizeof(run->hybrid_json));
+        char event[160];
+        if (hybrid_take_event(&run->hybrid, event, sizeof(event)) && run->rank0) { printf("%s\n", event); }
+        run->predict = run->hybrid.phase == PHASE_PREDICT;
+        run->phase = hybrid_phase_name(&run->hybrid);
+    }
+    run->step++;
+    if (!run->predict) { run->last_train_loss = r->loss; }
+}
+
+static inline void run_print_step(const TrainRun* run, const StepResult* r, float lr) {
+    if (!run->rank0) { return; }
+    if (run->predict) {
+        printf("step %4d/%d | predict | predicted loss %.6f | lr %.2e | %.2f ms\n",
+               run->step, run->total_steps, run->hybrid.metrics.predicted_loss, lr, r->ms);
+        return;
+    }
+    double tok_s = (double)run->grad_accum * run->num_processes * run->cfg.B * run->cfg.T / (r->ms / 1000.0);
+    char mfu[32] = "n/a";
+    if (run->peak_flops > 0.0) { snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * run->flops_per_token * tok_s / run->peak_flops); }
+    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %s MFU | %.0f tok/s%s%s\n",
+           run->step, run->total_steps, r->loss, r->grad_norm, lr, r->ms, mfu, tok_s,
+           run->cfg.hybrid.enabled ? " | " : "", run->cfg.hybrid.enabled ? run->phase : "");
+}
+
+// val after the step: every -v steps and after the last one
+static inline int run_val_due(const TrainRun* run) {
+    return run->has_val && (run->step % run->cfg.val_every == 0 || run->step == run->total_steps);
+}
+
+// the val batches of one evaluation (the first -m, all with -m -1), from the start of the val data:
+// every evaluation sees the same batches
+static inline size_t run_val_begin(TrainRun* run) {
+    DataLoader* val = &run->val_loader;
+    dataloader_reset(val, (uint64_t)run->cfg.seed);
+    return run->cfg.val_batches == -1 || (size_t)run->cfg.val_batches > val->total_batches
+         ? val->total_batches : (size_t)run->cfg.val_batches;
+}
+
+static inline void run_log_init_val(TrainRun* run, float val_loss) {
+    run->last_val_loss = val_loss;
+    if (run->rank0) { printf("val loss %.6f\n", val_loss); }
+    logger_log_init_val(&run->logger, val_loss);
+}
+
+// the step's metrics line (val_loss: NAN when not evaluated at this step), then the fault count: a
+// non-finite step was skipped by the trainer; MAX_FAULTS of them in a row stop the run
+static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, float val_loss) {
+    StepMetrics m;
+    memset(&m, 0, sizeof(m));
+    m.step = run->step;
+    m.phase = run->phase;
+    m.has_loss = !run->predict;
+    m.loss = r->loss;
+    m.lr = lr;
+    m.has_norm = !run->predict;
+    m.grad_norm = r->grad_norm;
+    m.extra = run->cfg.hybrid.enabled ? run->hybrid_json : NULL;
+    m.ms = r->ms;
+    m.train_time_s = run->train_time_s;
+    m.tokens = run->tokens;
+    m.backward = run->backward;
+    m.skipped = r->skipped;
+    if (!isnan(val_loss)) {
+        run->last_val_loss = val_loss;
+        if (run->rank0) { printf("val loss %.6f\n", val_loss); }
+        m.has_val = 1;
+        m.val_loss = val_loss;
+    }
+    logger_log_step(&run->logger, &m);
+    if (!r->skipped) { run->faults = 0; return; }
+    run->faults++;
+    if (run->rank0) {
+        printf("step %d: non-finite loss %f or grad norm %f; update skipped (%d/%d in a row)\n",
+               run->step, r->loss, r->grad_norm, run->faults, MAX_FAULTS);
+        fflush(stdout);
+    }
+    if (run->faults >= MAX_FAULTS) {
+        fatal("%d consecutive steps with NaN/Inf loss or grad norm (step %d); stopping with the weights "
+              "of the last good step (lower -l?)", MAX_FAULTS, run->step);
+    }
+}
+
+static inline int run_last_step(const TrainRun* run) { return run->step == run->total_steps; }
+
+// samples every -s steps and after the last one, so that a run ends with text
+static inline int run_sample_due(const TrainRun* run) {
+    const TrainConfig* c = &run->cfg;
+    return c->sample_every > 0 && (run->step % c->sample_every == 0 || run_last_step(run)) && run->rank0;
+}
+
+// checkpoints every -n steps, after the last one, and when stopped by a signal (needs -o)
+static inline int run_checkpoint_due(const TrainRun* run, int stop) {
+    const TrainConfig* c = &run->cfg;
+    return c->output_dir != NULL && ((c->ckpt_every > 0 && (run->step % c->ckpt_every == 0 || run_last_step(run))) || stop);
+}
+
+#endif // LLMC_RUN_H

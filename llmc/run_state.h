@@ -1,0 +1,142 @@
+/*
+ * llmc/run_state.h — a run's checkpoints as the trainers use them: where a run starts (the latest
+ * complete checkpoint with -y 1, else -e), the shared state file (counters, AdamW m and v, the data
+ * position, the sampler's stream and the flags that define the schedule), the refusal to resume with
+ * another schedule, hybrid mode's state file, and the DONE marker that completes a checkpoint.
+ * The file formats themselves are llmc/checkpoint.h's; the model file is the trainer's to write.
+ */
+#ifndef LLMC_RUN_STATE_H
+#define LLMC_RUN_STATE_H
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include "llmc/utils.h"
+#include "llmc/checkpoint.h"
+#include "llmc/run.h"
+
+// the checkpoint to resume from (-y 1), or -1; with a note when there is none
+static inline int run_state_resume_step(const TrainRun* run) {
+    const TrainConfig* c = &run->cfg;
+    int step = c->resume ? checkpoint_find_latest(c->output_dir) : -1;
+    if (c->resume && step < 0 && run->rank0) {
+        printf("note: no complete checkpoint in %s; starting from -e %s\n", c->output_dir, c->init);
+    }
+    return step;
+}
+
+// the model file to load into path, or 0 with *depth set (-e dN: random init)
+static inline int run_state_model_source(const TrainConfig* c, int resume_step, char* path, size_t size, int* depth) {
+    char tail;
+    *depth = 0;
+    if (resume_step >= 0) { checkpoint_path(path, size, c->output_dir, "model", resume_step); return 1; }
+    if (sscanf(c->init, "d%d%c", depth, &tail) == 1) {
+        if (*depth <= 0 || *depth > 64) { fatal("flag -e: depth must be in [1, 64], got '%s'", c->init); }
+        return 0;
+    }
+    snprintf(path, size, "%s", c->init);
+    return 1;
+}
+
+static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num_parameters) {
+    memset(s, 0, sizeof(*s));
+    const TrainConfig* c = &run->cfg;
+    s->step = run->step;
+    s->shuffle = 1;
+    s->sample_rng = run->sampler.rng;
+    s->shard_index = dataloader_shard_index(&run->train_loader);
+    s->batch_index = dataloader_batch_index(&run->train_loader);
+    s->num_parameters = num_parameters;
+    s->tokens = run->tokens;
+    s->backward = run->backward;
+    s->train_time_s = run->train_time_s;
+    s->init_seed = (uint64_t)c->seed;
+    s->adam_steps = (uint64_t)run->adam_steps;
+    s->has_run_flags = 1;
+    s->max_steps = c->max_steps;
+    s->lr = c->lr;
+    s->warmup = c->warmup;
+    s->final_frac = c->final_frac;
+    snprintf(s->schedule, sizeof(s->schedule), "%s", c->schedule);
+    snprintf(s->init, sizeof(s->init), "%s", c->init);
+}
+
+// a resume with another schedule or init would silently change the run: refused, one line per the
+// first difference, unless --allow-changed 1
+static inline void run_state_check_flags(const TrainConfig* c, const TrainState* s, const char* path) {
+    if (!s->has_run_flags || c->allow_changed) { return; }
+    char now[112], then[112];
+    const char* flag = NULL;
+    if (c->max_steps != s->max_steps) { flag = "-x"; snprintf(now, sizeof(now), "%d", c->max_steps); snprintf(then, sizeof(then), "%d", s->max_steps); }
+    else if (c->lr != s->lr) { flag = "-l"; snprintf(now, sizeof(now), "%g", c->lr); snprintf(then, sizeof(then), "%g", s->lr); }
+    else if (c->warmup != s->warmup) { flag = "-u"; snprintf(now, sizeof(now), "%d", c->warmup); snprintf(then, sizeof(then), "%d", s->warmup); }
+    else if (c->final_frac != s->final_frac) { flag = "-q"; snprintf(now, sizeof(now), "%g", c->final_frac); snprintf(then, sizeof(then), "%g", s->final_frac); }
+    else if (strncmp(c->schedule, s->schedule, sizeof(s->schedule) - 1) != 0) { flag = "-k"; snprintf(now, sizeof(now), "%s", c->schedule); snprintf(then, sizeof(then), "%s", s->schedule); }
+    else if (strncmp(c->init, s->init, sizeof(s->init) - 1) != 0) { flag = "-e"; snprintf(now, sizeof(now), "%s", c->init); snprintf(then, sizeof(then), "%s", s->init); }
+    if (flag != NULL) {
+        fatal("flag %s: %s differs from the checkpoint's %s (%s); resume with the run's flags, or add --allow-changed 1",
+              flag, now, then, path);
+    }
+}
+
+// reads the state file of checkpoint `step` into s (m, v into the given buffers), checks it against
+// the flags and restores the counters and data position
+static inline void run_state_load(TrainRun* run, int step, size_t num_parameters, float* m, float* v) {
+    char path[4096];
+    checkpoint_path(path, sizeof(path), run->cfg.output_dir, "state", step);
+    TrainState s;
+    unsigned char* blob;
+    size_t blob_bytes;
+    state_read(path, &s, num_parameters, m, v, &blob, &blob_bytes);
+    if (s.step != step) { fatal("%s: state is for step %d, expected %d", path, s.step, step); }
+    run_state_check_flags(&run->cfg, &s, path);
+    dataloader_state_load(&run->train_loader, blob, blob_bytes, path);
+    free(blob);
+    run->step = s.step;
+    run->adam_steps = (int)s.adam_steps;
+    run->sampler.rng = s.sample_rng;
+    run->tokens = s.tokens;
+    run->backward = s.backward;
+    run->train_time_s = s.train_time_s;
+}
+
+// the open hybrid state file of checkpoint `step` (caller: hybrid_load, then fcloseCheck)
+static inline FILE* run_state_open_hybrid(const TrainRun* run, int step, char* path, size_t size) {
+    checkpoint_path(path, size, run->cfg.output_dir, "hybrid", step);
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { fatal("%s: cannot open (%s); was the run saved without --hybrid?", path, strerror(errno)); }
+    return fp;
+}
+
+// the standard state file (rank 0): counters, m, v, loader position
+static inline void run_state_write(TrainRun* run, size_t num_parameters, const float* m, const float* v) {
+    char path[4096];
+    TrainState s;
+    run_state_fill(run, &s, num_parameters);
+    dataloader_state_save(&run->train_loader, run->loader_blob);
+    checkpoint_path(path, sizeof(path), run->cfg.output_dir, "state", run->step);
+    state_write(path, &s, m, v, run->loader_blob, dataloader_state_size(&run->train_loader));
+}
+
+// hybrid_%08d.bin of this step (rank 0); keep: the rollback point of an open Predict run, or NULL
+static inline void run_state_write_hybrid(TrainRun* run, const float* direction, const float* keep) {
+    char path[4096];
+    checkpoint_path(path, sizeof(path), run->cfg.output_dir, "hybrid", run->step);
+    AtomicFile af;
+    atomic_open(&af, path);
+    char err[256];
+    if (hybrid_save(&run->hybrid, af.fp, direction, keep, err, sizeof(err)) != 0) {
+        fatal("%s: cannot write the hybrid state (%s)", path, err);
+    }
+    atomic_commit(&af);
+}
+
+// after the trainer wrote this step's files (rank 0): the DONE marker that makes them a checkpoint, then -nk
+static inline void run_state_commit(const TrainRun* run) {
+    if (!run->rank0) { return; }
+    checkpoint_write_done(run->cfg.output_dir, run->step);
+    checkpoint_prune(run->cfg.output_dir, run->cfg.ckpt_keep);
+    printf("checkpoint: step %d written to %s\n", run->step, run->cfg.output_dir);
+}
+
+#endif // LLMC_RUN_STATE_H
