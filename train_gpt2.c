@@ -844,7 +844,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
             hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->direction, grad_scale, tr->run.adam_steps);
         } else {
-            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
+            gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
         }
     }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * B * T;
@@ -959,7 +959,7 @@ int main(int argc, char** argv) {
         size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
         gpt2_param_blocks(mc, offsets, block_wd, cfg->weight_decay);
-        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
+        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, cfg->lr, cfg->beta1, cfg->beta2,
                     ADAM_EPS, block_wd, (uint64_t)cfg->seed);
         hybrid_set_micro_batches(&run->hybrid, run->grad_accum);
         free(offsets);

@@ -744,7 +744,7 @@ static void hybrid_setup(Trainer* tr) {
     size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     tr->nblocks = gpt2_param_blocks(&model->config, offsets, block_wd, tr->run.cfg.weight_decay);
-    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, tr->run.cfg.lr, ADAM_BETA1, ADAM_BETA2,
+    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, tr->run.cfg.lr, tr->run.cfg.beta1, tr->run.cfg.beta2,
                 ADAM_EPS, block_wd, (uint64_t)tr->run.cfg.seed);
     hybrid_set_micro_batches(&tr->run.hybrid, tr->run.grad_accum);
     tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
@@ -927,7 +927,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
         tr->run.adam_steps++;
         if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the statistics
         else {
-            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale,
+            gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale,
                         tr->run.adam_steps, tr->run.step + 1);
         }
     }

@@ -188,3 +188,24 @@ Test(resume, changed_schedule_refused) {
 Test(resume, changed_init_refused) {
     expect_resume_refused("-x 4 -n 2", "-x 4 -e d2 -y 1", "refuse_e", "flag -e: d2 differs from the checkpoint's d1");
 }
+Test(resume, changed_adam_betas_refused) {
+    expect_resume_refused("-x 4 -n 2 --beta1 0.8", "-x 4 --beta1 0.9 -y 1", "refuse_b1", "flag --beta1: 0.9 differs from the checkpoint's 0.8");
+    expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.99 -y 1", "refuse_b2", "flag --beta2: 0.99 differs from the checkpoint's 0.95");
+}
+
+// --beta1 reaches AdamW: another beta1 trains other weights (and the default is the old constant)
+Test(resume, beta1_flag_changes_the_run) {
+    char a[512], b[512], c[512];
+    join_path(a, sizeof(a), dir, "b1_default");
+    join_path(b, sizeof(b), dir, "b1_explicit");
+    join_path(c, sizeof(c), dir, "b1_other");
+    train("-x 4", a);
+    train("-x 4 --beta1 0.9 --beta2 0.95", b);
+    train("-x 4 --beta1 0.8", c);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    char* mc = metrics_without_times(c);
+    cr_assert_str_eq(ma, mb);
+    cr_assert_str_neq(ma, mc);
+    free(ma); free(mb); free(mc);
+}
