@@ -192,6 +192,10 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
+    if (c->hybrid.lookahead > 0.0f && !c->hybrid.enabled) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
+    if (c->hybrid.lookahead > 0.0f && c->hybrid.direction != DIRECTION_EMA) {
+        fatal("flag --lookahead: the look-ahead's drift lives in the direction buffer (--direction ema), not with --direction adam");
+    }
     if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
     if ((long long)c->B * c->T > TRAIN_MAX_BT) {
         fatal("flag -b: B*T = %lld tokens per micro batch is more than the trainers support (%d)",
