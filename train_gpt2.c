@@ -802,6 +802,7 @@ static void hybrid_probe_next(Trainer* tr) {
 // the next step's first micro batch loss after it.
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r = {0};
+    r.grad_norm_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
@@ -830,6 +831,8 @@ static StepResult train_full_step(Trainer* tr, float lr) {
         }
         gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->run.grad_accum);
         loss_sum += model->mean_loss;
+        // the first micro batch's gradient alone, for the gradient noise scale (llmc/run.h)
+        if (k == 0 && tr->run.grad_accum > 1) { r.grad_norm_micro1 = gpt2_grad_norm(model) * tr->run.grad_accum; }
     }
     r.loss = (float)(loss_sum / tr->run.grad_accum);
     r.grad_norm = gpt2_grad_norm(model);
@@ -862,6 +865,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
 // last batch loaded may end the run early.
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r = {0};
+    r.grad_norm_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     if (hybrid_probe_wanted(&tr->run.hybrid)) { hybrid_probe_next(tr); }

@@ -786,6 +786,7 @@ static void hybrid_probe_next(Trainer* tr) {
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
+    r.grad_norm_micro1 = NAN;  // the gradient noise scale is measured by the CPU trainer only
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     HybridState* h = &tr->run.hybrid;
@@ -867,6 +868,7 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
+    r.grad_norm_micro1 = NAN;  // the gradient noise scale is measured by the CPU trainer only
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;

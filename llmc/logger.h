@@ -28,6 +28,7 @@ typedef struct {
     int has_val;   double val_loss;
     double lr;
     int has_norm;  double grad_norm;
+    int has_gns;   double grad_norm_micro1, gns; // first micro batch's gradient norm, noise scale (tokens)
     double ms;              // wall ms of the step's training work
     double train_time_s;    // cumulative
     uint64_t tokens;        // cumulative
@@ -128,6 +129,7 @@ static inline void logger_log_step(Logger* logger, const StepMetrics* m) {
     if (m->has_val) { json_number(fp, "val_loss", m->val_loss); }
     json_number(fp, "lr", m->lr);
     if (m->has_norm) { json_number(fp, "grad_norm", m->grad_norm); } else { fprintf(fp, ", \"grad_norm\": null"); }
+    if (m->has_gns) { json_number(fp, "grad_norm_micro1", m->grad_norm_micro1); json_number(fp, "gns", m->gns); }
     json_number(fp, "ms", m->ms);
     json_number(fp, "train_time_s", m->train_time_s);
     fprintf(fp, ", \"tokens\": %llu, \"backward\": %llu", (unsigned long long)m->tokens,

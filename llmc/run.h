@@ -49,6 +49,8 @@ typedef struct {
     unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
     double flops_per_token;
     double peak_flops;        // all processes; 0: unknown, no MFU
+    double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the steps (not saved)
+    int gns_steps;
     HybridState hybrid;
     // the step in progress (run_step_begin .. run_log_step)
     int predict;              // it was a Predict step
@@ -61,6 +63,7 @@ typedef struct {
 typedef struct {
     float loss;       // mean over the step's micro batches (and processes)
     float grad_norm;  // before clipping
+    float grad_norm_micro1; // the first micro batch's gradient alone (NAN: one micro batch, or not measured)
     int skipped;      // non-finite loss or norm: no update
     double ms;
 } StepResult;
@@ -183,6 +186,27 @@ static inline size_t run_val_begin(TrainRun* run) {
          ? val->total_batches : (size_t)run->cfg.val_batches;
 }
 
+// The gradient noise scale B_simple (McCandlish et al. 2018), in tokens: from the norms of one micro
+// batch's gradient (b tokens) and of the step's accumulated one (Bb tokens), unbiased estimates of the
+// true gradient's squared norm G2 = (Bb |G_Bb|^2 - b |G_b|^2) / (Bb - b) and of the noise's trace
+// S = (|G_b|^2 - |G_Bb|^2) / (1/b - 1/Bb); B_noise = S / G2. One step's estimate is noisy (it can be
+// negative); the ratio of the sums over the run is the stable one (the summary's). Steps with more
+// tokens than B_noise gain little per token from a larger batch: the regime a study must know.
+static inline double run_gns_step(TrainRun* run, const StepResult* r) {
+    if (!isfinite(r->grad_norm_micro1) || !isfinite(r->grad_norm) || run->grad_accum < 2) { return NAN; }
+    double b = (double)run->cfg.B * run->cfg.T, bb = b * run->grad_accum;
+    double gb2 = (double)r->grad_norm_micro1 * r->grad_norm_micro1, gbb2 = (double)r->grad_norm * r->grad_norm;
+    double g2 = (bb * gbb2 - b * gb2) / (bb - b), s = (gb2 - gbb2) / (1.0 / b - 1.0 / bb);
+    run->gns_s_sum += s;
+    run->gns_g2_sum += g2;
+    run->gns_steps++;
+    return s / g2;
+}
+
+static inline double run_gns(const TrainRun* run) {
+    return run->gns_steps > 0 && run->gns_g2_sum > 0.0 ? run->gns_s_sum / run->gns_g2_sum : NAN;
+}
+
 static inline void run_log_init_val(TrainRun* run, float val_loss) {
     run->last_val_loss = val_loss;
     if (run->rank0) { printf("val loss %.6f\n", val_loss); }
@@ -201,6 +225,10 @@ static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, fl
     m.lr = lr;
     m.has_norm = !run->predict;
     m.grad_norm = r->grad_norm;
+    double gns = run->predict || r->skipped ? NAN : run_gns_step(run, r);
+    m.has_gns = isfinite(r->grad_norm_micro1) && !run->predict;
+    m.grad_norm_micro1 = r->grad_norm_micro1;
+    m.gns = gns;
     m.extra = run->cfg.hybrid.enabled ? run->hybrid_json : NULL;
     m.ms = r->ms;
     m.train_time_s = run->train_time_s;
