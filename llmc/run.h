@@ -51,6 +51,7 @@ typedef struct {
     double peak_flops;        // all processes; 0: unknown, no MFU
     double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the steps (not saved)
     int gns_steps;
+    double val_bytes;         // text bytes of the val targets one evaluation sees (0: unknown, no bits per byte)
     HybridState hybrid;
     // the step in progress (run_step_begin .. run_log_step)
     int predict;              // it was a Predict step
@@ -68,6 +69,37 @@ typedef struct {
     double ms;
 } StepResult;
 
+static inline size_t run_val_begin(TrainRun* run);
+
+// the text bytes behind the val targets an evaluation sees, once at start-up, for val loss in bits per
+// byte (a loss that compares across vocabularies): each target token's bytes in the tokenizer file.
+// The tokenizer must be the data's (same vocabulary size), else bits per byte stay off.
+static inline void run_count_val_bytes(TrainRun* run, int vocab_size) {
+    run->val_bytes = 0.0;
+    if (!run->tokenizer.init_ok) { return; }
+    if ((int)run->tokenizer.vocab_size != vocab_size) {
+        if (run->rank0) {
+            printf("note: the tokenizer %s has %u tokens, the data %d: val loss has no bits per byte\n",
+                   run->cfg.tokenizer, run->tokenizer.vocab_size, vocab_size);
+        }
+        return;
+    }
+    DataLoader* val = &run->val_loader;
+    size_t n = run_val_begin(run), bytes = 0, count = (size_t)run->cfg.B * run->cfg.T;
+    for (size_t i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        for (size_t k = 0; k < count; k++) { bytes += tokenizer_text_bytes(&run->tokenizer, (uint32_t)val->targets[k]); }
+    }
+    run->val_bytes = (double)bytes;
+}
+
+// val loss (nats per token, the mean over the targets) in bits per byte of text; NAN when unknown
+static inline double run_val_bpb(const TrainRun* run, float val_loss) {
+    if (run->val_bytes <= 0.0) { return NAN; }
+    double tokens = (double)run_val_begin((TrainRun*)run) * run->cfg.B * run->cfg.T;
+    return (double)val_loss * tokens / (run->val_bytes * M_LN2);
+}
+
 // ----------------------------------------------------------------------------
 // set-up: data, steps, schedule, sampler, tokenizer and logs, once the model is built (V known)
 
@@ -76,9 +108,11 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
     int np = run->num_processes;
     run->last_val_loss = -1.0f;
     int eot = GPT2_EOT < vocab_size ? GPT2_EOT : 0;
-    if (c->sample_every > 0 || c->max_steps == 0) {
+    if (c->sample_every > 0 || c->max_steps == 0 || c->val_every > 0) {  // samples, and val in bits per byte
         tokenizer_init(&run->tokenizer, c->tokenizer);
-        if (!run->tokenizer.init_ok && run->rank0) { printf("note: no tokenizer at %s; samples print token ids\n", c->tokenizer); }
+        if (!run->tokenizer.init_ok && run->rank0) {
+            printf("note: no tokenizer at %s; samples print token ids, val loss has no bits per byte\n", c->tokenizer);
+        }
         if (run->tokenizer.init_ok && run->tokenizer.eot_token >= 0 && run->tokenizer.eot_token < vocab_size) {
             eot = run->tokenizer.eot_token;
         }
@@ -95,6 +129,7 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
     }
     if (run->has_val) {
         dataloader_init(&run->val_loader, val_pattern, c->B, c->T, vocab_size, 0, (uint64_t)c->seed);
+        run_count_val_bytes(run, vocab_size);
     }
     run->grad_accum = c->total_batch == -1 ? 1 : c->total_batch / (c->B * c->T * np);
     run->total_steps = c->max_steps;
@@ -207,10 +242,18 @@ static inline double run_gns(const TrainRun* run) {
     return run->gns_steps > 0 && run->gns_g2_sum > 0.0 ? run->gns_s_sum / run->gns_g2_sum : NAN;
 }
 
+// "val loss X" and, where known, its bits per byte
+static inline void run_print_val(const TrainRun* run, float val_loss) {
+    if (!run->rank0) { return; }
+    double bpb = run_val_bpb(run, val_loss);
+    if (isfinite(bpb)) { printf("val loss %.6f | %.4f bits per byte\n", val_loss, bpb); }
+    else { printf("val loss %.6f\n", val_loss); }
+}
+
 static inline void run_log_init_val(TrainRun* run, float val_loss) {
     run->last_val_loss = val_loss;
-    if (run->rank0) { printf("val loss %.6f\n", val_loss); }
-    logger_log_init_val(&run->logger, val_loss);
+    run_print_val(run, val_loss);
+    logger_log_init_val(&run->logger, val_loss, run_val_bpb(run, val_loss));
 }
 
 // the step's metrics line (val_loss: NAN when not evaluated at this step), then the fault count: a
@@ -237,9 +280,10 @@ static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, fl
     m.skipped = r->skipped;
     if (!isnan(val_loss)) {
         run->last_val_loss = val_loss;
-        if (run->rank0) { printf("val loss %.6f\n", val_loss); }
+        run_print_val(run, val_loss);
         m.has_val = 1;
         m.val_loss = val_loss;
+        m.val_bpb = run_val_bpb(run, val_loss);
     }
     logger_log_step(&run->logger, &m);
     if (!r->skipped) { run->faults = 0; return; }
