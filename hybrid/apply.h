@@ -143,6 +143,14 @@ static inline void apply_sum_partials(double* stats, const double* partial, int 
     }
 }
 
+// chunk c of block b: [lo, hi), the fixed cut both fused passes sum in
+static inline void apply_chunk(const size_t* offsets, int b, int c, size_t chunk, size_t* lo, size_t* hi) {
+    *lo = offsets[b] + (size_t)c * chunk;
+    *hi = *lo + chunk;
+    if (*lo > offsets[b + 1]) { *lo = offsets[b + 1]; }
+    if (*hi > offsets[b + 1]) { *hi = offsets[b + 1]; }
+}
+
 typedef struct {
     float beta1, beta2, eps;
     const float* weight_decay; // (nblocks) decoupled weight decay of each block
@@ -189,9 +197,8 @@ static inline void apply_adamw_observe(float* params, const float* grads, float*
         const float wd = st->weight_decay[b];
         #pragma omp for schedule(static) nowait
         for (int c = 0; c < APPLY_CHUNKS; c++) {
-            size_t lo = offsets[b] + (size_t)c * chunk, hi = lo + chunk;
-            if (lo > offsets[b + 1]) { lo = offsets[b + 1]; }
-            if (hi > offsets[b + 1]) { hi = offsets[b + 1]; }
+            size_t lo, hi;
+            apply_chunk(offsets, b, c, chunk, &lo, &hi);
             double dot = 0.0, dd = 0.0, uu = 0.0;
             if (kind == DIRECTION_EMA) {
                 APPLY_ADAMW_LOOP(d[i], d[i] = fmaf(ema_beta, dold, omb * (delta * norm));)
@@ -231,9 +238,8 @@ static inline void apply_adamw_lookahead(float* params, const float* grads, floa
         const float wd = st->weight_decay[b], bp = beta_prev[b], bn = beta_next[b];
         #pragma omp for schedule(static) nowait
         for (int c = 0; c < APPLY_CHUNKS; c++) {
-            size_t lo = offsets[b] + (size_t)c * chunk, hi = lo + chunk;
-            if (lo > offsets[b + 1]) { lo = offsets[b + 1]; }
-            if (hi > offsets[b + 1]) { hi = offsets[b + 1]; }
+            size_t lo, hi;
+            apply_chunk(offsets, b, c, chunk, &lo, &hi);
             double dot = 0.0, dd = 0.0, uu = 0.0;
             APPLY_ADAMW_LOOP(d[i], float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
                                    d[i] = mn;
