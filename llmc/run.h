@@ -52,6 +52,7 @@ typedef struct {
     double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the steps (not saved)
     int gns_steps;
     double val_bytes;         // text bytes of the val targets one evaluation sees (0: unknown, no bits per byte)
+    double val_tokens;        // and their number
     HybridState hybrid;
     // the step in progress (run_step_begin .. run_log_step)
     int predict;              // it was a Predict step
@@ -91,13 +92,13 @@ static inline void run_count_val_bytes(TrainRun* run, int vocab_size) {
         for (size_t k = 0; k < count; k++) { bytes += tokenizer_text_bytes(&run->tokenizer, (uint32_t)val->targets[k]); }
     }
     run->val_bytes = (double)bytes;
+    run->val_tokens = (double)n * count;
 }
 
 // val loss (nats per token, the mean over the targets) in bits per byte of text; NAN when unknown
 static inline double run_val_bpb(const TrainRun* run, float val_loss) {
     if (run->val_bytes <= 0.0) { return NAN; }
-    double tokens = (double)run_val_begin((TrainRun*)run) * run->cfg.B * run->cfg.T;
-    return (double)val_loss * tokens / (run->val_bytes * M_LN2);
+    return (double)val_loss * run->val_tokens / (run->val_bytes * M_LN2);
 }
 
 // ----------------------------------------------------------------------------
