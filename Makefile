@@ -84,6 +84,10 @@ TESTS += $(BUILD)/test_tokenizer
 tokenize: data/tokenize.c
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ data/tokenize.c
 
+# ./tokenize learn, JSON Lines and val bits per byte against references written in the test
+TESTS += test/test_bpe_learn.py
+test/test_bpe_learn.py: tokenize train_gpt2
+
 $(BUILD)/test_tokenizer: test/test_tokenizer.c tokenize | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ test/test_tokenizer.c $(TEST_LDLIBS)
 

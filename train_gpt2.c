@@ -802,6 +802,7 @@ static void hybrid_probe_next(Trainer* tr) {
 // the next step's first micro batch loss after it.
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r = {0};
+    r.grad_norm_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
@@ -830,6 +831,8 @@ static StepResult train_full_step(Trainer* tr, float lr) {
         }
         gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->run.grad_accum);
         loss_sum += model->mean_loss;
+        // the first micro batch's gradient alone, for the gradient noise scale (llmc/run.h)
+        if (k == 0 && tr->run.grad_accum > 1) { r.grad_norm_micro1 = gpt2_grad_norm(model) * tr->run.grad_accum; }
     }
     r.loss = (float)(loss_sum / tr->run.grad_accum);
     r.grad_norm = gpt2_grad_norm(model);
@@ -844,7 +847,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
             hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->direction, grad_scale, tr->run.adam_steps);
         } else {
-            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
+            gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
         }
     }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * B * T;
@@ -862,6 +865,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
 // last batch loaded may end the run early.
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r = {0};
+    r.grad_norm_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     if (hybrid_probe_wanted(&tr->run.hybrid)) { hybrid_probe_next(tr); }
@@ -959,7 +963,7 @@ int main(int argc, char** argv) {
         size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
         gpt2_param_blocks(mc, offsets, block_wd, cfg->weight_decay);
-        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, cfg->lr, ADAM_BETA1, ADAM_BETA2,
+        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, cfg->lr, cfg->beta1, cfg->beta2,
                     ADAM_EPS, block_wd, (uint64_t)cfg->seed);
         hybrid_set_micro_batches(&run->hybrid, run->grad_accum);
         free(offsets);

@@ -718,6 +718,7 @@ typedef struct {
     size_t* block_offsets;    // (nblocks+1) device, in floats
     float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
     float* coef;              // (nblocks) device, this Predict step's coefficients
+    float* la_beta;           // (2*nblocks) device, the look-ahead's beta_prev and beta_next
     double* stats;            // (nblocks*3) device, filled by the observe kernel
     double* stats_partial;    // (nblocks*HYBRID_GPU_CHUNKS*3) device
     float* direction;         // (shard) device, the EMA direction buffer (NULL unless hybrid with ema)
@@ -744,7 +745,7 @@ static void hybrid_setup(Trainer* tr) {
     size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     tr->nblocks = gpt2_param_blocks(&model->config, offsets, block_wd, tr->run.cfg.weight_decay);
-    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, tr->run.cfg.lr, ADAM_BETA1, ADAM_BETA2,
+    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, tr->run.cfg.lr, tr->run.cfg.beta1, tr->run.cfg.beta2,
                 ADAM_EPS, block_wd, (uint64_t)tr->run.cfg.seed);
     hybrid_set_micro_batches(&tr->run.hybrid, tr->run.grad_accum);
     tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
@@ -752,6 +753,7 @@ static void hybrid_setup(Trainer* tr) {
     cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(tr->block_wd, block_wd, (size_t)nblocks * sizeof(float), cudaMemcpyHostToDevice));
     tr->coef = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
+    tr->la_beta = (float*)cudaMallocCheck((size_t)nblocks * 2 * sizeof(float));
     tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
     tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
     size_t P = model->num_parameters;
@@ -784,6 +786,7 @@ static void hybrid_probe_next(Trainer* tr) {
 static StepResult train_predict_step(Trainer* tr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
+    r.grad_norm_micro1 = NAN;  // the gradient noise scale is measured by the CPU trainer only
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     HybridState* h = &tr->run.hybrid;
@@ -822,10 +825,16 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->run.adam_steps, lr, h->lr_peak, grad_scale};
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
     uint32_t seed = gpt2_step_seed(model, tr->run.step + 1);
+    const float* la_beta = NULL;
+    if (h->cfg.lookahead > 0.0f) {  // the look-ahead rides on this pass (hybrid/lookahead.h decided the betas)
+        cudaCheck(cudaMemcpyAsync(tr->la_beta, h->la.beta_prev, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
+        cudaCheck(cudaMemcpyAsync(tr->la_beta + tr->nblocks, h->la.beta_next, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
+        la_beta = tr->la_beta;
+    }
     hybrid_adamw_observe_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
                                 model->grads_memory, model->m_memory, model->v_memory, tr->direction, &st,
-                                h->cfg.direction, h->cfg.direction_beta, tr->block_offsets, tr->nblocks, lo, hi, seed,
-                                model->stream);
+                                h->cfg.direction, h->cfg.lookahead > 0.0f ? LOOKAHEAD_GAMMA : h->cfg.direction_beta,
+                                la_beta, tr->block_offsets, tr->nblocks, lo, hi, seed, model->stream);
     size_t pad = h->num_params > lo ? h->num_params : lo;
     if (pad < hi) {
         adamw_update(model->master_weights + pad, model->params_memory + pad, model->grads_memory + pad,
@@ -859,6 +868,7 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
 static StepResult train_full_step(Trainer* tr, float lr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
+    r.grad_norm_micro1 = NAN;  // the gradient noise scale is measured by the CPU trainer only
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
@@ -927,7 +937,7 @@ static StepResult train_full_step(Trainer* tr, float lr) {
         tr->run.adam_steps++;
         if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the statistics
         else {
-            gpt2_update(model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale,
+            gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale,
                         tr->run.adam_steps, tr->run.step + 1);
         }
     }
@@ -1169,7 +1179,7 @@ int main(int argc, char** argv) {
 
     if (cfg->hybrid.enabled && cfg->max_steps != 0) {
         cudaCheck(cudaStreamSynchronize(tr.model.stream));
-        void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.stats, tr.stats_partial, tr.direction};
+        void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.la_beta, tr.stats, tr.stats_partial, tr.direction};
         for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
         if (tr.host_dir != NULL) { cudaCheck(cudaFreeHost(tr.host_dir)); }
         cudaCheck(cudaFreeHost(tr.host_keep));

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 #include "llmc/utils.h"
 #include "llmc/bpe.h"
+#include "data/bpe_learn.h"
+#include "data/jsonl.h"
 #include "data/shard.h"
 
 // where `encode` writes without -o: inside the repository's data/ (git-ignored), not the working directory
@@ -32,11 +34,16 @@ static void usage(FILE* out) {
         "                          0 = no val split (default 10); with fewer than K documents the\n"
         "                          last 1/K of the tokens (the end of the text) go to val\n"
         "      --shard-tokens N    tokens per shard file (default 100000000)\n"
+        "      --jsonl FIELD       the files are JSON Lines: one document per line, its text in FIELD\n"
         "  decode SHARD...              shard tokens -> text on stdout (<|endoftext|> printed as is)\n"
         "  ids [FILE]                   token ids of the text, space-separated, on stdout\n"
         "  vocab OUT                    write llm.c's tokenizer file (magic 20240328, version 2)\n"
+        "  learn -n N -o DIR [FILE...]  learn a byte-level BPE vocabulary of N tokens (>= 257; 257: bytes)\n"
+        "                               from the text: DIR/encoder.json, vocab.bpe, tokenizer.bin\n"
+        "                               (--doc-sep and --jsonl as for encode; --vocab DIR then uses it)\n"
         "\n"
-        "  --vocab DIR   directory of GPT-2's encoder.json and vocab.bpe (default data/gpt2)\n"
+        "  --vocab DIR   directory of encoder.json and vocab.bpe: GPT-2's, or one `learn` wrote\n"
+        "                (default data/gpt2)\n"
         "  -h, --help    this text\n",
         BPE_EOT, DEFAULT_OUT_DIR);
 }
@@ -105,18 +112,36 @@ static void encode_document(Encoder* e, const uint8_t* text, size_t n) {
     int is_val = e->val_every > 0 && k % (size_t)e->val_every == (size_t)e->val_every - 1;
     e->ids.n = 0;
     bpe_ids_reserve(&e->ids, 1);
-    e->ids.ids[e->ids.n++] = BPE_EOT;
+    e->ids.ids[e->ids.n++] = e->tok->eot;
     bpe_encode(e->tok, text, n, &e->ids);
     shard_writer_push(is_val ? &e->val : &e->train, e->ids.ids, e->ids.n);
     e->docs[is_val]++;
     e->bytes += n;
 }
 
-static void encode_file(Encoder* e, const char* path, const char* sep) {
+// the documents of one input: the whole file, or the parts between --doc-sep lines, or (--jsonl FIELD)
+// one per line; each goes to fn
+typedef void (*DocFn)(void* ctx, const uint8_t* text, size_t n);
+
+static void read_documents(const char* path, const char* sep, const char* jsonl, DocFn fn, void* ctx) {
     size_t n;
     uint8_t* text = read_input(path, &n);
-    if (sep == NULL) {
-        encode_document(e, text, n);
+    if (jsonl != NULL) {
+        uint8_t* doc = (uint8_t*)mallocCheck(n + 1);
+        size_t line_no = 0;
+        for (size_t pos = 0; pos < n;) {
+            uint8_t* nl = (uint8_t*)memchr(text + pos, '\n', n - pos);
+            size_t end = nl ? (size_t)(nl - text) : n;
+            line_no++;
+            const char* why = NULL;
+            long len = jsonl_field((const char*)text + pos, (const char*)text + end, jsonl, doc, &why);
+            if (len == -1) { fatal("%s:%zu: %s (--jsonl %s)", path, line_no, why, jsonl); }
+            if (len >= 0) { fn(ctx, doc, (size_t)len); }
+            pos = nl ? end + 1 : n;
+        }
+        free(doc);
+    } else if (sep == NULL) {
+        fn(ctx, text, n);
     } else {
         size_t sep_len = strlen(sep), doc_start = 0;
         for (size_t pos = 0; pos < n;) {
@@ -124,15 +149,17 @@ static void encode_file(Encoder* e, const char* path, const char* sep) {
             size_t end = nl ? (size_t)(nl - text) : n;
             size_t next = nl ? end + 1 : n;
             if (end - pos == sep_len && memcmp(text + pos, sep, sep_len) == 0) {
-                encode_document(e, text + doc_start, pos - doc_start);
+                fn(ctx, text + doc_start, pos - doc_start);
                 doc_start = next;
             }
             pos = next;
         }
-        encode_document(e, text + doc_start, n - doc_start);
+        fn(ctx, text + doc_start, n - doc_start);
     }
     free(text);
 }
+
+static void encode_doc(void* ctx, const uint8_t* text, size_t n) { encode_document((Encoder*)ctx, text, n); }
 
 // fewer documents than --val-every gave no val document: move the last 1/K of the train tokens (the tail
 // of the last document(s), still in the writer's buffer unless it was just flushed) to val, so that the
@@ -153,6 +180,7 @@ static size_t hold_out_tail(Encoder* e) {
 static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
     const char* out_dir = NULL;
     const char* sep = NULL;
+    const char* jsonl = NULL;
     int val_every = 10;
     size_t shard_tokens = 100000000;
     int first_file = argc;
@@ -160,6 +188,7 @@ static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
         int has_value = i + 1 < argc;
         if (strcmp(argv[i], "-o") == 0 && has_value) { out_dir = argv[++i]; }
         else if (strcmp(argv[i], "--doc-sep") == 0 && has_value) { sep = argv[++i]; }
+        else if (strcmp(argv[i], "--jsonl") == 0 && has_value) { jsonl = argv[++i]; }
         else if (strcmp(argv[i], "--val-every") == 0 && has_value) { val_every = (int)parse_count(argv[i], argv[i + 1], INT32_MAX); i++; }
         else if (strcmp(argv[i], "--shard-tokens") == 0 && has_value) { shard_tokens = parse_count(argv[i], argv[i + 1], INT32_MAX); i++; }
         else if (argv[i][0] == '-' && argv[i][1] != '\0') { bad_usage("unknown flag or missing value", argv[i]); }
@@ -184,8 +213,8 @@ static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
     shard_writer_init(&e.train, out_dir, "train", shard_tokens, tok->vocab_size);
     shard_writer_init(&e.val, out_dir, "val", shard_tokens, tok->vocab_size);
     double t0 = now_s();
-    if (first_file == argc) { encode_file(&e, "-", sep); }
-    for (int i = first_file; i < argc; i++) { encode_file(&e, argv[i], sep); }
+    if (first_file == argc) { read_documents("-", sep, jsonl, encode_doc, &e); }
+    for (int i = first_file; i < argc; i++) { read_documents(argv[i], sep, jsonl, encode_doc, &e); }
     double dt = now_s() - t0;
     size_t train_tokens = e.train.tokens_written + e.train.n, val_tokens = e.val.tokens_written + e.val.n;
     if (train_tokens == 0) { fatal("no training documents in the input (empty input, or every document went to val)"); }
@@ -260,7 +289,58 @@ static int cmd_ids(BPETokenizer* tok, int argc, char** argv) {
 static int cmd_vocab(BPETokenizer* tok, int argc, char** argv) {
     if (argc != 1) { bad_usage("vocab needs exactly one output path", NULL); }
     bpe_write_tokenizer_file(tok, argv[0]);
-    fprintf(stderr, "wrote %s (%d tokens, eot %d)\n", argv[0], tok->vocab_size, BPE_EOT);
+    fprintf(stderr, "wrote %s (%d tokens, eot %d)\n", argv[0], tok->vocab_size, tok->eot);
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// learn
+
+static void learn_doc(void* ctx, const uint8_t* text, size_t n) { bpe_learn_add_text((BPELearner*)ctx, text, n); }
+
+static int cmd_learn(int argc, char** argv) {
+    const char* out_dir = NULL;
+    const char* sep = NULL;
+    const char* jsonl = NULL;
+    long n_tokens = -1;
+    int first_file = argc;
+    for (int i = 0; i < argc; i++) {
+        int has_value = i + 1 < argc;
+        if (strcmp(argv[i], "-o") == 0 && has_value) { out_dir = argv[++i]; }
+        else if (strcmp(argv[i], "-n") == 0 && has_value) { n_tokens = (long)parse_count(argv[i], argv[i + 1], 65536); i++; }
+        else if (strcmp(argv[i], "--doc-sep") == 0 && has_value) { sep = argv[++i]; }
+        else if (strcmp(argv[i], "--jsonl") == 0 && has_value) { jsonl = argv[++i]; }
+        else if (argv[i][0] == '-' && argv[i][1] != '\0') { bad_usage("unknown flag or missing value", argv[i]); }
+        else { first_file = i; break; }
+    }
+    if (n_tokens < 257) { bad_usage("learn needs -n N with N >= 257 (256 bytes + <|endoftext|>)", NULL); }
+    if (out_dir == NULL) { bad_usage("learn needs -o DIR", NULL); }
+    struct stat st;
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) { fatal("%s: cannot create directory (%s)", out_dir, strerror(errno)); }
+    if (stat(out_dir, &st) != 0 || !S_ISDIR(st.st_mode)) { fatal("%s: not a directory", out_dir); }
+    for (int i = first_file; i < argc; i++) {
+        if (strcmp(argv[i], "-") != 0) { fcloseCheck(fopenCheck(argv[i], "rb"), argv[i]); }
+    }
+    double t0 = now_s();
+    BPELearner L;
+    bpe_learn_init(&L);
+    if (first_file == argc) { read_documents("-", sep, jsonl, learn_doc, &L); }
+    for (int i = first_file; i < argc; i++) { read_documents(argv[i], sep, jsonl, learn_doc, &L); }
+    double t1 = now_s();
+    int got = bpe_learn_run(&L, (int)n_tokens);
+    double t2 = now_s();
+    bpe_learn_write(&L, out_dir);
+    fprintf(stderr, "learned %d tokens (%d merges) from %d distinct words in %.2f s (counting %.2f s, merging %.2f s)%s\n",
+            got, L.nmerges, L.nwords, t2 - t0, t1 - t0, t2 - t1, got < n_tokens ? ": the text has no more pairs to merge" : "");
+    bpe_learn_free(&L);
+    // the llm.c tokenizer file, for the trainers' samples, from the files just written (read back: checked)
+    BPETokenizer tok;
+    bpe_init(&tok, out_dir);
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", out_dir);
+    bpe_write_tokenizer_file(&tok, path);
+    bpe_free(&tok);
+    fprintf(stderr, "wrote %s/encoder.json, %s/vocab.bpe, %s (%d tokens, eot %d)\n", out_dir, out_dir, path, got, got - 1);
     return 0;
 }
 
@@ -274,6 +354,12 @@ int main(int argc, char** argv) {
     }
     if (i == argc) { bad_usage("no command given", NULL); }
     const char* cmd = argv[i];
+    if (strcmp(cmd, "learn") == 0) {
+        for (int k = i + 1; k < argc; k++) {
+            if (strcmp(argv[k], "-h") == 0 || strcmp(argv[k], "--help") == 0) { usage(stdout); return 0; }
+        }
+        return cmd_learn(argc - i - 1, argv + i + 1);
+    }
     int (*run)(BPETokenizer*, int, char**) =
         strcmp(cmd, "encode") == 0 ? cmd_encode : strcmp(cmd, "decode") == 0 ? cmd_decode :
         strcmp(cmd, "ids") == 0 ? cmd_ids : strcmp(cmd, "vocab") == 0 ? cmd_vocab : NULL;

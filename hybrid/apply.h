@@ -23,7 +23,7 @@
  * contraction (a*b+c -> fma rounds once), so a GPU kernel written with __fmul_rn/__fadd_rn matches.
  *
  * A measured step's AdamW update and the statistics hybrid mode needs (and the EMA direction update)
- * are one fused pass, apply_adamw_observe: hybrid mode adds no pass over the parameters to a Full
+ * are one fused pass, apply_adamw_observe (apply_adamw_lookahead with the look-ahead): hybrid mode adds no pass over the parameters to a Full
  * step, and a Predict step is one streaming pass (see each function).
  */
 #ifndef HYBRID_APPLY_H
@@ -143,6 +143,14 @@ static inline void apply_sum_partials(double* stats, const double* partial, int 
     }
 }
 
+// chunk c of block b: [lo, hi), the fixed cut both fused passes sum in
+static inline void apply_chunk(const size_t* offsets, int b, int c, size_t chunk, size_t* lo, size_t* hi) {
+    *lo = offsets[b] + (size_t)c * chunk;
+    *hi = *lo + chunk;
+    if (*lo > offsets[b + 1]) { *lo = offsets[b + 1]; }
+    if (*hi > offsets[b + 1]) { *hi = offsets[b + 1]; }
+}
+
 typedef struct {
     float beta1, beta2, eps;
     const float* weight_decay; // (nblocks) decoupled weight decay of each block
@@ -189,15 +197,53 @@ static inline void apply_adamw_observe(float* params, const float* grads, float*
         const float wd = st->weight_decay[b];
         #pragma omp for schedule(static) nowait
         for (int c = 0; c < APPLY_CHUNKS; c++) {
-            size_t lo = offsets[b] + (size_t)c * chunk, hi = lo + chunk;
-            if (lo > offsets[b + 1]) { lo = offsets[b + 1]; }
-            if (hi > offsets[b + 1]) { hi = offsets[b + 1]; }
+            size_t lo, hi;
+            apply_chunk(offsets, b, c, chunk, &lo, &hi);
             double dot = 0.0, dd = 0.0, uu = 0.0;
             if (kind == DIRECTION_EMA) {
                 APPLY_ADAMW_LOOP(d[i], d[i] = fmaf(ema_beta, dold, omb * (delta * norm));)
             } else {
                 APPLY_ADAMW_LOOP(pscale * ((mo / pbc1) / (sqrtf(vo / pbc2) + eps)), )
             }
+            double* out = partial + ((size_t)b * APPLY_CHUNKS + c) * 3;
+            out[0] = dot; out[1] = dd; out[2] = uu;
+        }
+    }
+    apply_sum_partials(stats, partial, nblocks);
+}
+
+// ----------------------------------------------------------------------------
+// The look-ahead along the slow drift (hybrid/lookahead.h): the same AdamW pass, with d as m, the EMA
+// of the weights' displacement, and the look-ahead applied in the same pass. Per element of block b,
+// with bp = the look-ahead the weights hold now (beta_prev[b]) and bn = the next one (beta_next[b]):
+//   theta' = AdamW(theta) exactly as above;  delta = theta' - theta
+//   m <- gamma m + (1-gamma) (bp m + delta)      (the displacement includes the look-ahead it undid)
+//   theta <- theta' + bn m
+// so the next gradient is taken at the look-ahead point and no theta_prev is kept. With bp = bn = 0
+// (the prefill) m gathers and the weights are AdamW's, bit for bit. The look-ahead's arithmetic is
+// written with explicit fmaf, the rounding a GPU's __fmaf_rn gives, so no contraction can change it.
+// stats (nblocks, 3): <delta_b, m_b>, |m_b|^2 (m before this step), |delta_b|^2, as apply_adamw_observe.
+
+static inline void apply_adamw_lookahead(float* params, const float* grads, float* m, float* v, float* d,
+                                         const ApplyAdamStep* st, float gamma, const float* beta_prev,
+                                         const float* beta_next, const size_t* offsets, int nblocks,
+                                         double* partial, double* stats) {
+    const float beta1 = st->beta1, beta2 = st->beta2, eps = st->eps, lr = st->lr, grad_scale = st->grad_scale;
+    const float bc1 = 1.0f - powf(beta1, (float)st->t), bc2 = 1.0f - powf(beta2, (float)st->t);
+    const float omg = 1.0f - gamma;
+    #pragma omp parallel
+    for (int b = 0; b < nblocks; b++) {
+        const size_t n = offsets[b + 1] - offsets[b];
+        const size_t chunk = (n + APPLY_CHUNKS - 1) / APPLY_CHUNKS;
+        const float wd = st->weight_decay[b], bp = beta_prev[b], bn = beta_next[b];
+        #pragma omp for schedule(static) nowait
+        for (int c = 0; c < APPLY_CHUNKS; c++) {
+            size_t lo, hi;
+            apply_chunk(offsets, b, c, chunk, &lo, &hi);
+            double dot = 0.0, dd = 0.0, uu = 0.0;
+            APPLY_ADAMW_LOOP(d[i], float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
+                                   d[i] = mn;
+                                   params[i] = fmaf(bn, mn, pn);)
             double* out = partial + ((size_t)b * APPLY_CHUNKS + c) * 3;
             out[0] = dot; out[1] = dd; out[2] = uu;
         }

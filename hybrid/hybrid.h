@@ -42,9 +42,10 @@
 #include "hybrid/metrics.h"
 #include "hybrid/apply.h"
 #include "hybrid/value.h"
+#include "hybrid/lookahead.h"
 
 #define HYBRID_MAGIC 20261122
-#define HYBRID_VERSION 3
+#define HYBRID_VERSION 4
 #define HYBRID_RESIDUAL_CAPACITY 64
 #define HYBRID_MAX_SCALE 4.0f       // |s_b| cap: a scale beyond 4 steps' worth is an outlier, not a trend
 #define HYBRID_RESIDUAL_GAIN 0.5f   // share of the similarity-weighted residual added to a prediction
@@ -66,6 +67,7 @@ typedef struct {
     int direction;               // --direction ema|adam
     float direction_beta;        // --direction-beta: EMA decay of the direction buffer
     float kappa;                 // --kappa: the scale of --predictor scaled
+    float lookahead;             // --lookahead: beta0 of the look-ahead along the drift (0: off; hybrid/lookahead.h)
 } HybridConfig;
 
 // Conservative defaults (docs/hybrid.md §10): one Predict step per two backward steps, a long-memory
@@ -84,6 +86,7 @@ static inline void hybrid_config_default(HybridConfig* c) {
     c->direction = DIRECTION_EMA;
     c->direction_beta = 0.98f;
     c->kappa = 1.0f;
+    c->lookahead = 0.0f;
 }
 
 // The flags as a table, one row per HybridConfig field. The trainer's command-line parser
@@ -115,6 +118,7 @@ static const HybridFlag HYBRID_FLAGS[] = {
     HYBRID_FLAG("--direction", HYBRID_FLAG_CHOICE, direction, 0, 0, "ema|adam", NULL, "hybrid: predicted direction, EMA of updates or Adam's mhat/sqrt(vhat)"),
     HYBRID_FLAG("--direction-beta", HYBRID_FLAG_FLOAT, direction_beta, 0, 0.9999, NULL, NULL, "hybrid: EMA decay of the direction buffer"),
     HYBRID_FLAG("--kappa", HYBRID_FLAG_FLOAT, kappa, 0, HYBRID_MAX_SCALE, NULL, NULL, "hybrid: scale of --predictor scaled, times lr_t/lr_peak"),
+    HYBRID_FLAG("--lookahead", HYBRID_FLAG_FLOAT, lookahead, 0, 0.95, NULL, NULL, "hybrid: look-ahead along the drift, beta0 (0: off; replaces Predict runs)"),
 };
 #define NUM_HYBRID_FLAGS ((int)(sizeof(HYBRID_FLAGS) / sizeof(HYBRID_FLAGS[0])))
 
@@ -138,6 +142,7 @@ typedef struct {
     Monitor mon;
     ValueTest value;
     Bandit bandit;
+    Lookahead la;
     HybridMetrics metrics;
 
     // decisions for the current step
@@ -211,6 +216,7 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     value_init(&h->value);
     bandit_init(&h->bandit, cfg->max_predict_steps, 1.0f);
     metrics_init(&h->metrics);
+    lookahead_init(&h->la, cfg->lookahead, cfg->divergence_threshold, cfg->warmup, cfg->cooldown, total_steps, nblocks);
     h->coef = (float*)calloc((size_t)nblocks, sizeof(float));
     h->run_scale = (float*)calloc((size_t)nblocks, sizeof(float));
     h->stats = (double*)calloc((size_t)nblocks * 3, sizeof(double));
@@ -236,6 +242,7 @@ static inline void hybrid_set_micro_batches(HybridState* h, int micro_batches) {
 static inline void hybrid_free(HybridState* h) {
     predictor_free(&h->pred);
     residual_store_free(&h->store);
+    lookahead_free(&h->la);
     free(h->offsets); free(h->weight_decay); free(h->coef); free(h->run_scale); free(h->stats); free(h->partial);
     free(h->y); free(h->yhat); free(h->corr);
     memset(h, 0, sizeof(*h));
@@ -277,6 +284,12 @@ static inline HybridPhase hybrid_begin_step(HybridState* h, int step, float lr) 
     mt->predicted_loss = NAN; mt->horizon = 0; mt->confidence = NAN;
     mt->step_probes = 0; mt->step_probe_ms = 0.0;
     if (!h->cfg.enabled) { h->phase = PHASE_FULL; return h->phase; }
+    if (h->cfg.lookahead > 0.0f) {  // every step is measured; the look-ahead rides on its update
+        h->phase = step < h->la.start ? PHASE_WARMUP : PHASE_FULL;
+        lookahead_plan(&h->la, step, lr, h->lr_peak, h->stats);
+        mt->predictor_ms += hybrid_now_ms() - t0;
+        return h->phase;
+    }
     int starting = h->ctrl.phase != PHASE_PREDICT;
     int horizon = 0, arm = -1;
     const int fixed = predictor_is_fixed(h->cfg.predictor);
@@ -449,8 +462,13 @@ static inline void hybrid_rollback(HybridState* h, float* params, const float* k
 static inline void hybrid_update(HybridState* h, float* params, const float* grads, float* m, float* v, float* d,
                                  float grad_scale, int t) {
     ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, h->lr_peak, grad_scale};
-    apply_adamw_observe(params, grads, m, v, d, &st, h->cfg.direction, h->cfg.direction_beta, h->offsets, h->nblocks,
-                        h->partial, h->stats);
+    if (h->cfg.lookahead > 0.0f) {
+        apply_adamw_lookahead(params, grads, m, v, d, &st, LOOKAHEAD_GAMMA, h->la.beta_prev, h->la.beta_next,
+                              h->offsets, h->nblocks, h->partial, h->stats);
+    } else {
+        apply_adamw_observe(params, grads, m, v, d, &st, h->cfg.direction, h->cfg.direction_beta, h->offsets,
+                            h->nblocks, h->partial, h->stats);
+    }
     h->adam_t = t;
 }
 
@@ -470,6 +488,14 @@ static inline void hybrid_end_step(HybridState* h, float loss, float grad_norm, 
     mt->ms[h->phase] += ms;
     if (!h->cfg.enabled) { return; }
     double t0 = hybrid_now_ms();
+    if (h->cfg.lookahead > 0.0f) {
+        lookahead_observe(&h->la, isfinite(loss) ? grad_norm : NAN, h->stats);
+        if (isfinite(loss)) { h->last_loss = loss; }
+        if (isfinite(grad_norm)) { h->grad_norm = grad_norm; }
+        h->measured++;
+        mt->predictor_ms += hybrid_now_ms() - t0;
+        return;
+    }
     h->steps_since_measured++;
     if (h->phase == PHASE_PREDICT) {
         h->cycle_ms += ms;
@@ -588,6 +614,13 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) { 
 
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     metrics_print_table(&h->metrics, f);
+    if (h->cfg.lookahead > 0.0f) {
+        const Lookahead* la = &h->la;
+        fprintf(f, "look-ahead: beta0 %.3g, %d steps with a look-ahead (mean beta %.3f), %d grad-norm jumps backed it off, "
+                   "%d block caps; mean cos(update, drift) %.3f\n", la->beta0, la->active_steps, lookahead_mean_beta(la),
+                la->jumps, la->capped, la->n_cos ? la->cos_sum / la->n_cos : 0.0);
+        return;
+    }
     const ValueTest* v = &h->value;
     const char* verdict = v->pairs >= VALUE_MIN_PAIRS ? (v->open ? "predicting" : "stopped predicting")
                           : !value_may_predict(v, h->metrics.steps[PHASE_PREDICT], h->total_steps)
@@ -606,6 +639,15 @@ static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
 static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) {
     int w = metrics_summary_fields(&h->metrics, buf, n);
     size_t pos = w > 0 ? (size_t)w : 0;
+    if (h->cfg.lookahead > 0.0f) {
+        const Lookahead* la = &h->la;
+        metrics_field(buf, n, &pos, "lookahead_steps", la->active_steps, 1);
+        metrics_field(buf, n, &pos, "lookahead_mean_beta", lookahead_mean_beta(la), 0);
+        metrics_field(buf, n, &pos, "lookahead_jumps", la->jumps, 1);
+        metrics_field(buf, n, &pos, "lookahead_caps", la->capped, 1);
+        metrics_field(buf, n, &pos, "lookahead_cos", la->n_cos ? la->cos_sum / la->n_cos : 0.0, 0);
+        return (int)pos;
+    }
     const ValueTest* v = &h->value;
     metrics_field(buf, n, &pos, "value_pairs", v->pairs, 1);
     metrics_field(buf, n, &pos, "value_rho", value_rho(v), 0);
@@ -657,6 +699,7 @@ static inline void hybrid_io(HybridIO* io, HybridState* h, float* direction, flo
     hio_f64(io, &h->cycle_ms); hio_i32(io, &h->run_arm);
     value_io(io, &h->value);
     hio_i32(io, &h->probing);
+    lookahead_io(io, &h->la);
     if (h->cfg.direction == DIRECTION_EMA) {
         if (direction == NULL) { hio_fail(io, "no direction buffer given"); }
         else { hio_f32s(io, direction, h->num_params); }

@@ -20,7 +20,7 @@
 #include "llmc/utils.h"
 #include "llmc/unicode_tables.h"
 
-#define BPE_EOT 50256            // <|endoftext|>, the last id of GPT-2's vocabulary
+#define BPE_EOT 50256            // GPT-2's <|endoftext|>; a vocabulary's own is BPETokenizer.eot, its last id
 #define BPE_MAX_TOKEN_BYTES 255  // llm.c's tokenizer file stores token lengths in one byte
 
 // ----------------------------------------------------------------------------
@@ -109,7 +109,8 @@ typedef struct {
 #define BPE_CACHE_MAX_PIECE 128  // longer pieces are rare; they are merged every time
 
 typedef struct {
-    int vocab_size;             // 50257 for GPT-2
+    int vocab_size;             // 50257 for GPT-2; a learned vocabulary (data/bpe_learn.h): 257 or more
+    int eot;                    // <|endoftext|>, the last id
     uint8_t* token_bytes;       // (sum of token lengths) the bytes of every token, concatenated
     uint32_t* token_offset;     // (vocab_size + 1) token i is token_bytes[token_offset[i] .. token_offset[i+1])
     int byte_token[256];        // id of the one-byte token of each byte
@@ -323,9 +324,10 @@ static inline void bpe_load_encoder(BPETokenizer* t, const char* path, const int
         if (t->byte_token[b] < 0) { fatal("%s: corrupt vocabulary (no token for byte 0x%02x)", path, b); }
     }
     const char* eot = "<|endoftext|>";
-    if (count != BPE_EOT + 1 || bpe_lookup_token(t, (const uint8_t*)eot, strlen(eot)) != BPE_EOT) {
-        fatal("%s: not GPT-2's vocabulary (expected %d tokens ending with <|endoftext|>)", path, BPE_EOT + 1);
+    if (bpe_lookup_token(t, (const uint8_t*)eot, strlen(eot)) != count - 1) {
+        fatal("%s: not a GPT-2-style vocabulary (its last token, id %d, must be <|endoftext|>)", path, count - 1);
     }
+    t->eot = count - 1;
 }
 
 static inline void bpe_load_merges(BPETokenizer* t, const char* path, const int cp_to_byte[324]) {
@@ -660,7 +662,7 @@ static inline void bpe_write_tokenizer_file(const BPETokenizer* t, const char* p
     header[0] = BPE_TOKENIZER_MAGIC;
     header[1] = 2;
     header[2] = t->vocab_size;
-    header[3] = BPE_EOT;
+    header[3] = t->eot;
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, header, sizeof(int), 256);

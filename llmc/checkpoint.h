@@ -184,6 +184,7 @@ typedef struct {
     float final_frac;         // -q
     char schedule[16];        // -k
     char init[112];           // -e (longer values are cut)
+    float beta1, beta2;       // --beta1, --beta2 (slots 98-100; files without them had 0.9 and 0.95)
 } TrainState;
 
 static inline void put_u64(int* h, int slot, uint64_t v) { memcpy(h + slot, &v, 8); }
@@ -218,6 +219,9 @@ static inline void state_write(const char* path, const TrainState* s, const floa
         memcpy(header + 64, &s->final_frac, 4);
         memcpy(header + 66, s->schedule, sizeof(s->schedule));
         memcpy(header + 70, s->init, sizeof(s->init));
+        memcpy(header + 98, &s->beta1, 4);
+        memcpy(header + 99, &s->beta2, 4);
+        header[100] = 1;
     }
     AtomicFile af;
     atomic_open(&af, path);
@@ -268,6 +272,12 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
         memcpy(s->init, header + 70, sizeof(s->init));
         s->schedule[sizeof(s->schedule) - 1] = '\0';
         s->init[sizeof(s->init) - 1] = '\0';
+        s->beta1 = 0.9f;  // the only AdamW betas before they were flags
+        s->beta2 = 0.95f;
+        if (header[100] == 1) {
+            memcpy(&s->beta1, header + 98, 4);
+            memcpy(&s->beta2, header + 99, 4);
+        }
     }
     if (s->num_parameters != num_parameters) {
         fatal("%s: state is for %zu parameters, the model has %zu", path, s->num_parameters, num_parameters);

@@ -21,7 +21,7 @@
 
 #define MAX_FAULTS 5                 // consecutive NaN/Inf steps before giving up
 #define GRAD_CLIP 1.0f
-#define ADAM_BETA1 0.9f
+#define ADAM_BETA1 0.9f              // --beta1, --beta2 defaults
 #define ADAM_BETA2 0.95f
 #define ADAM_EPS 1e-8f
 #define TRAIN_MAX_BT (1 << 24)       // B*T per micro batch: int token offsets stay far from overflow
@@ -44,6 +44,8 @@ typedef struct {
     float final_frac;          // -q
     const char* schedule;      // -k
     float weight_decay;        // -c
+    float beta1;               // --beta1 AdamW
+    float beta2;               // --beta2
     int val_every;             // -v (0: off)
     int val_batches;           // -m (-1: all)
     int sample_every;          // -s (0: off)
@@ -83,6 +85,8 @@ static inline TrainConfig config_default(void) {
     c.total_batch = -1;
     c.max_steps = -1;
     c.lr = 3e-4f;
+    c.beta1 = ADAM_BETA1;
+    c.beta2 = ADAM_BETA2;
     c.final_frac = 1.0f;
     c.schedule = "cosine";
     c.val_every = 20;
@@ -121,6 +125,8 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
     ARG("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
     ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
+    ARG("--beta1", ARG_FLOAT, TrainConfig, beta1, 0, 0.99999, 0, "AdamW beta1 (first-moment decay)"),
+    ARG("--beta2", ARG_FLOAT, TrainConfig, beta2, 0, 0.99999, 0, "AdamW beta2 (second-moment decay)"),
     ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
     ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
     ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps and after the last (0: off)"),
@@ -128,7 +134,7 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
     ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
     ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
-    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if -x -l -u -q -k -e differ from the checkpoint's (0|1)"),
+    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if -x -l -u -q -k -e --beta1 --beta2 differ from the checkpoint's (0|1)"),
     ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
     ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order and sampling"),
     ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),
@@ -186,6 +192,10 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
+    if (c->hybrid.lookahead > 0.0f && !c->hybrid.enabled) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
+    if (c->hybrid.lookahead > 0.0f && c->hybrid.direction != DIRECTION_EMA) {
+        fatal("flag --lookahead: the look-ahead's drift lives in the direction buffer (--direction ema), not with --direction adam");
+    }
     if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
     if ((long long)c->B * c->T > TRAIN_MAX_BT) {
         fatal("flag -b: B*T = %lld tokens per micro batch is more than the trainers support (%d)",

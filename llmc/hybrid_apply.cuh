@@ -7,7 +7,9 @@
  *   rollback: theta = keep, bit-exactly, no other copy
  *   adamw+observe: a measured step's AdamW update fused with the per-block <dtheta,d>, |d|^2,
  *             |dtheta|^2 (double, fixed grid, fixed-order chunk sums) and the EMA direction update:
- *             one pass over theta, g, m, v (and d), the weights rounded exactly as the plain kernel
+ *             one pass over theta, g, m, v (and d), the weights rounded exactly as the plain kernel;
+ *             with the look-ahead (apply_adamw_lookahead), d is the drift m and the pass also adds
+ *             beta_next_b m to the weights
  * Products and sums use __fmul_rn/__fadd_rn: no fused multiply-add, the same roundings as the CPU
  * loops (which are compiled without contraction), so a Predict step adds the same bits on both.
  * Every kernel works on a range [lo, hi) of the flat parameters: this rank's ZeRO-1 shard, or all.
@@ -109,6 +111,7 @@ typedef struct {
     float lr, beta1, beta2, eps, grad_scale;
     float bc1, bc2, pbc1, pbc2, pscale, norm, ema_beta, omb;
     int kind;
+    const float* la_beta;  // NULL, or the look-ahead: (2*nblocks) device, beta_prev then beta_next
 } HybridAdamArgs;
 
 __global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floatX* params, const float* grads,
@@ -123,6 +126,8 @@ __global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floa
     if (c_lo < lo) { c_lo = lo; }
     if (c_hi > hi) { c_hi = hi; }
     const float wd = block_wd[b];
+    const int nblocks = gridDim.x / HYBRID_GPU_CHUNKS;
+    const float bp = a.la_beta != NULL ? a.la_beta[b] : 0.0f, bn = a.la_beta != NULL ? a.la_beta[nblocks + b] : 0.0f;
     double dot = 0.0, dd = 0.0, uu = 0.0;
     for (size_t i = c_lo + threadIdx.x; i < c_hi; i += blockDim.x) {
         size_t k = i - lo;  // m, v, d are shard-local
@@ -131,17 +136,22 @@ __global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floa
         float pn = adamw_element(p, grads[i] * a.grad_scale, mi, vi, a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, wd);
         m[k] = mi;
         v[k] = vi;
-        master[i] = pn;
-        params[i] = round_to_floatX(pn, i, seed);
         float delta = __fsub_rn(pn, p);
-        float dold;
-        if (a.kind == DIRECTION_EMA) {
+        float dold, out = pn;
+        if (a.la_beta != NULL) {  // the look-ahead (apply_adamw_lookahead): ema_beta is gamma
+            dold = d[k];
+            float mn = __fmaf_rn(a.ema_beta, dold, __fmul_rn(a.omb, __fmaf_rn(bp, dold, delta)));
+            d[k] = mn;
+            out = __fmaf_rn(bn, mn, pn);
+        } else if (a.kind == DIRECTION_EMA) {
             dold = d[k];
             d[k] = __fmaf_rn(a.ema_beta, dold, __fmul_rn(a.omb, __fmul_rn(delta, a.norm)));
         } else {
             float q = __fdiv_rn(__fdiv_rn(mo, a.pbc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vo, a.pbc2)), a.eps));
             dold = __fmul_rn(a.pscale, q);
         }
+        master[i] = out;
+        params[i] = round_to_floatX(out, i, seed);
         dot = fma((double)delta, (double)dold, dot);
         dd = fma((double)dold, (double)dold, dd);
         uu = fma((double)delta, (double)delta, uu);
@@ -169,10 +179,12 @@ __global__ void hybrid_sum_partials_kernel(double* stats, const double* partial,
 // grads: full-length device buffers; m, v, d: shard-local; stats: (nblocks*3) device doubles; partial:
 // nblocks*HYBRID_GPU_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device; seed: the floatX rounding's.
 // Elements past the last block (padding) are the caller's (plain adamw_update).
+// la_beta: NULL, or the look-ahead's (2*nblocks) device betas (beta_prev, then beta_next), with
+// ema_beta = its gamma (apply_adamw_lookahead)
 void hybrid_adamw_observe_device(double* stats, double* partial, float* master, floatX* params, const float* grads,
                                  float* m, float* v, float* d, const ApplyAdamStep* st, int kind, float ema_beta,
-                                 const size_t* offsets, int nblocks, size_t lo, size_t hi, uint32_t seed,
-                                 cudaStream_t stream) {
+                                 const float* la_beta, const size_t* offsets, int nblocks, size_t lo, size_t hi,
+                                 uint32_t seed, cudaStream_t stream) {
     HybridAdamArgs a;
     a.lr = st->lr; a.beta1 = st->beta1; a.beta2 = st->beta2; a.eps = st->eps; a.grad_scale = st->grad_scale;
     a.bc1 = 1.0f - powf(st->beta1, (float)st->t);
@@ -185,6 +197,7 @@ void hybrid_adamw_observe_device(double* stats, double* partial, float* master, 
     a.ema_beta = ema_beta;
     a.omb = 1.0f - ema_beta;
     a.kind = kind;
+    a.la_beta = la_beta;
     hybrid_adamw_observe_kernel<<<nblocks * HYBRID_GPU_CHUNKS, OBSERVE_THREADS, 0, stream>>>(
         partial, master, params, grads, m, v, d, a, offsets, st->weight_decay, lo, hi, seed);
     cudaCheck(cudaGetLastError());

@@ -25,9 +25,10 @@ typedef struct {
     int step;               // 1-based
     const char* phase;      // "full", "warmup", "predict", "correct"
     int has_loss;  double loss;
-    int has_val;   double val_loss;
+    int has_val;   double val_loss, val_bpb; // val_bpb: NAN when unknown
     double lr;
     int has_norm;  double grad_norm;
+    int has_gns;   double grad_norm_micro1, gns; // first micro batch's gradient norm, noise scale (tokens)
     double ms;              // wall ms of the step's training work
     double train_time_s;    // cumulative
     uint64_t tokens;        // cumulative
@@ -104,12 +105,14 @@ static inline void json_number(FILE* fp, const char* key, double x) {
 }
 
 // the initial validation loss, before any update (step 0, phase "init")
-static inline void logger_log_init_val(Logger* logger, double val_loss) {
+// (val_bpb: NAN when unknown, then left out)
+static inline void logger_log_init_val(Logger* logger, double val_loss, double val_bpb) {
     if (!logger->active) { return; }
     fprintf(logger->main_log, "s:0 tel:%.4f\n", val_loss);
     logger_flush(logger, logger->main_log, "main.log");
     fprintf(logger->metrics, "{\"step\": 0, \"phase\": \"init\"");
     json_number(logger->metrics, "val_loss", val_loss);
+    if (isfinite(val_bpb)) { json_number(logger->metrics, "val_bpb", val_bpb); }
     fprintf(logger->metrics, "}\n");
     logger_flush(logger, logger->metrics, "metrics.jsonl");
 }
@@ -126,8 +129,10 @@ static inline void logger_log_step(Logger* logger, const StepMetrics* m) {
     fprintf(fp, "{\"step\": %d, \"phase\": \"%s\"", m->step, m->phase);
     if (m->has_loss) { json_number(fp, "loss", m->loss); } else { fprintf(fp, ", \"loss\": null"); }
     if (m->has_val) { json_number(fp, "val_loss", m->val_loss); }
+    if (m->has_val && isfinite(m->val_bpb)) { json_number(fp, "val_bpb", m->val_bpb); }
     json_number(fp, "lr", m->lr);
     if (m->has_norm) { json_number(fp, "grad_norm", m->grad_norm); } else { fprintf(fp, ", \"grad_norm\": null"); }
+    if (m->has_gns) { json_number(fp, "grad_norm_micro1", m->grad_norm_micro1); json_number(fp, "gns", m->gns); }
     json_number(fp, "ms", m->ms);
     json_number(fp, "train_time_s", m->train_time_s);
     fprintf(fp, ", \"tokens\": %llu, \"backward\": %llu", (unsigned long long)m->tokens,

@@ -6,6 +6,7 @@
 #ifndef LLMC_REPORT_H
 #define LLMC_REPORT_H
 
+#include <math.h>
 #include <stdio.h>
 #include "llmc/config.h"
 #include "llmc/checkpoint.h"
@@ -58,11 +59,16 @@ static inline void report_summary(TrainRun* run, const char* extra) {
     char body[4096];
     char val[64];
     if (run->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", run->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
+    char gns[64] = "null", bpb[64] = "null";
+    if (run->last_val_loss >= 0.0f && isfinite(run_val_bpb(run, run->last_val_loss))) {
+        snprintf(bpb, sizeof(bpb), "%.9g", run_val_bpb(run, run->last_val_loss));
+    }
+    if (isfinite(run_gns(run))) { snprintf(gns, sizeof(gns), "%.6g", run_gns(run)); }
     int n = snprintf(body, sizeof(body),
-             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"train_loss\": %.9g, \"backward\": %llu, "
-             "\"tokens\": %llu%s",
-             run->step, run->train_time_s, val, run->last_train_loss, (unsigned long long)run->backward,
-             (unsigned long long)run->tokens, extra);
+             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"val_bpb\": %s, \"train_loss\": %.9g, "
+             "\"backward\": %llu, \"tokens\": %llu, \"gradient_noise_scale\": %s%s",
+             run->step, run->train_time_s, val, bpb, run->last_train_loss, (unsigned long long)run->backward,
+             (unsigned long long)run->tokens, gns, extra);
     if (run->cfg.hybrid.enabled) {
         const int* ps = run->hybrid.metrics.steps;
         n += snprintf(body + n, sizeof(body) - n,
@@ -77,6 +83,10 @@ static inline void report_summary(TrainRun* run, const char* extra) {
     if (run->cfg.hybrid.enabled) { hybrid_print_summary(&run->hybrid, stdout); }
     printf("done: %d steps, %.2f s training time, %llu backward passes\n", run->step, run->train_time_s,
            (unsigned long long)run->backward);
+    if (isfinite(run_gns(run))) {
+        printf("gradient noise scale over the run: %.0f tokens (%d tokens per step)\n", run_gns(run),
+               run->grad_accum * run->num_processes * run->cfg.B * run->cfg.T);
+    }
 }
 
 #endif // LLMC_REPORT_H

@@ -49,6 +49,10 @@ typedef struct {
     unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
     double flops_per_token;
     double peak_flops;        // all processes; 0: unknown, no MFU
+    double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the steps (not saved)
+    int gns_steps;
+    double val_bytes;         // text bytes of the val targets one evaluation sees (0: unknown, no bits per byte)
+    double val_tokens;        // and their number
     HybridState hybrid;
     // the step in progress (run_step_begin .. run_log_step)
     int predict;              // it was a Predict step
@@ -61,9 +65,41 @@ typedef struct {
 typedef struct {
     float loss;       // mean over the step's micro batches (and processes)
     float grad_norm;  // before clipping
+    float grad_norm_micro1; // the first micro batch's gradient alone (NAN: one micro batch, or not measured)
     int skipped;      // non-finite loss or norm: no update
     double ms;
 } StepResult;
+
+static inline size_t run_val_begin(TrainRun* run);
+
+// the text bytes behind the val targets an evaluation sees, once at start-up, for val loss in bits per
+// byte (a loss that compares across vocabularies): each target token's bytes in the tokenizer file.
+// The tokenizer must be the data's (same vocabulary size), else bits per byte stay off.
+static inline void run_count_val_bytes(TrainRun* run, int vocab_size) {
+    run->val_bytes = 0.0;
+    if (!run->tokenizer.init_ok) { return; }
+    if ((int)run->tokenizer.vocab_size != vocab_size) {
+        if (run->rank0) {
+            printf("note: the tokenizer %s has %u tokens, the data %d: val loss has no bits per byte\n",
+                   run->cfg.tokenizer, run->tokenizer.vocab_size, vocab_size);
+        }
+        return;
+    }
+    DataLoader* val = &run->val_loader;
+    size_t n = run_val_begin(run), bytes = 0, count = (size_t)run->cfg.B * run->cfg.T;
+    for (size_t i = 0; i < n; i++) {
+        dataloader_next_batch(val);
+        for (size_t k = 0; k < count; k++) { bytes += tokenizer_text_bytes(&run->tokenizer, (uint32_t)val->targets[k]); }
+    }
+    run->val_bytes = (double)bytes;
+    run->val_tokens = (double)n * count;
+}
+
+// val loss (nats per token, the mean over the targets) in bits per byte of text; NAN when unknown
+static inline double run_val_bpb(const TrainRun* run, float val_loss) {
+    if (run->val_bytes <= 0.0) { return NAN; }
+    return (double)val_loss * run->val_tokens / (run->val_bytes * M_LN2);
+}
 
 // ----------------------------------------------------------------------------
 // set-up: data, steps, schedule, sampler, tokenizer and logs, once the model is built (V known)
@@ -73,9 +109,11 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
     int np = run->num_processes;
     run->last_val_loss = -1.0f;
     int eot = GPT2_EOT < vocab_size ? GPT2_EOT : 0;
-    if (c->sample_every > 0 || c->max_steps == 0) {
+    if (c->sample_every > 0 || c->max_steps == 0 || c->val_every > 0) {  // samples, and val in bits per byte
         tokenizer_init(&run->tokenizer, c->tokenizer);
-        if (!run->tokenizer.init_ok && run->rank0) { printf("note: no tokenizer at %s; samples print token ids\n", c->tokenizer); }
+        if (!run->tokenizer.init_ok && run->rank0) {
+            printf("note: no tokenizer at %s; samples print token ids, val loss has no bits per byte\n", c->tokenizer);
+        }
         if (run->tokenizer.init_ok && run->tokenizer.eot_token >= 0 && run->tokenizer.eot_token < vocab_size) {
             eot = run->tokenizer.eot_token;
         }
@@ -92,6 +130,7 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
     }
     if (run->has_val) {
         dataloader_init(&run->val_loader, val_pattern, c->B, c->T, vocab_size, 0, (uint64_t)c->seed);
+        run_count_val_bytes(run, vocab_size);
     }
     run->grad_accum = c->total_batch == -1 ? 1 : c->total_batch / (c->B * c->T * np);
     run->total_steps = c->max_steps;
@@ -183,10 +222,39 @@ static inline size_t run_val_begin(TrainRun* run) {
          ? val->total_batches : (size_t)run->cfg.val_batches;
 }
 
+// The gradient noise scale B_simple (McCandlish et al. 2018), in tokens: from the norms of one micro
+// batch's gradient (b tokens) and of the step's accumulated one (Bb tokens), unbiased estimates of the
+// true gradient's squared norm G2 = (Bb |G_Bb|^2 - b |G_b|^2) / (Bb - b) and of the noise's trace
+// S = (|G_b|^2 - |G_Bb|^2) / (1/b - 1/Bb); B_noise = S / G2. One step's estimate is noisy (it can be
+// negative); the ratio of the sums over the run is the stable one (the summary's). Steps with more
+// tokens than B_noise gain little per token from a larger batch: the regime a study must know.
+static inline double run_gns_step(TrainRun* run, const StepResult* r) {
+    if (!isfinite(r->grad_norm_micro1) || !isfinite(r->grad_norm) || run->grad_accum < 2) { return NAN; }
+    double b = (double)run->cfg.B * run->cfg.T, bb = b * run->grad_accum;
+    double gb2 = (double)r->grad_norm_micro1 * r->grad_norm_micro1, gbb2 = (double)r->grad_norm * r->grad_norm;
+    double g2 = (bb * gbb2 - b * gb2) / (bb - b), s = (gb2 - gbb2) / (1.0 / b - 1.0 / bb);
+    run->gns_s_sum += s;
+    run->gns_g2_sum += g2;
+    run->gns_steps++;
+    return s / g2;
+}
+
+static inline double run_gns(const TrainRun* run) {
+    return run->gns_steps > 0 && run->gns_g2_sum > 0.0 ? run->gns_s_sum / run->gns_g2_sum : NAN;
+}
+
+// "val loss X" and, where known, its bits per byte
+static inline void run_print_val(const TrainRun* run, float val_loss) {
+    if (!run->rank0) { return; }
+    double bpb = run_val_bpb(run, val_loss);
+    if (isfinite(bpb)) { printf("val loss %.6f | %.4f bits per byte\n", val_loss, bpb); }
+    else { printf("val loss %.6f\n", val_loss); }
+}
+
 static inline void run_log_init_val(TrainRun* run, float val_loss) {
     run->last_val_loss = val_loss;
-    if (run->rank0) { printf("val loss %.6f\n", val_loss); }
-    logger_log_init_val(&run->logger, val_loss);
+    run_print_val(run, val_loss);
+    logger_log_init_val(&run->logger, val_loss, run_val_bpb(run, val_loss));
 }
 
 // the step's metrics line (val_loss: NAN when not evaluated at this step), then the fault count: a
@@ -201,6 +269,10 @@ static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, fl
     m.lr = lr;
     m.has_norm = !run->predict;
     m.grad_norm = r->grad_norm;
+    double gns = run->predict || r->skipped ? NAN : run_gns_step(run, r);
+    m.has_gns = isfinite(r->grad_norm_micro1) && !run->predict;
+    m.grad_norm_micro1 = r->grad_norm_micro1;
+    m.gns = gns;
     m.extra = run->cfg.hybrid.enabled ? run->hybrid_json : NULL;
     m.ms = r->ms;
     m.train_time_s = run->train_time_s;
@@ -209,9 +281,10 @@ static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, fl
     m.skipped = r->skipped;
     if (!isnan(val_loss)) {
         run->last_val_loss = val_loss;
-        if (run->rank0) { printf("val loss %.6f\n", val_loss); }
+        run_print_val(run, val_loss);
         m.has_val = 1;
         m.val_loss = val_loss;
+        m.val_bpb = run_val_bpb(run, val_loss);
     }
     logger_log_step(&run->logger, &m);
     if (!r->skipped) { run->faults = 0; return; }

@@ -59,6 +59,8 @@ static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num
     s->final_frac = c->final_frac;
     snprintf(s->schedule, sizeof(s->schedule), "%s", c->schedule);
     snprintf(s->init, sizeof(s->init), "%s", c->init);
+    s->beta1 = c->beta1;
+    s->beta2 = c->beta2;
 }
 
 // a resume with another schedule or init would silently change the run: refused, one line per the
@@ -73,6 +75,8 @@ static inline void run_state_check_flags(const TrainConfig* c, const TrainState*
     else if (c->final_frac != s->final_frac) { flag = "-q"; snprintf(now, sizeof(now), "%g", c->final_frac); snprintf(then, sizeof(then), "%g", s->final_frac); }
     else if (strncmp(c->schedule, s->schedule, sizeof(s->schedule) - 1) != 0) { flag = "-k"; snprintf(now, sizeof(now), "%s", c->schedule); snprintf(then, sizeof(then), "%s", s->schedule); }
     else if (strncmp(c->init, s->init, sizeof(s->init) - 1) != 0) { flag = "-e"; snprintf(now, sizeof(now), "%s", c->init); snprintf(then, sizeof(then), "%s", s->init); }
+    else if (c->beta1 != s->beta1) { flag = "--beta1"; snprintf(now, sizeof(now), "%g", c->beta1); snprintf(then, sizeof(then), "%g", s->beta1); }
+    else if (c->beta2 != s->beta2) { flag = "--beta2"; snprintf(now, sizeof(now), "%g", c->beta2); snprintf(then, sizeof(then), "%g", s->beta2); }
     if (flag != NULL) {
         fatal("flag %s: %s differs from the checkpoint's %s (%s); resume with the run's flags, or add --allow-changed 1",
               flag, now, then, path);

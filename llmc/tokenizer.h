@@ -16,6 +16,7 @@
 typedef struct {
     uint32_t vocab_size;
     char** token_table;  // (vocab_size) NUL-terminated byte strings
+    unsigned char* token_length; // (vocab_size) their lengths in bytes (a token may hold a 0 byte)
     int init_ok;
     int eot_token;
 } Tokenizer;
@@ -40,9 +41,11 @@ static inline void tokenizer_init(Tokenizer* tokenizer, const char* path) {
     tokenizer->vocab_size = (uint32_t)header[2];
     tokenizer->eot_token = header[1] == 2 ? header[3] : 50256;
     tokenizer->token_table = (char**)mallocCheck(tokenizer->vocab_size * sizeof(char*));
+    tokenizer->token_length = (unsigned char*)mallocCheck(tokenizer->vocab_size);
     for (uint32_t i = 0; i < tokenizer->vocab_size; i++) {
         unsigned char length;
         freadCheck(&length, 1, 1, fp, path);
+        tokenizer->token_length[i] = length;
         tokenizer->token_table[i] = (char*)mallocCheck((size_t)length + 1);
         if (length > 0) { freadCheck(tokenizer->token_table[i], 1, length, fp, path); }
         tokenizer->token_table[i][length] = '\0';
@@ -61,6 +64,12 @@ static inline const char* tokenizer_decode(const Tokenizer* tokenizer, uint32_t 
     return tokenizer->token_table[id];
 }
 
+// the bytes of text token `id` stands for: 0 for <|endoftext|> (a marker, not text) and out-of-range ids
+static inline size_t tokenizer_text_bytes(const Tokenizer* tokenizer, uint32_t id) {
+    if (!tokenizer->init_ok || id >= tokenizer->vocab_size || (int)id == tokenizer->eot_token) { return 0; }
+    return tokenizer->token_length[id];
+}
+
 // prints a token so that a terminal survives it: printable bytes and whitespace as is, others as \xNN
 static inline void tokenizer_print(const Tokenizer* tokenizer, uint32_t id, FILE* out) {
     const char* s = tokenizer_decode(tokenizer, id);
@@ -74,6 +83,7 @@ static inline void tokenizer_free(Tokenizer* tokenizer) {
     if (tokenizer->init_ok) {
         for (uint32_t i = 0; i < tokenizer->vocab_size; i++) { free(tokenizer->token_table[i]); }
         free(tokenizer->token_table);
+        free(tokenizer->token_length);
     }
     tokenizer->init_ok = 0;
 }

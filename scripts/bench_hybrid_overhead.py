@@ -3,8 +3,9 @@
 scripts/bench_hybrid_overhead.py — `make bench`'s hybrid rows: what hybrid mode costs per step, next to the
 baseline in the same run.
 
-1. The trainer, per config: a baseline run, a `--hybrid` run (ema direction) and a `--hybrid --direction
-   adam` run, same binary, data, seed and flags otherwise, interleaved in --rounds rounds (baseline, ema,
+1. The trainer, per config: a baseline run, a `--hybrid` run (ema direction), a `--hybrid --direction
+   adam` run and a `--hybrid --lookahead 0.5` run (every step a measured step: its Full time is the
+   look-ahead's whole cost, target <= 1.02x), same binary, data, seed and flags otherwise, interleaved in --rounds rounds (baseline, ema,
    adam, baseline, ...) so that a slow spell of a shared machine falls on every arm alike. From the
    runs' metrics.jsonl, the median step time per phase over the steps after --skip, pooled over rounds:
    the Full-step time (hybrid: its warm-up and Full steps, which both run the fused AdamW + statistics
@@ -13,7 +14,7 @@ baseline in the same run.
    probe forwards, and before the test has passed the undo of a probe run and the Correct step's second
    forward) is taken out of the Predict and Correct times and shown in a column of its own, per probed
    run: it is the test's price, paid on probed runs only. Targets: Full and Correct <= 1.03x the
-   baseline, Predict <= 2% of a Full step at d6 B8 T256.
+   baseline (look-ahead: 1.02x), Predict <= 2% of a Full step at d6 B8 T256.
    The hybrid runs use --hybrid-warmup 4 --confidence-threshold 0 so that a short run has Predict and
    Correct steps to time; these flags change no per-step work.
 2. build/bench_hybrid at each config's depth: the passes alone (plain AdamW, AdamW fused with the
@@ -33,7 +34,8 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-ARMS = [("baseline", []), ("hybrid ema", ["--hybrid"]), ("hybrid adam", ["--hybrid", "--direction", "adam"])]
+ARMS = [("baseline", []), ("hybrid ema", ["--hybrid"]), ("hybrid adam", ["--hybrid", "--direction", "adam"]),
+        ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"])]
 TIMING_FLAGS = ["--hybrid-warmup", "4", "--confidence-threshold", "0"]
 
 
@@ -135,7 +137,7 @@ def main():
           f"runs per arm; {a.threads} threads; Predict and Correct without the value test's work (its probe "
           "forwards on probed runs, and before the test has passed the undo of each probe run), shown as its "
           "mean per probed run over every step of the runs (probed runs counted in brackets): "
-          "targets: Full and Correct <= 1.03x, Predict <= 2% of a Full step at d6 B8 T256")
+          "targets: Full and Correct <= 1.03x (look-ahead: Full <= 1.02x), Predict <= 2% of a Full step at d6 B8 T256")
     for text in micro:
         print()
         print(text.strip())

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <omp.h>
 #include "hybrid/apply.h"
+#include "hybrid/lookahead.h"
 #include "hybrid/hmath.h"
 
 #define NB 5
@@ -253,4 +254,99 @@ Test(apply, fused_statistics_match_double_precision_math) {
     cr_assert(fabs(stats[0] - dot) <= 1e-3 * fabs(dot), "dot %g vs %g", stats[0], dot);
     cr_assert(fabs(stats[1] - dd) <= 1e-6 * dd);
     cr_assert(fabs(stats[2] - uu) <= 1e-3 * uu);
+}
+
+// ---- the look-ahead along the drift (apply_adamw_lookahead, hybrid/lookahead.h)
+
+// plainly written: AdamW as train_gpt2.c writes it, then the drift and the look-ahead
+static void reference_lookahead(float* p, const float* g, float* m, float* v, float* d, const size_t* off,
+                                const ApplyAdamStep* st, float gamma, const float* bp, const float* bn) {
+    for (int b = 0; b < NB; b++) {
+        float* p0 = malloc(sizes[b] * 4);
+        memcpy(p0, p + off[b], sizes[b] * 4);
+        reference_adamw(p + off[b], g + off[b], m + off[b], v + off[b], sizes[b], st->lr, st->beta1, st->beta2,
+                        st->eps, WD[b], st->grad_scale, st->t);
+        for (size_t k = 0; k < sizes[b]; k++) {
+            size_t i = off[b] + k;
+            float delta = p[i] - p0[k];
+            float disp = fmaf(bp[b], d[i], delta);        // the look-ahead undone, plus the update
+            float mn = fmaf(gamma, d[i], (1.0f - gamma) * disp);
+            d[i] = mn;
+            p[i] = fmaf(bn[b], mn, p[i]);
+        }
+        free(p0);
+    }
+}
+
+Test(apply, lookahead_pass_equals_the_reference_loop_over_steps) {
+    size_t off[NB + 1];
+    off[0] = 0;
+    for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
+    const size_t P = off[NB];
+    FusedState ref, fused;
+    fused_state(&ref, off, 91); fused_state(&fused, off, 91);
+    float bp[NB] = {0}, bn[NB];
+    double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3];
+    for (int t = 1; t <= 4; t++) {  // the betas change between steps, as the schedule and the caps change them
+        for (int b = 0; b < NB; b++) { bn[b] = t == 1 ? 0.0f : 0.1f * t + 0.05f * b; }
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 1e-3f, 0.7f};
+        reference_lookahead(ref.p, ref.g, ref.m, ref.v, ref.d, off, &st, LOOKAHEAD_GAMMA, bp, bn);
+        omp_set_num_threads(2);
+        apply_adamw_lookahead(fused.p, fused.g, fused.m, fused.v, fused.d, &st, LOOKAHEAD_GAMMA, bp, bn, off, NB,
+                              partial, stats);
+        same_bits(fused.p, ref.p, P, "params", 2);
+        same_bits(fused.d, ref.d, P, "drift", 2);
+        same_bits(fused.m, ref.m, P, "m", 2);
+        memcpy(bp, bn, sizeof(bp));
+    }
+    fused_free(&ref); fused_free(&fused);
+}
+
+Test(apply, lookahead_with_zero_betas_is_plain_adamw) {
+    size_t off[NB + 1];
+    off[0] = 0;
+    for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
+    const size_t P = off[NB];
+    FusedState plain, la;
+    fused_state(&plain, off, 5); fused_state(&la, off, 5);
+    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, 3, 3e-4f, 1e-3f, 0.7f};
+    float zero[NB] = {0};
+    double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3];
+    fused_run(&plain, off, &st, DIRECTION_EMA, 2);
+    apply_adamw_lookahead(la.p, la.g, la.m, la.v, la.d, &st, LOOKAHEAD_GAMMA, zero, zero, off, NB, partial, stats);
+    same_bits(la.p, plain.p, P, "params (prefill = AdamW)", 2);
+    fused_free(&plain); fused_free(&la);
+}
+
+Test(lookahead, window_schedule_cap_and_backoff) {
+    Lookahead la;
+    lookahead_init(&la, 0.5f, 3.0f, 10, 0.2f, 100, 2);
+    double stats[6] = {0};
+    lookahead_plan(&la, 9, 1e-3f, 1e-3f, stats);  // the prefill: no look-ahead
+    cr_assert_eq(la.beta_next[0], 0.0f);
+    lookahead_plan(&la, 80, 1e-3f, 1e-3f, stats); // the cool-down: none
+    cr_assert_eq(la.beta_next[0], 0.0f);
+    lookahead_plan(&la, 10, 5e-4f, 1e-3f, stats); // inside: beta0 * lr / lr_peak
+    cr_assert_float_eq(la.beta_next[0], 0.25f, 1e-7f);
+    // block 1's drift is 100x its last update: |beta m| capped at LOOKAHEAD_CAP updates
+    stats[4] = 1e4; stats[5] = 1.0;   // |m_1|^2, |delta_1|^2
+    stats[1] = 1.0; stats[2] = 1.0;   // block 0: |m| = |delta|, under the cap
+    lookahead_plan(&la, 10, 1e-3f, 1e-3f, stats);
+    cr_assert_float_eq(la.beta_next[0], 0.5f, 1e-7f);
+    cr_assert_float_eq(la.beta_next[1], LOOKAHEAD_CAP / 100.0f, 1e-7f);
+    // steady gradient norms, then a jump: beta halves; quiet steps bring it back
+    for (int i = 0; i < 30; i++) { lookahead_observe(&la, 1.0f + 0.01f * (i % 3), stats); }
+    cr_assert_float_eq(la.backoff, 1.0f, 1e-7f);
+    lookahead_observe(&la, 5.0f, stats);
+    cr_assert_float_eq(la.backoff, 0.5f, 1e-7f);
+    cr_assert_eq(la.jumps, 1);
+    lookahead_plan(&la, 20, 1e-3f, 1e-3f, stats);
+    cr_assert_float_eq(la.beta_next[0], 0.25f, 1e-7f);
+    for (int i = 0; i < 30; i++) { lookahead_observe(&la, 1.0f, stats); }
+    cr_assert_float_eq(la.backoff, 1.0f, 1e-7f);
+    // a skipped step applied nothing: beta_prev stays what the weights hold
+    la.beta_prev[0] = 0.125f; la.beta_next[0] = 0.5f;
+    lookahead_observe(&la, NAN, stats);
+    cr_assert_float_eq(la.beta_prev[0], 0.125f, 0.0f);
+    lookahead_free(&la);
 }

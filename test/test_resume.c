@@ -1,6 +1,8 @@
 // Bit-exact resume and determinism of ./train_gpt2, on tiny generated shards and a d1 model:
 // a run resumed from a checkpoint logs the same losses, grad norms and val losses, bit for bit, and ends
-// with the same weights as an uninterrupted run; SIGINT checkpoints and exits 0; -nk prunes; loss falls.
+// with the same weights as an uninterrupted run; -nk prunes; loss falls; changed flags are refused;
+// the look-ahead resumes inside its window; the gradient noise scale's inputs are what they claim.
+#include <math.h>
 #include "trainer_test_util.h"
 
 static char dir[256], flags[2048];
@@ -187,4 +189,92 @@ Test(resume, changed_schedule_refused) {
 }
 Test(resume, changed_init_refused) {
     expect_resume_refused("-x 4 -n 2", "-x 4 -e d2 -y 1", "refuse_e", "flag -e: d2 differs from the checkpoint's d1");
+}
+Test(resume, changed_adam_betas_refused) {
+    expect_resume_refused("-x 4 -n 2 --beta1 0.8", "-x 4 --beta1 0.9 -y 1", "refuse_b1", "flag --beta1: 0.9 differs from the checkpoint's 0.8");
+    expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.99 -y 1", "refuse_b2", "flag --beta2: 0.99 differs from the checkpoint's 0.95");
+}
+
+// --beta1 reaches AdamW: another beta1 trains other weights (and the default is the old constant)
+Test(resume, beta1_flag_changes_the_run) {
+    char a[512], b[512], c[512];
+    join_path(a, sizeof(a), dir, "b1_default");
+    join_path(b, sizeof(b), dir, "b1_explicit");
+    join_path(c, sizeof(c), dir, "b1_other");
+    train("-x 4", a);
+    train("-x 4 --beta1 0.9 --beta2 0.95", b);
+    train("-x 4 --beta1 0.8", c);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    char* mc = metrics_without_times(c);
+    cr_assert_str_eq(ma, mb);
+    cr_assert_str_neq(ma, mc);
+    free(ma); free(mb); free(mc);
+}
+
+// hybrid mode's look-ahead: a checkpoint inside its window (steps 2..9 of 12) holds the drift, the
+// betas in the weights and the back-off; the resumed run continues bit-exactly
+Test(resume, lookahead_resume_inside_the_window_is_bit_exact) {
+    char a[512], b[512], path[700], pa[700], pb[700];
+    join_path(a, sizeof(a), dir, "la_straight");
+    join_path(b, sizeof(b), dir, "la_resumed");
+    const char* la = "-x 12 -n 6 --hybrid --lookahead 0.5 --hybrid-warmup 2";
+    train(la, a);
+    train(la, b);
+    join_path(path, sizeof(path), b, "DONE_00000012");
+    cr_assert_eq(unlink(path), 0);
+    char again[256];
+    snprintf(again, sizeof(again), "%s -y 1", la);
+    train(again, b);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb);
+    join_path(pa, sizeof(pa), a, "model_00000012.bin");
+    join_path(pb, sizeof(pb), b, "model_00000012.bin");
+    assert_same_file(pa, pb);
+    // and the look-ahead did act: the run differs from plain AdamW
+    char c[512];
+    join_path(c, sizeof(c), dir, "la_plain");
+    train("-x 12", c);
+    char* mc = metrics_without_times(c);
+    cr_assert_str_neq(ma, mc);
+    free(ma); free(mb); free(mc);
+}
+
+// the number after "key": in the metrics line of `step`, or NAN
+static double metric_at(const char* out_dir, int step, const char* key) {
+    char path[600], want[64], k[80];
+    join_path(path, sizeof(path), out_dir, "metrics.jsonl");
+    char* text = read_text(path);
+    cr_assert_not_null(text, "no %s", path);
+    snprintf(want, sizeof(want), "{\"step\": %d,", step);
+    snprintf(k, sizeof(k), "\"%s\": ", key);
+    double x = NAN;
+    char* line = strstr(text, want);
+    if (line != NULL) {
+        char* end = strchr(line, '\n');
+        char* p = strstr(line, k);
+        if (p != NULL && (end == NULL || p < end)) { x = strtod(p + strlen(k), NULL); }
+    }
+    free(text);
+    return x;
+}
+
+// the gradient noise scale's inputs: the first micro batch's gradient norm is the gradient norm a run
+// with that micro batch alone sees (same init, same first batch), and gns follows from the two norms
+Test(resume, gradient_noise_scale_from_the_first_micro_batch) {
+    char a[512], b[512];
+    join_path(a, sizeof(a), dir, "gns_two");
+    join_path(b, sizeof(b), dir, "gns_one");
+    train("-x 1", a);            // -d 256: two micro batches of 128 tokens
+    train("-x 1 -d 128", b);     // the first of them alone
+    double g1 = metric_at(a, 1, "grad_norm_micro1"), g = metric_at(a, 1, "grad_norm");
+    double alone = metric_at(b, 1, "grad_norm");
+    cr_assert(isfinite(g1) && isfinite(g) && isfinite(alone));
+    cr_assert(fabs(g1 - alone) <= 1e-5 * alone, "first micro batch %.9g vs alone %.9g", g1, alone);
+    double bs = 128, bb = 256;
+    double want = ((g1 * g1 - g * g) / (1 / bs - 1 / bb)) / ((bb * g * g - bs * g1 * g1) / (bb - bs));
+    double got = metric_at(a, 1, "gns");
+    cr_assert(fabs(got - want) <= 1e-6 * fabs(want), "gns %.9g, by hand %.9g", got, want);
+    cr_assert(isnan(metric_at(b, 1, "gns")), "one micro batch per step: no noise scale");
 }

@@ -52,7 +52,7 @@ Test(cli, help_lists_every_flag_with_its_default) {
             default_lines += strstr(line, "(default ") != NULL;
         }
     }
-    cr_assert_eq(flag_lines, 28 + 13);  // the trainer's table and the hybrid flags
+    cr_assert_eq(flag_lines, 30 + 14);  // the trainer's table and the hybrid flags
     cr_assert_eq(default_lines, flag_lines);
     free(text);
 }
@@ -146,6 +146,8 @@ Test(cli, nan_loss_never_reaches_the_weights_and_stops_after_five) {
 // ---- what a new user meets first
 
 Test(cli, checkpoints_without_output_dir) { expect_error("-n 5", "flag -n: checkpoints need an output dir (-o)"); }
+Test(cli, lookahead_needs_hybrid_mode) { expect_error("--lookahead 0.5", "flag --lookahead: needs hybrid mode"); }
+Test(cli, lookahead_needs_the_ema_buffer) { expect_error("--hybrid --lookahead 0.5 --direction adam", "flag --lookahead"); }
 Test(cli, temperature_zero) { expect_error("--temperature 0", "flag --temperature"); }
 Test(cli, temperature_not_a_number) { expect_error("--temperature hot", "flag --temperature"); }
 Test(cli, negative_top_k) { expect_error("--top-k -1", "flag --top-k"); }

@@ -5,6 +5,7 @@
 // make dev/cuda/hybrid_apply && ./dev/cuda/hybrid_apply
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/hybrid_apply.cuh"
+#include "hybrid/lookahead.h"  // LOOKAHEAD_GAMMA
 
 int main(void) {
     int ok = 1;
@@ -83,8 +84,8 @@ int main(void) {
         cudaCheck(cudaMemcpy(d_theta, theta, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m, m, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_v, v, P * 4, cudaMemcpyHostToDevice));
-        hybrid_adamw_observe_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, kind, 0.98f, d_off, nblocks,
-                                    0, P, 42u, 0);
+        hybrid_adamw_observe_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, kind, 0.98f, NULL, d_off,
+                                    nblocks, 0, P, 42u, 0);
         // the plain kernel, one launch per block as the trainer's gpt2_update (one per tensor)
         cudaCheck(cudaMemcpy(d_p2, theta, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m2, m, P * 4, cudaMemcpyHostToDevice));
@@ -119,12 +120,38 @@ int main(void) {
         free(pr); free(mr); free(vr); free(dref); free(pf); free(pp); free(mf); free(mp); free(vf); free(vp);
         free(xf); free(xp);
     }
+    // the look-ahead (apply_adamw_lookahead): the same pass with d as the drift and beta_next * m added;
+    // weights to a few ulp of the CPU loop (as above), the drift to 1e-8 absolute
+    {
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 3e-4f, 0.7f};
+        ApplyAdamStep dst = st;
+        dst.weight_decay = d_wd;
+        float betas[2 * nblocks];
+        for (int b = 0; b < nblocks; b++) { betas[b] = 0.1f * b; betas[nblocks + b] = 0.45f - 0.05f * b; }
+        float* d_betas = to_device_f(betas, 2 * nblocks);
+        float *pr = (float*)mallocCheck(P * 4), *mr = (float*)mallocCheck(P * 4), *vr = (float*)mallocCheck(P * 4);
+        float* dref = (float*)mallocCheck(P * 4);
+        memcpy(pr, theta, P * 4); memcpy(mr, m, P * 4); memcpy(vr, v, P * 4); memcpy(dref, d, P * 4);
+        double stats_ref[nblocks * 3], part_ref[nblocks * APPLY_CHUNKS * 3];
+        apply_adamw_lookahead(pr, g, mr, vr, dref, &st, LOOKAHEAD_GAMMA, betas, betas + nblocks, offsets, nblocks,
+                              part_ref, stats_ref);
+        cudaCheck(cudaMemcpy(d_d, d, P * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_theta, theta, P * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_m, m, P * 4, cudaMemcpyHostToDevice));
+        cudaCheck(cudaMemcpy(d_v, v, P * 4, cudaMemcpyHostToDevice));
+        hybrid_adamw_observe_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, DIRECTION_EMA,
+                                    LOOKAHEAD_GAMMA, d_betas, d_off, nblocks, 0, P, 42u, 0);
+        ok &= check_close("look-ahead weights vs CPU", from_device_f(d_theta, P), pr, P, 1e-7f, 1e-6f);
+        ok &= check_close("look-ahead drift vs CPU", from_device_f(d_d, P), dref, P, 1e-8f, 1e-5f);
+        free(pr); free(mr); free(vr); free(dref);
+        cudaCheck(cudaFree(d_betas));
+    }
     // timing: the fused pass vs the plain AdamW kernel over all blocks
     {
         ApplyAdamStep dst = {0.9f, 0.95f, 1e-8f, d_wd, 5, 2e-4f, 3e-4f, 0.7f};
         float ms_fused = time_ms([&] {
             hybrid_adamw_observe_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, DIRECTION_EMA, 0.98f,
-                                        d_off, nblocks, 0, P, 1u, 0); }, 20);
+                                        NULL, d_off, nblocks, 0, P, 1u, 0); }, 20);
         float ms_plain = time_ms([&] {
             adamw_update(d_p2, d_x2, d_g, d_m2, d_v2, P, 0, 2e-4f, 0.9f, 0.95f, 5, 1e-8f, 0.1f, 0.7f, 1u, 0); }, 20);
         printf("AdamW over %zu params: plain %.4f ms, fused with the hybrid statistics (ema) %.4f ms\n", P, ms_plain,

@@ -1,0 +1,147 @@
+/*
+ * hybrid/lookahead.h — hybrid mode's second design: predict the slow drift, not the last step.
+ * A single AdamW update is mostly noise and the bounce across sharp directions; repeating it (the
+ * first design's Predict step) repeats the bounce. What is predictable is the drift: m, an EMA
+ * (decay gamma) of the weights' displacement. Before each step the weights move ahead along it,
+ * theta += beta_t m, and the step's gradient is taken at that point (EMA-Nesterov). The look-ahead
+ * costs no forward, no backward and no pass of its own: it is fused into AdamW's pass
+ * (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in llmc/hybrid_apply.cuh).
+ *
+ * This header decides the per-block betas on the host:
+ *   beta_t = --lookahead * lr_t / lr_peak * backoff, inside the window [--hybrid-warmup steps,
+ *            (1 - --hybrid-cooldown) of the schedule): before it m gathers (the prefill), after it
+ *            no look-ahead is added (the ones already in the weights stay: the trajectory goes on);
+ *   cap:     per parameter block, |beta m_b| <= LOOKAHEAD_CAP |delta_b|, the block's last AdamW update
+ *            (norms from the last pass's statistics): a drift estimate never moves a tensor further
+ *            than a few of its own steps;
+ *   backoff: a step whose gradient norm jumps (z-score above --divergence-threshold against the
+ *            recent mean and variance) halves beta; quiet steps let it grow back.
+ * The state is a few numbers per block, allocated in lookahead_init and saved with the hybrid state.
+ */
+#ifndef HYBRID_LOOKAHEAD_H
+#define HYBRID_LOOKAHEAD_H
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "hybrid/hio.h"
+
+#define LOOKAHEAD_GAMMA 0.99f   // EMA decay of the displacement (its noise is ~7% of one update's)
+#define LOOKAHEAD_CAP 2.0f      // |beta m_b| <= this many of the block's last update
+#define LOOKAHEAD_GN_ALPHA 0.05 // EMA weight of the gradient-norm mean and variance
+#define LOOKAHEAD_GN_MIN 10     // steps of gradient norms before a jump can be judged
+#define LOOKAHEAD_RECOVER 1.05f // backoff growth per quiet step, up to 1
+
+typedef struct {
+    float beta0;                // --lookahead (0: off)
+    float zmax;                 // --divergence-threshold
+    int start, stop;            // the window, in steps: [start, stop)
+    int nblocks;
+    float* beta_prev;           // (nblocks) the look-ahead the weights hold now
+    float* beta_next;           // (nblocks) the one the coming pass adds
+    float backoff;              // in (0, 1]
+    double gn_mean, gn_var;     // recent gradient norms
+    int gn_n;
+    // diagnostics for the summary
+    int active_steps, jumps, capped;
+    double beta_sum, cos_sum;
+    int n_cos;
+} Lookahead;
+
+static inline void lookahead_init(Lookahead* la, float beta0, float zmax, int warmup, float cooldown,
+                                  int total_steps, int nblocks) {
+    memset(la, 0, sizeof(*la));
+    la->beta0 = beta0;
+    la->zmax = zmax;
+    la->start = warmup;
+    la->stop = (int)((1.0f - cooldown) * (float)total_steps);
+    la->nblocks = nblocks;
+    la->beta_prev = (float*)calloc((size_t)nblocks, sizeof(float));
+    la->beta_next = (float*)calloc((size_t)nblocks, sizeof(float));
+    if (la->beta_prev == NULL || la->beta_next == NULL) {
+        fprintf(stderr, "error: lookahead_init: out of memory (%d blocks)\n", nblocks);
+        exit(EXIT_FAILURE);
+    }
+    la->backoff = 1.0f;
+}
+
+static inline void lookahead_free(Lookahead* la) {
+    free(la->beta_prev);
+    free(la->beta_next);
+    la->beta_prev = la->beta_next = NULL;
+}
+
+// before the pass of step `step` (0-based) at learning rate lr: beta_next per block. stats: (nblocks, 3)
+// of the last pass (<delta,m>, |m|^2, |delta|^2), all zero before the first.
+static inline void lookahead_plan(Lookahead* la, int step, float lr, float lr_peak, const double* stats) {
+    int active = la->beta0 > 0.0f && step >= la->start && step < la->stop;
+    float beta = active ? la->beta0 * (lr / lr_peak) * la->backoff : 0.0f;
+    for (int b = 0; b < la->nblocks; b++) {
+        float bb = beta;
+        double mm = stats[3 * b + 1], uu = stats[3 * b + 2];
+        if (bb > 0.0f && mm > 0.0 && (double)bb * bb * mm > (double)LOOKAHEAD_CAP * LOOKAHEAD_CAP * uu) {
+            bb = (float)(LOOKAHEAD_CAP * sqrt(uu / mm));
+            la->capped++;
+        }
+        la->beta_next[b] = isfinite(bb) ? bb : 0.0f;
+    }
+    if (active) {
+        la->active_steps++;
+        la->beta_sum += beta;
+    }
+}
+
+// after the pass: the betas it applied are now in the weights; a gradient-norm jump backs beta off.
+// grad_norm: the step's (NAN if it was skipped); stats: this pass's.
+// A skipped step (NAN: no update, so no look-ahead was applied) keeps beta_prev and backs off.
+static inline void lookahead_observe(Lookahead* la, float grad_norm, const double* stats) {
+    if (isfinite(grad_norm)) {
+        memcpy(la->beta_prev, la->beta_next, (size_t)la->nblocks * sizeof(float));
+        double g = grad_norm;
+        if (la->gn_n >= LOOKAHEAD_GN_MIN && la->gn_var > 0.0 && (g - la->gn_mean) / sqrt(la->gn_var) > la->zmax) {
+            la->backoff *= 0.5f;
+            la->jumps++;
+        } else {
+            la->backoff = la->backoff * LOOKAHEAD_RECOVER > 1.0f ? 1.0f : la->backoff * LOOKAHEAD_RECOVER;
+        }
+        if (la->gn_n == 0) { la->gn_mean = g; la->gn_var = 0.0; }
+        double dev = g - la->gn_mean;
+        la->gn_mean += LOOKAHEAD_GN_ALPHA * dev;
+        la->gn_var = (1.0 - LOOKAHEAD_GN_ALPHA) * (la->gn_var + LOOKAHEAD_GN_ALPHA * dev * dev);
+        la->gn_n++;
+    } else {
+        la->backoff *= 0.5f;  // a non-finite step is the strongest jump
+        la->jumps++;
+    }
+    // how well the drift predicted this update: the mean over blocks of cos(delta_b, m_b)
+    double cs = 0.0;
+    int n = 0;
+    for (int b = 0; b < la->nblocks; b++) {
+        double dot = stats[3 * b], mm = stats[3 * b + 1], uu = stats[3 * b + 2];
+        if (mm > 0.0 && uu > 0.0) { cs += dot / sqrt(mm * uu); n++; }
+    }
+    if (n > 0) { la->cos_sum += cs / n; la->n_cos++; }
+}
+
+static inline float lookahead_mean_beta(const Lookahead* la) {
+    return la->active_steps > 0 ? (float)(la->beta_sum / la->active_steps) : 0.0f;
+}
+
+static inline void lookahead_io(HybridIO* io, Lookahead* la) {
+    hio_expect_f32(io, la->beta0, "--lookahead");
+    hio_f32s(io, la->beta_prev, (size_t)la->nblocks);
+    hio_f32s(io, la->beta_next, (size_t)la->nblocks);
+    hio_f32(io, &la->backoff);
+    hio_f64(io, &la->gn_mean);
+    hio_f64(io, &la->gn_var);
+    hio_i32(io, &la->gn_n);
+    hio_i32(io, &la->active_steps);
+    hio_i32(io, &la->jumps);
+    hio_i32(io, &la->capped);
+    hio_f64(io, &la->beta_sum);
+    hio_f64(io, &la->cos_sum);
+    hio_i32(io, &la->n_cos);
+}
+
+#endif // HYBRID_LOOKAHEAD_H
