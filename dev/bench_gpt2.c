@@ -12,12 +12,6 @@
 #define TESTING
 #include "../train_gpt2.c"
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
 // CPU time of the whole process (all threads)
 static double cpu_s(void) {
     struct timespec ts;
@@ -56,14 +50,14 @@ int main(int argc, char** argv) {
     for (int s = 0; s < steps; s++) {
         if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); cpu0 = cpu_s(); }
         for (int i = 0; i <= B * T; i++) { x[i] = (int)(hmath_u32(&rng) % (uint32_t)V); }
-        double t0 = now_s();
+        double t0 = hmath_seconds();
         gpt2_forward(&model, x, x + 1, B, T);
         gpt2_zero_grad(&model);
         gpt2_backward(&model, x, x + 1, 1.0f);
         float norm;
         PROF(PROF_GRAD_NORM, norm = gpt2_grad_norm(&model));
         PROF(PROF_ADAMW, gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, norm > 1.0f ? 1.0f / norm : 1.0f, s + 1));
-        ms[s] = (now_s() - t0) * 1000.0;
+        ms[s] = (hmath_seconds() - t0) * 1000.0;
     }
     int n = steps - warmup;
     double cpu_ms = (cpu_s() - cpu0) * 1000.0 / n;  // per step; / (threads * mean_ms): how busy the threads were
