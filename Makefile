@@ -99,6 +99,14 @@ bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
 
+# the default corpus at a learned 1024-token vocabulary (data/small1024: shards + vocab/), in seconds
+.PHONY: data-small
+data-small: data/small1024/train_000000.bin
+data/small1024/train_000000.bin: data/prepare_small.sh data/default/train_000000.bin data/default/val_000000.bin tokenize
+	data/prepare_small.sh 1024 data/small1024
+TESTS += test/test_data_small.sh
+test/test_data_small.sh: tokenize
+
 # the tokenizer's fuzzers (test/fuzz/fuzz_bpe.c, fuzz_vocab.c, fuzz_tokenizer.c) run with the others: `make fuzz`
 FUZZ_SECONDS ?= 60
 
