@@ -774,7 +774,7 @@ void gpt2_free(GPT2* model) {
 typedef struct {
     TrainRun run;
     GPT2 model;
-    float* direction;         // (P) hybrid mode's direction buffer (--direction ema only)
+    float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
 } Trainer;
 
 static const TrainCli CLI = {
@@ -783,52 +783,30 @@ static const TrainCli CLI = {
     "Text from a model file: ./train_gpt2 -e out/d6/model_00000050.bin -x 0 --prompt \"And God said\" -g 200\n",
 };
 
-// hybrid mode's probe (hybrid_probe_wanted): the current weights' loss on the next batch, which is peeked,
-// not consumed (the coming step trains on it); in --overfit mode the one batch
-static void hybrid_probe_next(Trainer* tr) {
-    double t0 = hmath_seconds();
-    DataLoader* loader = &tr->run.train_loader;
-    if (!tr->run.cfg.overfit) { dataloader_peek_batch(loader); }
-    gpt2_forward(&tr->model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
-    hybrid_probe_loss(&tr->run.hybrid, tr->model.mean_loss, (hmath_seconds() - t0) * 1000.0);
-}
-
-// one Full step: forward and backward over grad_accum micro batches, global norm, clip, AdamW.
-// A non-finite loss or norm never reaches the weights: the update is skipped.
-// Hybrid mode: a Correct step first checks the loss at the predicted point (the first micro batch's)
-// and may roll the Predict run back, while the gradient buffer still holds the pre-Predict weights;
-// the update then also measures itself against the direction (and updates it), in the same pass; and
-// the value test's probes (hybrid/value.h): a Correct step's loss on the next batch before its update,
-// the next step's first micro batch loss after it.
-static StepResult train_full_step(Trainer* tr, float lr) {
+// one measured step (a Full step, or in hybrid mode a Correct step at the predicted point): forward and
+// backward over grad_accum micro batches, global norm, clip, AdamW. A non-finite loss or norm never
+// reaches the weights: the update is skipped.
+// Hybrid mode: the first micro batch's loss goes to hybrid_check, which may roll a Predict run back while
+// the gradient buffer still holds the weights from before it (so a Correct step zeroes the gradients only
+// after that); the update is AdamW fused with the drift and the look-ahead, one pass.
+static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr) {
     StepResult r = {0};
     r.grad_norm_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
     int B = tr->run.cfg.B, T = tr->run.cfg.T;
-    int hybrid = tr->run.cfg.hybrid.enabled;
-    int correct = hybrid && tr->run.hybrid.phase == PHASE_CORRECT;
+    int correct = plan->phase == PHASE_CORRECT;
     if (!correct) { gpt2_zero_grad(model); }
     double loss_sum = 0.0;
     for (int k = 0; k < tr->run.grad_accum; k++) {
         if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
         gpt2_forward(model, loader->inputs, loader->targets, B, T);
-        if (correct && k == 0) {
-            if (hybrid_correct_check(&tr->run.hybrid, model->mean_loss) == ACTION_ROLLBACK) {
-                double u0 = hmath_seconds();
-                if (tr->run.hybrid.rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
-                    printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->run.step + 1,
-                           model->mean_loss, tr->run.hybrid.predicted_loss);
-                }
-                hybrid_rollback(&tr->run.hybrid, model->params_memory, model->grads_memory);
-                gpt2_forward(model, loader->inputs, loader->targets, B, T);
-                hybrid_rollback_loss(&tr->run.hybrid, model->mean_loss, (hmath_seconds() - u0) * 1000.0);
-            }
-            gpt2_zero_grad(model);
-        } else if (hybrid && k == 0 && hybrid_probe_wanted(&tr->run.hybrid)) {
-            hybrid_probe_loss(&tr->run.hybrid, model->mean_loss, 0.0);
+        if (k == 0 && plan->check && hybrid_check(&tr->run.hybrid, model->mean_loss)) {
+            apply_rollback(model->params_memory, model->grads_memory, model->num_parameters);
+            gpt2_forward(model, loader->inputs, loader->targets, B, T);
         }
+        if (k == 0 && correct) { gpt2_zero_grad(model); }
         gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->run.grad_accum);
         loss_sum += model->mean_loss;
         // the first micro batch's gradient alone, for the gradient noise scale (llmc/run.h)
@@ -836,16 +814,16 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     }
     r.loss = (float)(loss_sum / tr->run.grad_accum);
     r.grad_norm = gpt2_grad_norm(model);
-    if (correct && hybrid_probe_wanted(&tr->run.hybrid)) { hybrid_probe_next(tr); }
+    int hybrid = tr->run.cfg.hybrid.enabled;
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
-        if (hybrid) { memset(tr->run.hybrid.stats, 0, (size_t)tr->run.hybrid.nblocks * 3 * sizeof(double)); }
+        if (hybrid) { hybrid_skip_update(&tr->run.hybrid); }
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->run.adam_steps++;
-        if (hybrid) { // the same AdamW, fused with the statistics (hybrid/apply.h): no extra pass
+        if (hybrid) {
             hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                          tr->direction, grad_scale, tr->run.adam_steps);
+                          tr->drift, grad_scale, tr->run.adam_steps);
         } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
         }
@@ -857,27 +835,15 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     return r;
 }
 
-// one Predict step (hybrid mode): the predicted update, written in place; no forward, no backward,
-// no batch. The run's first step keeps the weights in the gradient buffer (idle until the Correct
-// step's backward) for an exact rollback; a probed run's first step first measures the weights' loss on
-// the Correct step's batch (the value test; a run that will be undone leaves it to the Correct step's
-// forward after the undo). With --correction-interval, a forward-only check on the
-// last batch loaded may end the run early.
-static StepResult train_predict_step(Trainer* tr) {
+// one Predict step (hybrid mode): one step along the drift, written in place; no forward, no backward, no
+// batch. The run's first step keeps the weights in the gradient buffer (idle until the Correct step's
+// backward) for an exact rollback.
+static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     StepResult r = {0};
-    r.grad_norm_micro1 = NAN;
     double t0 = hmath_seconds();
-    GPT2* model = &tr->model;
-    if (hybrid_probe_wanted(&tr->run.hybrid)) { hybrid_probe_next(tr); }
-    ApplyDirection dir = hybrid_direction(&tr->run.hybrid, tr->direction, model->m_memory, model->v_memory);
-    hybrid_apply_predict(&tr->run.hybrid, model->params_memory, model->grads_memory, &dir);
-    r.loss = NAN;
-    r.grad_norm = NAN;
-    if (hybrid_micro_due(&tr->run.hybrid)) {
-        DataLoader* loader = &tr->run.train_loader;
-        gpt2_forward(model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
-        hybrid_micro_result(&tr->run.hybrid, model->mean_loss);
-    }
+    const HybridState* h = &tr->run.hybrid;
+    apply_predict(tr->model.params_memory, tr->model.grads_memory, tr->drift, h->offsets, h->nblocks, plan->coef, plan->keep);
+    r.loss = r.grad_norm = r.grad_norm_micro1 = NAN;
     r.ms = (hmath_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
@@ -921,7 +887,7 @@ static void checkpoint(Trainer* tr) {
     checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
     model_write(path, &tr->model.config, tr->model.params_memory, tr->model.num_parameters);
     run_state_write(&tr->run, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory);
-    if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->direction, tr->model.grads_memory); }
+    if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->drift, tr->model.grads_memory); }
     run_state_commit(&tr->run);
 }
 
@@ -964,20 +930,17 @@ int main(int argc, char** argv) {
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
         gpt2_param_blocks(mc, offsets, block_wd, cfg->weight_decay);
         hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, cfg->lr, cfg->beta1, cfg->beta2,
-                    ADAM_EPS, block_wd, (uint64_t)cfg->seed);
-        hybrid_set_micro_batches(&run->hybrid, run->grad_accum);
+                    ADAM_EPS, block_wd);
         free(offsets);
         free(block_wd);
-        if (cfg->hybrid.direction == DIRECTION_EMA) {
-            tr.direction = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
-        }
+        tr.drift = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
     }
     if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
         run_state_load(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory);
         if (cfg->hybrid.enabled) {
             FILE* fp = run_state_open_hybrid(run, resume_step, path, sizeof(path));
             char err[200];
-            if (hybrid_load(&run->hybrid, fp, tr.direction, tr.model.grads_memory, err, sizeof(err)) != 0) {
+            if (hybrid_load(&run->hybrid, fp, tr.drift, tr.model.grads_memory, err, sizeof(err)) != 0) {
                 fatal("%s: %s", path, err);
             }
             fcloseCheck(fp, path);
@@ -998,15 +961,15 @@ int main(int argc, char** argv) {
     report_config_end(resume_step);
 
     // the training loop: each step is a Full step (forward, backward, AdamW) or, in hybrid mode, what
-    // the controller decides: a Predict step (no batch, no backward) or a Correct step (a Full step
-    // taken at the predicted point, which may roll the Predict run back)
+    // hybrid/ plans: a Predict step (along the drift: no batch, no backward) or a Correct step (a Full
+    // step taken at the predicted point, which may roll the Predict run back)
     signals_install();
     if (run->has_val && run->step == 0) { run_log_init_val(run, evaluate(&tr)); }
     while (run->step < run->total_steps) {
         float lr = lr_scheduler_get(&run->scheduler, run->step);
-        HybridPhase phase = run_step_begin(run, lr);
-        StepResult r = phase == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
-        run_step_end(run, &r, r.ms);
+        HybridPlan plan = run_step_begin(run, lr);
+        StepResult r = plan.phase == PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+        run_step_end(run, &r);
         run_print_step(run, &r, lr);
         run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
         if (run_sample_due(run)) { generate(&tr); }
@@ -1019,7 +982,7 @@ int main(int argc, char** argv) {
     }
     report_summary(run, "");
 
-    free(tr.direction);
+    free(tr.drift);
     run_free(run);
     gpt2_free(&tr.model);
     return EXIT_SUCCESS;

@@ -5,12 +5,14 @@
  * (decay gamma) of the weights' displacement. Before each step the weights move ahead along it,
  * theta += beta_t m, and the step's gradient is taken at that point (EMA-Nesterov). The look-ahead
  * costs no forward, no backward and no pass of its own: it is fused into AdamW's pass
- * (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in llmc/hybrid_apply.cuh).
+ * (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in llmc/hybrid_apply.cuh). It takes no slot
+ * of the schedule: `-x N` is still N backward passes.
  *
  * This header decides the per-block betas on the host:
- *   beta_t = --lookahead * lr_t / lr_peak * backoff, inside the window [--hybrid-warmup steps,
- *            (1 - --hybrid-cooldown) of the schedule): before it m gathers (the prefill), after it
- *            no look-ahead is added (the ones already in the weights stay: the trajectory goes on);
+ *   beta_t = --lookahead * lr_t / lr_peak * backoff, inside the window the facade sets ([the drift's
+ *            prefill, --hybrid-warmup steps, to (1 - --hybrid-cooldown) of the schedule): before it m
+ *            gathers, after it no look-ahead is added (the ones already in the weights stay: the
+ *            trajectory goes on);
  *   cap:     per parameter block, |beta m_b| <= LOOKAHEAD_CAP |delta_b|, the block's last AdamW update
  *            (norms from the last pass's statistics): a drift estimate never moves a tensor further
  *            than a few of its own steps;
@@ -49,13 +51,13 @@ typedef struct {
     int n_cos;
 } Lookahead;
 
-static inline void lookahead_init(Lookahead* la, float beta0, float zmax, int warmup, float cooldown,
-                                  int total_steps, int nblocks) {
+// start, stop: the window, in steps (0-based, [start, stop))
+static inline void lookahead_init(Lookahead* la, float beta0, float zmax, int start, int stop, int nblocks) {
     memset(la, 0, sizeof(*la));
     la->beta0 = beta0;
     la->zmax = zmax;
-    la->start = warmup;
-    la->stop = (int)((1.0f - cooldown) * (float)total_steps);
+    la->start = start;
+    la->stop = stop;
     la->nblocks = nblocks;
     la->beta_prev = (float*)calloc((size_t)nblocks, sizeof(float));
     la->beta_next = (float*)calloc((size_t)nblocks, sizeof(float));

@@ -70,7 +70,7 @@ typedef struct {
     const char* init_method;   // -pi
     const char* fs_path;       // -pf
     const char* server_ip;     // -ps
-    HybridConfig hybrid;       // --hybrid, --predictor, ... (hybrid/hybrid.h's table)
+    HybridConfig hybrid;       // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
 } TrainConfig;
 
 static inline TrainConfig config_default(void) {
@@ -192,9 +192,11 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
-    if (c->hybrid.lookahead > 0.0f && !c->hybrid.enabled) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
-    if (c->hybrid.lookahead > 0.0f && c->hybrid.direction != DIRECTION_EMA) {
-        fatal("flag --lookahead: the look-ahead's drift lives in the direction buffer (--direction ema), not with --direction adam");
+    if (!c->hybrid.enabled) {  // a hybrid flag set without hybrid mode would be silently ignored
+        HybridConfig d;
+        hybrid_config_default(&d);
+        if (c->hybrid.lookahead != d.lookahead) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
+        if (c->hybrid.predict_steps != d.predict_steps) { fatal("flag --predict-steps: needs hybrid mode (--hybrid)"); }
     }
     if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
     if ((long long)c->B * c->T > TRAIN_MAX_BT) {

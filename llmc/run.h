@@ -57,7 +57,6 @@ typedef struct {
     // the step in progress (run_step_begin .. run_log_step)
     int predict;              // it was a Predict step
     const char* phase;        // its phase's name ("full" without --hybrid)
-    double decide_ms;         // the controller's decision time
     char hybrid_json[256];    // its hybrid fields for metrics.jsonl
 } TrainRun;
 
@@ -161,28 +160,27 @@ static inline void run_free(TrainRun* run) {
 // ----------------------------------------------------------------------------
 // around a step
 
-// what this step is: PHASE_FULL without --hybrid, else the controller's decision (its time is training time)
-static inline HybridPhase run_step_begin(TrainRun* run, float lr) {
-    if (!run->cfg.hybrid.enabled) { return PHASE_FULL; }
-    double h0 = hmath_seconds();
-    HybridPhase ph = hybrid_begin_step(&run->hybrid, run->step, lr);
-    run->decide_ms = (hmath_seconds() - h0) * 1000.0;
-    return ph;
+// what this step is: a Full step without --hybrid, else hybrid/'s plan (its time is training time)
+static inline HybridPlan run_step_begin(TrainRun* run, float lr) {
+    if (!run->cfg.hybrid.enabled) {
+        HybridPlan p;
+        memset(&p, 0, sizeof(p));
+        p.phase = PHASE_FULL;
+        return p;
+    }
+    return hybrid_plan(&run->hybrid, run->step, lr);
 }
 
-// the controller records the step (controller_ms: the step time it learns from, the same on every
-// process), the step counts as done, and the last train loss is kept
-static inline void run_step_end(TrainRun* run, StepResult* r, double controller_ms) {
+// hybrid/ records the step (and adds its own time to the step's), the step counts as done, and the last
+// train loss is kept
+static inline void run_step_end(TrainRun* run, StepResult* r) {
     run->predict = 0;
     run->phase = "full";
     run->hybrid_json[0] = '\0';
     if (run->cfg.hybrid.enabled) {
-        double h0 = hmath_seconds();
-        hybrid_end_step(&run->hybrid, r->skipped ? NAN : r->loss, r->skipped ? NAN : r->grad_norm,
-                        controller_ms + run->decide_ms);
-        double hybrid_ms = run->decide_ms + (hmath_seconds() - h0) * 1000.0;
-        r->ms += hybrid_ms;
-        run->train_time_s += hybrid_ms / 1000.0;
+        double own = hybrid_report(&run->hybrid, r->skipped ? NAN : r->loss, r->skipped ? NAN : r->grad_norm, r->ms);
+        r->ms += own;
+        run->train_time_s += own / 1000.0;
         hybrid_step_json(&run->hybrid, run->hybrid_json, sizeof(run->hybrid_json));
         char event[160];
         if (hybrid_take_event(&run->hybrid, event, sizeof(event)) && run->rank0) { printf("%s\n", event); }
@@ -196,8 +194,8 @@ static inline void run_step_end(TrainRun* run, StepResult* r, double controller_
 static inline void run_print_step(const TrainRun* run, const StepResult* r, float lr) {
     if (!run->rank0) { return; }
     if (run->predict) {
-        printf("step %4d/%d | predict | predicted loss %.6f | lr %.2e | %.2f ms\n",
-               run->step, run->total_steps, run->hybrid.metrics.predicted_loss, lr, r->ms);
+        printf("step %4d/%d | predict %d/%d along the drift | lr %.2e | %.2f ms\n",
+               run->step, run->total_steps, run->hybrid.pr.run_done, run->hybrid.pr.horizon, lr, r->ms);
         return;
     }
     double tok_s = (double)run->grad_accum * run->num_processes * run->cfg.B * run->cfg.T / (r->ms / 1000.0);

@@ -123,13 +123,13 @@ static inline void run_state_write(TrainRun* run, size_t num_parameters, const f
 }
 
 // hybrid_%08d.bin of this step (rank 0); keep: the rollback point of an open Predict run, or NULL
-static inline void run_state_write_hybrid(TrainRun* run, const float* direction, const float* keep) {
+static inline void run_state_write_hybrid(TrainRun* run, const float* drift, const float* keep) {
     char path[4096];
     checkpoint_path(path, sizeof(path), run->cfg.output_dir, "hybrid", run->step);
     AtomicFile af;
     atomic_open(&af, path);
     char err[256];
-    if (hybrid_save(&run->hybrid, af.fp, direction, keep, err, sizeof(err)) != 0) {
+    if (hybrid_save(&run->hybrid, af.fp, drift, keep, err, sizeof(err)) != 0) {
         fatal("%s: cannot write the hybrid state (%s)", path, err);
     }
     atomic_commit(&af);
