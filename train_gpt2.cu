@@ -719,10 +719,10 @@ typedef struct {
     float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
     float* coef;              // (nblocks) device, this Predict step's coefficients
     float* la_beta;           // (2*nblocks) device, the look-ahead's beta_prev and beta_next
-    double* stats;            // (nblocks*3) device, filled by the observe kernel
+    double* stats;            // (nblocks*3) device, filled by the fused AdamW kernel
     double* stats_partial;    // (nblocks*HYBRID_GPU_CHUNKS*3) device
-    float* direction;         // (shard) device, the EMA direction buffer (NULL unless hybrid with ema)
-    float* host_dir;          // (P) pinned, checkpoint staging of the direction buffer
+    float* drift;             // (shard) device, the drift: the EMA of the weights' displacement per step
+    float* host_drift;        // (P) pinned, checkpoint staging of the drift
     float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
 } Trainer;
 
@@ -746,8 +746,7 @@ static void hybrid_setup(Trainer* tr) {
     float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     tr->nblocks = gpt2_param_blocks(&model->config, offsets, block_wd, tr->run.cfg.weight_decay);
     hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, tr->run.cfg.lr, tr->run.cfg.beta1, tr->run.cfg.beta2,
-                ADAM_EPS, block_wd, (uint64_t)tr->run.cfg.seed);
-    hybrid_set_micro_batches(&tr->run.hybrid, tr->run.grad_accum);
+                ADAM_EPS, block_wd);
     tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     tr->block_wd = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
@@ -757,84 +756,51 @@ static void hybrid_setup(Trainer* tr) {
     tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
     tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
     size_t P = model->num_parameters;
-    if (tr->run.cfg.hybrid.direction == DIRECTION_EMA) {
-        tr->direction = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
-        cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
-        cudaCheck(cudaMallocHost((void**)&tr->host_dir, P * sizeof(float)));
-    }
+    tr->drift = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
+    cudaCheck(cudaMemset(tr->drift, 0, model->shard_size * sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&tr->host_drift, P * sizeof(float)));
     cudaCheck(cudaMallocHost((void**)&tr->host_keep, P * sizeof(float)));
     free(offsets);
     free(block_wd);
 }
 
-// hybrid mode's probe (hybrid_probe_wanted): the current weights' loss on the next batch, which is peeked,
-// not consumed (the coming step trains on it); in --overfit mode the one batch. Every rank runs the same
-// batch, so every rank gets the same loss (mirrors train_gpt2.c)
-static void hybrid_probe_next(Trainer* tr) {
-    double t0 = hmath_seconds();
-    GPT2* model = &tr->model;
-    DataLoader* loader = &tr->run.train_loader;
-    if (!tr->run.cfg.overfit) { dataloader_peek_batch(loader); }
-    gpt2_forward(model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
-    float loss = gpt2_sum_over_ranks(model, model->mean_loss) / model->multi_gpu->num_processes;
-    hybrid_probe_loss(&tr->run.hybrid, loss, (hmath_seconds() - t0) * 1000.0);
-}
-
-// a Predict step: theta += coef_b * d_b on this rank's shard (no forward, no backward, no batch, no
-// gradient all-reduce); with ZeRO-1 the floatX weights are then gathered. A probed run's first step
-// first measures the weights' loss on the Correct step's batch (the value test, hybrid/value.h).
-static StepResult train_predict_step(Trainer* tr) {
+// a Predict step: theta += coef_b * d_b along the drift on this rank's shard (no forward, no backward, no
+// batch, no gradient all-reduce); with ZeRO-1 the floatX weights are then gathered
+static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     StepResult r;
     memset(&r, 0, sizeof(r));
-    r.grad_norm_micro1 = NAN;  // the gradient noise scale is measured by the CPU trainer only
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
-    HybridState* h = &tr->run.hybrid;
-    if (hybrid_probe_wanted(h)) { hybrid_probe_next(tr); }
-    int first = h->run_steps == 1;
-    cudaCheck(cudaMemcpyAsync(tr->coef, h->coef, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
-    ApplyDirection dir = hybrid_direction(h, tr->direction, model->m_memory, model->v_memory);
+    cudaCheck(cudaMemcpyAsync(tr->coef, plan->coef, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
-    hybrid_predict(model->master_weights, model->params_memory, model->grads_memory, dir, tr->block_offsets,
-                   tr->nblocks, tr->coef, lo, hi, first, gpt2_step_seed(model, tr->run.step + 1), model->stream);
+    hybrid_predict(model->master_weights, model->params_memory, model->grads_memory, tr->drift, tr->block_offsets,
+                   tr->nblocks, tr->coef, lo, hi, plan->keep, gpt2_step_seed(model, tr->run.step + 1), model->stream);
     if (model->multi_gpu->zero_stage == 1) {
         multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
                              model->stream);
     }
-    if (hybrid_micro_due(h)) {
-        // forward-only check on the last batch read (a Predict step consumes none); the loss over ranks
-        DataLoader* loader = &tr->run.train_loader;
-        gpt2_forward(model, loader->inputs, loader->targets, tr->run.cfg.B, tr->run.cfg.T);
-        float loss = gpt2_sum_over_ranks(model, model->mean_loss) / model->multi_gpu->num_processes;
-        hybrid_micro_result(h, loss);
-    }
     cudaCheck(cudaStreamSynchronize(model->stream));
-    r.loss = NAN;
-    r.grad_norm = NAN;
+    r.loss = r.grad_norm = r.grad_norm_micro1 = NAN;
     r.ms = (hmath_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
 
-// a measured step's AdamW update in hybrid mode: the same update as gpt2_update, fused with the per-block
-// statistics and the direction update in one kernel on this rank's shard (the padding after the last
-// tensor has no block: plain AdamW), the statistics summed over ranks into h->stats for hybrid_end_step
+// a measured step's AdamW update in hybrid mode: the same update as gpt2_update, fused with the drift, the
+// look-ahead and the per-block statistics in one kernel on this rank's shard (the padding after the last
+// tensor has no block: plain AdamW), the statistics summed over ranks into h->stats for hybrid_report
 static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     GPT2* model = &tr->model;
     HybridState* h = &tr->run.hybrid;
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->run.adam_steps, lr, h->lr_peak, grad_scale};
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->run.adam_steps, lr, grad_scale};
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
     uint32_t seed = gpt2_step_seed(model, tr->run.step + 1);
-    const float* la_beta = NULL;
-    if (h->cfg.lookahead > 0.0f) {  // the look-ahead rides on this pass (hybrid/lookahead.h decided the betas)
-        cudaCheck(cudaMemcpyAsync(tr->la_beta, h->la.beta_prev, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
-        cudaCheck(cudaMemcpyAsync(tr->la_beta + tr->nblocks, h->la.beta_next, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
-        la_beta = tr->la_beta;
-    }
-    hybrid_adamw_observe_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
-                                model->grads_memory, model->m_memory, model->v_memory, tr->direction, &st,
-                                h->cfg.direction, h->cfg.lookahead > 0.0f ? LOOKAHEAD_GAMMA : h->cfg.direction_beta,
-                                la_beta, tr->block_offsets, tr->nblocks, lo, hi, seed, model->stream);
+    // the look-ahead's betas, as hybrid_plan decided them (hybrid/lookahead.h)
+    cudaCheck(cudaMemcpyAsync(tr->la_beta, h->la.beta_prev, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
+    cudaCheck(cudaMemcpyAsync(tr->la_beta + tr->nblocks, h->la.beta_next, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
+    hybrid_adamw_lookahead_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
+                                  model->grads_memory, model->m_memory, model->v_memory, tr->drift, &st,
+                                  LOOKAHEAD_GAMMA, tr->la_beta, tr->block_offsets, tr->nblocks, lo, hi, seed, model->stream);
     size_t pad = h->num_params > lo ? h->num_params : lo;
     if (pad < hi) {
         adamw_update(model->master_weights + pad, model->params_memory + pad, model->grads_memory + pad,
@@ -854,18 +820,15 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     cudaCheck(cudaMemcpyAsync(h->stats, tr->stats, (size_t)tr->nblocks * 3 * sizeof(double), cudaMemcpyDeviceToHost,
                               model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
-    h->adam_t = tr->run.adam_steps;
 }
 
 // one Full (or Correct) step: every process steps the shared loader through grad_accum * processes micro
 // batches and trains on its own (k % processes == rank), so the data order does not depend on the process
 // count; then gradients are averaged, clipped, and AdamW updates the weights. A non-finite loss or norm
 // never reaches the weights: the update is skipped (on every rank, since the values are global).
-// A Correct step first checks the loss of its first micro batch against the prediction (the gradient
-// buffer still holds the rollback point, so zero_grad comes after the check) and may roll back; the
-// step after it gives its first micro batch's loss to the value test the same way, and the Correct step
-// measures its loss on the next batch before its update (hybrid_probe_wanted).
-static StepResult train_full_step(Trainer* tr, float lr) {
+// Hybrid mode (plan->check): the first micro batch's loss goes to hybrid_check, which may roll a Predict run
+// back while the gradient buffer still holds the weights from before it (so zero_grad comes after it).
+static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
     r.grad_norm_micro1 = NAN;  // the gradient noise scale is measured by the CPU trainer only
@@ -875,16 +838,13 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     HybridState* h = &tr->run.hybrid;
     int B = tr->run.cfg.B, T = tr->run.cfg.T, np = tr->multi_gpu.num_processes;
     int hybrid = tr->run.cfg.hybrid.enabled;
-    int correct = hybrid && h->phase == PHASE_CORRECT;
-    if (correct || (hybrid && hybrid_probe_wanted(h))) {
+    if (plan->check) {
         if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
         // the first micro batch (rank 0's) is the check batch: one decision, the same on every rank
         int rank0 = tr->multi_gpu.process_rank == 0;
         if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
         float loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
-        if (!correct) { hybrid_probe_loss(h, loss, 0.0); }
-        else if (hybrid_correct_check(h, loss) == ACTION_ROLLBACK) {
-            double u0 = hmath_seconds();
+        if (hybrid_check(h, loss)) {
             size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
             hybrid_rollback_device(model->master_weights, model->params_memory, model->grads_memory, lo, hi,
                                    gpt2_step_seed(model, tr->run.step + 1), model->stream);
@@ -892,15 +852,8 @@ static StepResult train_full_step(Trainer* tr, float lr) {
                 multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX),
                                      model->multi_gpu, model->stream);
             }
-            h->run_steps = 0;
-            if (tr->run.rank0 && h->rolled_back) { // the monitor's (else a probe run that measured and trained nothing)
-                printf("step %d: rollback: loss %.6f at the predicted point vs predicted %.6f\n", tr->run.step + 1, loss,
-                       h->predicted_loss);
-            }
             log_device_memory(tr, "rollback");
             if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
-            float undone_loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
-            hybrid_rollback_loss(h, undone_loss, (hmath_seconds() - u0) * 1000.0);
         }
         gpt2_zero_grad(model);
         // rank 0 trains on the check batch; the others read on to their own first micro batch
@@ -927,15 +880,14 @@ static StepResult train_full_step(Trainer* tr, float lr) {
     r.loss = gpt2_accumulated_loss(model);
     gpt2_reduce_grads(model);
     r.grad_norm = gpt2_grad_norm(model);
-    if (correct && hybrid_probe_wanted(h)) { hybrid_probe_next(tr); }
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
         gpt2_sync_floatX(model, tr->run.step + 1);  // keeps params == round(master, seed(step))
-        if (hybrid) { memset(h->stats, 0, (size_t)tr->nblocks * 3 * sizeof(double)); }
+        if (hybrid) { hybrid_skip_update(h); }
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->run.adam_steps++;
-        if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the statistics
+        if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the look-ahead
         else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale,
                         tr->run.adam_steps, tr->run.step + 1);
@@ -996,22 +948,22 @@ static void checkpoint(Trainer* tr) {
     size_t P = model->num_parameters, lo = model->shard_offset;
     size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
     int zero1 = model->multi_gpu->zero_stage == 1;
-    int open_run = tr->run.cfg.hybrid.enabled && h->run_steps > 0;
+    int open_run = tr->run.cfg.hybrid.enabled && hybrid_run_open(h);
     if (open_run) {  // the rollback point (in the gradient buffer, sharded like the weights)
         multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
                              model->stream);
         cudaCheck(cudaMemcpyAsync(tr->host_keep, model->grads_memory, P * sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     }
-    if (tr->direction != NULL) {  // the direction buffer, shard-local
-        const float* full = tr->direction;
+    if (tr->drift != NULL) {  // the drift, shard-local
+        const float* full = tr->drift;
         if (zero1) {
-            cudaCheck(cudaMemcpyAsync(model->grads_memory + lo, tr->direction, model->shard_size * sizeof(float),
+            cudaCheck(cudaMemcpyAsync(model->grads_memory + lo, tr->drift, model->shard_size * sizeof(float),
                                       cudaMemcpyDeviceToDevice, model->stream));
             multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
                                  model->stream);
             full = model->grads_memory;
         }
-        cudaCheck(cudaMemcpyAsync(tr->host_dir, full, P * sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+        cudaCheck(cudaMemcpyAsync(tr->host_drift, full, P * sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     }
     gpt2_params_to_host(model, tr->host_params);
     gpt2_optimizer_to_host(model, tr->host_m, tr->host_v);
@@ -1025,29 +977,27 @@ static void checkpoint(Trainer* tr) {
         checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
         model_write(path, &model->config, tr->host_params, P);
         run_state_write(&tr->run, P, tr->host_m, tr->host_v);
-        if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->host_dir, open_run ? tr->host_keep : NULL); }
+        if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->host_drift, open_run ? tr->host_keep : NULL); }
         run_state_commit(&tr->run);
     }
     // nobody continues (or exits) before rank 0 has finished writing
     gpt2_sum_over_ranks(model, 0.0f);
 }
 
-// the hybrid state of checkpoint `step` onto the device: direction buffer, and an open Predict run's
+// the hybrid state of checkpoint `step` onto the device: the drift, and an open Predict run's
 // rollback point into the gradient buffer
 static void gpu_load_hybrid(Trainer* tr, int step) {
     GPT2* model = &tr->model;
     char path[4096];
     FILE* f = run_state_open_hybrid(&tr->run, step, path, sizeof(path));
     char err[256];
-    if (hybrid_load(&tr->run.hybrid, f, tr->host_dir, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
+    if (hybrid_load(&tr->run.hybrid, f, tr->host_drift, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
     fcloseCheck(f, path);
     size_t P = model->num_parameters, lo = model->shard_offset;
     size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
-    if (tr->direction != NULL) {
-        cudaCheck(cudaMemset(tr->direction, 0, model->shard_size * sizeof(float)));
-        cudaCheck(cudaMemcpy(tr->direction, tr->host_dir + lo, own * sizeof(float), cudaMemcpyHostToDevice));
-    }
-    if (tr->run.hybrid.run_steps > 0) {
+    cudaCheck(cudaMemset(tr->drift, 0, model->shard_size * sizeof(float)));
+    cudaCheck(cudaMemcpy(tr->drift, tr->host_drift + lo, own * sizeof(float), cudaMemcpyHostToDevice));
+    if (hybrid_run_open(&tr->run.hybrid)) {
         cudaCheck(cudaMemcpy(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float), cudaMemcpyHostToDevice));
     }
 }
@@ -1139,16 +1089,15 @@ int main(int argc, char** argv) {
         log_device_memory(&tr, "start-up");
         tr.last_phase = (HybridPhase)PHASE_COUNT;
 
-        // the training loop, as train_gpt2.c's; the processes agree on the controller's step time and on
-        // stopping (a signal reaches them at different moments: rank 0's decision is everyone's)
+        // the training loop, as train_gpt2.c's; the processes agree on stopping (a signal reaches them at
+        // different moments: rank 0's decision is everyone's)
         signals_install();
         if (run->has_val && run->step == 0) { run_log_init_val(run, evaluate(&tr)); }
         while (run->step < run->total_steps) {
             float lr = lr_scheduler_get(&run->scheduler, run->step);
-            HybridPhase phase = run_step_begin(run, lr);
-            StepResult r = phase == PHASE_PREDICT ? train_predict_step(&tr) : train_full_step(&tr, lr);
-            double ms = np > 1 && cfg->hybrid.adaptive ? gpt2_sum_over_ranks(&tr.model, (float)r.ms) / np : r.ms;
-            run_step_end(run, &r, ms);
+            HybridPlan plan = run_step_begin(run, lr);
+            StepResult r = plan.phase == PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+            run_step_end(run, &r);
             log_device_memory_after_step(&tr);
             run_print_step(run, &r, lr);
             run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
@@ -1179,9 +1128,9 @@ int main(int argc, char** argv) {
 
     if (cfg->hybrid.enabled && cfg->max_steps != 0) {
         cudaCheck(cudaStreamSynchronize(tr.model.stream));
-        void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.la_beta, tr.stats, tr.stats_partial, tr.direction};
+        void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.la_beta, tr.stats, tr.stats_partial, tr.drift};
         for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
-        if (tr.host_dir != NULL) { cudaCheck(cudaFreeHost(tr.host_dir)); }
+        cudaCheck(cudaFreeHost(tr.host_drift));
         cudaCheck(cudaFreeHost(tr.host_keep));
     }
     run_free(run);

@@ -1,19 +1,18 @@
 /*
  * llmc/hybrid_apply.cuh — the GPU kernels of hybrid mode, one per CPU reference loop of hybrid/apply.h.
- * hybrid/hybrid.h decides on the host (phases, per-block coefficients); these kernels touch the
- * parameters: on the fp32 master weights, in place, with the floatX copy re-rounded in the same pass.
- *   predict:  theta_i += fl(coef_b * d_i), the run's first step keeps theta_0 in `keep` (the gradient
- *             buffer, idle during a Predict run) for an exact rollback
+ * hybrid/hybrid.h decides on the host (phases, per-block coefficients, the look-ahead's betas); these
+ * kernels touch the parameters: on the fp32 master weights, in place, with the floatX copy re-rounded in
+ * the same pass.
+ *   predict:  theta_i += fl(coef_b * d_i), d the drift; the run's first step keeps theta_0 in `keep` (the
+ *             gradient buffer, idle during a Predict run) for an exact rollback
  *   rollback: theta = keep, bit-exactly, no other copy
- *   adamw+observe: a measured step's AdamW update fused with the per-block <dtheta,d>, |d|^2,
- *             |dtheta|^2 (double, fixed grid, fixed-order chunk sums) and the EMA direction update:
- *             one pass over theta, g, m, v (and d), the weights rounded exactly as the plain kernel;
- *             with the look-ahead (apply_adamw_lookahead), d is the drift m and the pass also adds
- *             beta_next_b m to the weights
- * Products and sums use __fmul_rn/__fadd_rn: no fused multiply-add, the same roundings as the CPU
- * loops (which are compiled without contraction), so a Predict step adds the same bits on both.
+ *   adamw+lookahead: a measured step's AdamW update fused with the drift update, the look-ahead and the
+ *             per-block <delta,d>, |d|^2, |delta|^2 (double, fixed grid, fixed-order chunk sums): one pass
+ *             over theta, g, m, v and d, the weights rounded exactly as the plain kernel
+ * Products and sums use __fmul_rn/__fadd_rn/__fmaf_rn exactly where the CPU loops round (they are
+ * compiled without contraction, and write their fused multiply-adds as fmaf), so both give the same bits.
  * Every kernel works on a range [lo, hi) of the flat parameters: this rank's ZeRO-1 shard, or all.
- * The direction buffer and the AdamW moments are indexed from lo (shard-local).
+ * The drift and the AdamW moments are indexed from lo (shard-local).
  */
 #ifndef LLMC_HYBRID_APPLY_CUH
 #define LLMC_HYBRID_APPLY_CUH
@@ -32,15 +31,7 @@ __device__ __forceinline__ int hybrid_block_of(const size_t* offsets, int nblock
     return lo;
 }
 
-// apply_direction_at of hybrid/apply.h; k is the shard-local index
-__device__ __forceinline__ float hybrid_direction_at(ApplyDirection dir, size_t k) {
-    if (dir.kind == DIRECTION_EMA) { return dir.d[k]; }
-    float mh = __fdiv_rn(dir.m[k], dir.bc1);
-    float vh = __fdiv_rn(dir.v[k], dir.bc2);
-    return __fmul_rn(dir.scale, __fdiv_rn(mh, __fadd_rn(__fsqrt_rn(vh), dir.eps)));
-}
-
-__global__ void hybrid_predict_kernel(float* master, floatX* params, float* keep, ApplyDirection dir,
+__global__ void hybrid_predict_kernel(float* master, floatX* params, float* keep, const float* drift,
                                       const size_t* offsets, int nblocks, const float* coef, size_t lo, size_t hi,
                                       int first, uint32_t seed) {
     size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -49,7 +40,7 @@ __global__ void hybrid_predict_kernel(float* master, floatX* params, float* keep
     float x = 0.0f;
     if (i < offsets[nblocks]) {  // the padding after the last tensor has no block and stays as it is
         float c = coef[hybrid_block_of(offsets, nblocks, i)];
-        x = __fmul_rn(c, hybrid_direction_at(dir, i - lo));
+        x = __fmul_rn(c, drift[i - lo]);
     }
     if (first) { keep[i] = a; }
     float p = __fadd_rn(a, x);
@@ -57,13 +48,13 @@ __global__ void hybrid_predict_kernel(float* master, floatX* params, float* keep
     params[i] = round_to_floatX(p, i, seed);
 }
 
-// dir's pointers (d, m, v) are device pointers to shard-local buffers; coef: (nblocks) device
-void hybrid_predict(float* master, floatX* params, float* keep, ApplyDirection dir, const size_t* offsets,
+// drift: shard-local device buffer; coef: (nblocks) device
+void hybrid_predict(float* master, floatX* params, float* keep, const float* drift, const size_t* offsets,
                     int nblocks, const float* coef, size_t lo, size_t hi, int first, uint32_t seed,
                     cudaStream_t stream) {
     const int block = 512;
     if (hi <= lo) { return; }
-    hybrid_predict_kernel<<<ceil_div((long)(hi - lo), block), block, 0, stream>>>(master, params, keep, dir, offsets,
+    hybrid_predict_kernel<<<ceil_div((long)(hi - lo), block), block, 0, stream>>>(master, params, keep, drift, offsets,
                                                                                   nblocks, coef, lo, hi, first, seed);
     cudaCheck(cudaGetLastError());
 }
@@ -86,7 +77,7 @@ void hybrid_rollback_device(float* master, floatX* params, const float* keep, si
 }
 
 // ----------------------------------------------------------------------------
-// a measured step: AdamW fused with the statistics and the EMA direction update (apply_adamw_observe).
+// a measured step: AdamW fused with the drift, the look-ahead and the statistics (apply_adamw_lookahead).
 // One CUDA block per (parameter block b, chunk c), a fixed grid, so each chunk's partial sums
 // partial[(b*HYBRID_GPU_CHUNKS + c)*3 + k] and their in-order sum are the same bits on every run.
 // More chunks than the CPU's APPLY_CHUNKS: the embedding block alone is a third of GPT-2 124M, and its
@@ -106,15 +97,14 @@ __device__ __forceinline__ double block_sum_double(double v, double* shared) {
     return v;
 }
 
-// scalars of apply_adamw_observe, computed once on the host as it computes them
+// scalars of apply_adamw_lookahead, computed once on the host as it computes them
 typedef struct {
     float lr, beta1, beta2, eps, grad_scale;
-    float bc1, bc2, pbc1, pbc2, pscale, norm, ema_beta, omb;
-    int kind;
-    const float* la_beta;  // NULL, or the look-ahead: (2*nblocks) device, beta_prev then beta_next
+    float bc1, bc2, gamma, omg;
+    const float* la_beta;  // the look-ahead: (2*nblocks) device, beta_prev then beta_next
 } HybridAdamArgs;
 
-__global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floatX* params, const float* grads,
+__global__ void hybrid_adamw_lookahead_kernel(double* partial, float* master, floatX* params, const float* grads,
                                             float* m, float* v, float* d, HybridAdamArgs a, const size_t* offsets,
                                             const float* block_wd, size_t lo, size_t hi, uint32_t seed) {
     __shared__ double shared[32];
@@ -127,7 +117,7 @@ __global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floa
     if (c_hi > hi) { c_hi = hi; }
     const float wd = block_wd[b];
     const int nblocks = gridDim.x / HYBRID_GPU_CHUNKS;
-    const float bp = a.la_beta != NULL ? a.la_beta[b] : 0.0f, bn = a.la_beta != NULL ? a.la_beta[nblocks + b] : 0.0f;
+    const float bp = a.la_beta[b], bn = a.la_beta[nblocks + b];
     double dot = 0.0, dd = 0.0, uu = 0.0;
     for (size_t i = c_lo + threadIdx.x; i < c_hi; i += blockDim.x) {
         size_t k = i - lo;  // m, v, d are shard-local
@@ -137,19 +127,10 @@ __global__ void hybrid_adamw_observe_kernel(double* partial, float* master, floa
         m[k] = mi;
         v[k] = vi;
         float delta = __fsub_rn(pn, p);
-        float dold, out = pn;
-        if (a.la_beta != NULL) {  // the look-ahead (apply_adamw_lookahead): ema_beta is gamma
-            dold = d[k];
-            float mn = __fmaf_rn(a.ema_beta, dold, __fmul_rn(a.omb, __fmaf_rn(bp, dold, delta)));
-            d[k] = mn;
-            out = __fmaf_rn(bn, mn, pn);
-        } else if (a.kind == DIRECTION_EMA) {
-            dold = d[k];
-            d[k] = __fmaf_rn(a.ema_beta, dold, __fmul_rn(a.omb, __fmul_rn(delta, a.norm)));
-        } else {
-            float q = __fdiv_rn(__fdiv_rn(mo, a.pbc1), __fadd_rn(__fsqrt_rn(__fdiv_rn(vo, a.pbc2)), a.eps));
-            dold = __fmul_rn(a.pscale, q);
-        }
+        float dold = d[k];
+        float mn = __fmaf_rn(a.gamma, dold, __fmul_rn(a.omg, __fmaf_rn(bp, dold, delta)));
+        d[k] = mn;
+        float out = __fmaf_rn(bn, mn, pn);
         master[i] = out;
         params[i] = round_to_floatX(out, i, seed);
         dot = fma((double)delta, (double)dold, dot);
@@ -175,30 +156,23 @@ __global__ void hybrid_sum_partials_kernel(double* stats, const double* partial,
     stats[idx] = s;
 }
 
-// The mirror of apply_adamw_observe on the blocks' part of [lo, hi) (this rank's shard): master, params,
-// grads: full-length device buffers; m, v, d: shard-local; stats: (nblocks*3) device doubles; partial:
-// nblocks*HYBRID_GPU_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device; seed: the floatX rounding's.
+// The mirror of apply_adamw_lookahead on the blocks' part of [lo, hi) (this rank's shard): master, params,
+// grads: full-length device buffers; m, v, d (the drift): shard-local; stats: (nblocks*3) device doubles;
+// partial: nblocks*HYBRID_GPU_CHUNKS*3 device doubles; st->weight_decay: (nblocks) device; la_beta: the
+// look-ahead's (2*nblocks) device betas (beta_prev, then beta_next); seed: the floatX rounding's.
 // Elements past the last block (padding) are the caller's (plain adamw_update).
-// la_beta: NULL, or the look-ahead's (2*nblocks) device betas (beta_prev, then beta_next), with
-// ema_beta = its gamma (apply_adamw_lookahead)
-void hybrid_adamw_observe_device(double* stats, double* partial, float* master, floatX* params, const float* grads,
-                                 float* m, float* v, float* d, const ApplyAdamStep* st, int kind, float ema_beta,
-                                 const float* la_beta, const size_t* offsets, int nblocks, size_t lo, size_t hi,
-                                 uint32_t seed, cudaStream_t stream) {
+void hybrid_adamw_lookahead_device(double* stats, double* partial, float* master, floatX* params, const float* grads,
+                                   float* m, float* v, float* d, const ApplyAdamStep* st, float gamma,
+                                   const float* la_beta, const size_t* offsets, int nblocks, size_t lo, size_t hi,
+                                   uint32_t seed, cudaStream_t stream) {
     HybridAdamArgs a;
     a.lr = st->lr; a.beta1 = st->beta1; a.beta2 = st->beta2; a.eps = st->eps; a.grad_scale = st->grad_scale;
     a.bc1 = 1.0f - powf(st->beta1, (float)st->t);
     a.bc2 = 1.0f - powf(st->beta2, (float)st->t);
-    int have_prev = st->t > 1;
-    a.pbc1 = have_prev ? 1.0f - powf(st->beta1, (float)(st->t - 1)) : 1.0f;
-    a.pbc2 = have_prev ? 1.0f - powf(st->beta2, (float)(st->t - 1)) : 1.0f;
-    a.pscale = have_prev ? -st->lr_peak : 0.0f;
-    a.norm = st->lr_peak / st->lr;
-    a.ema_beta = ema_beta;
-    a.omb = 1.0f - ema_beta;
-    a.kind = kind;
+    a.gamma = gamma;
+    a.omg = 1.0f - gamma;
     a.la_beta = la_beta;
-    hybrid_adamw_observe_kernel<<<nblocks * HYBRID_GPU_CHUNKS, OBSERVE_THREADS, 0, stream>>>(
+    hybrid_adamw_lookahead_kernel<<<nblocks * HYBRID_GPU_CHUNKS, OBSERVE_THREADS, 0, stream>>>(
         partial, master, params, grads, m, v, d, a, offsets, st->weight_decay, lo, hi, seed);
     cudaCheck(cudaGetLastError());
     hybrid_sum_partials_kernel<<<ceil_div(nblocks * 3, 256), 256, 0, stream>>>(stats, partial, nblocks);

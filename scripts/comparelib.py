@@ -113,7 +113,7 @@ def validate_config(cfg, path="config"):
                path, f"{where}: 'name' must be letters, digits, '_', '-', '.'")
         _check(a.get("kind") in KINDS, path, f"{where}: 'kind' must be one of {KINDS}")
         _check(isinstance(a.get("lr_mult", 1), (int, float)) and a.get("lr_mult", 1) > 0, path, f"{where}: bad 'lr_mult'")
-        _check(a["kind"] == "baseline" or isinstance(a.get("predictor"), str), path, f"{where}: 'predictor' is required for kind {a['kind']}")
+        _check(a.get("predictor") is None or isinstance(a.get("predictor"), str), path, f"{where}: 'predictor' must be a name")
         _check_args(a.get("args", {}), path, f"{where}.args")
     arms = build_arms(cfg)
     _check(arms, path, "the study has no arms")
@@ -159,7 +159,8 @@ def build_arms(cfg):
         plain = kind in ("baseline", "matched")
         if not plain:
             args["--hybrid"] = 1
-            args["--predictor"] = predictor
+            if predictor:
+                args["--predictor"] = predictor
         arms.append({"name": name, "kind": kind, "lr_mult": mult, "lr": base_lr * mult,
                      "predictor": None if plain else predictor, "argv": flags_to_argv(args)})
 

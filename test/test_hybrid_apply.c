@@ -1,6 +1,7 @@
-// hybrid/apply.h alone: Predict steps add exactly fl(c * d) per element, and rollback restores the
-// pre-Predict parameters bit-exactly (the spec allows 1 ulp) for both direction kinds; the fused
-// AdamW + statistics pass updates exactly as the plain AdamW loop and sums as a plain loop does.
+// hybrid/apply.h alone: Predict steps add exactly fl(c * d) per element along the drift, and rollback
+// restores the pre-Predict parameters bit-exactly; the fused AdamW + drift + look-ahead pass updates exactly
+// as the plain AdamW loop followed by a plainly written drift and look-ahead loop, and sums its statistics
+// as a plain loop does; hybrid/lookahead.h's window, cap and back-off.
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -45,8 +46,8 @@ static void setup(size_t* off, float** params, float** d, float** m, float** v, 
     }
 }
 
-static void check_kind(int kind) {
-    uint64_t rng = 1234 + kind;
+Test(apply, predict_adds_exactly_and_rollback_restores) {
+    uint64_t rng = 1234;
     size_t off[NB + 1];
     float *params, *d, *m, *v;
     setup(off, &params, &d, &m, &v, &rng);
@@ -56,17 +57,16 @@ static void check_kind(int kind) {
     float* keep = malloc(P * 4);
     memcpy(before, params, P * 4);
     for (size_t i = 0; i < P; i++) { keep[i] = 12345.0f; } // garbage: the first step must overwrite it
-    ApplyDirection dir = {kind, d, m, v, 1.0f - powf(0.9f, 7.0f), 1.0f - powf(0.95f, 7.0f), 1e-8f, -3e-4f};
     const int H = 16;
     float coefs[16 * NB];
     for (int k = 0; k < H; k++) {
         for (int b = 0; b < NB; b++) { coefs[k * NB + b] = 8.0f * (hmath_f32(&rng) - 0.3f); }
         memcpy(prev, params, P * 4);
-        apply_predict(params, keep, &dir, off, NB, coefs + k * NB, k == 0);
+        apply_predict(params, keep, d, off, NB, coefs + k * NB, k == 0);
         // exactly the predicted amount: theta_new = fl(theta + fl(c * d_i)), element by element
         for (int b = 0; b < NB; b++) {
             for (size_t i = off[b]; i < off[b + 1]; i++) {
-                volatile float x = coefs[k * NB + b] * apply_direction_at(&dir, i);
+                volatile float x = coefs[k * NB + b] * d[i];
                 volatile float want = prev[i] + x;
                 cr_assert(params[i] == want || (isnan(params[i]) && isnan(want)),
                           "step %d elem %zu: %a != %a", k, i, params[i], (float)want);
@@ -77,20 +77,9 @@ static void check_kind(int kind) {
     for (size_t i = 0; i < P; i++) { moved += params[i] != before[i]; }
     cr_assert_gt(moved, P / 2, "the Predict steps must actually move the parameters");
     apply_rollback(params, keep, P);
-    uint32_t worst = 0;
-    size_t exact = 0;
-    for (size_t i = 0; i < P; i++) {
-        uint32_t u = ulp_diff(params[i], before[i]);
-        if (u > worst) { worst = u; }
-        exact += u == 0;
-    }
-    cr_assert_leq(worst, 1, "rollback error %u ulp", worst);
-    cr_assert_eq(exact, P, "rollback should be bit-exact: %zu of %zu", exact, P);
+    cr_assert(memcmp(params, before, P * 4) == 0, "rollback must restore the parameters bit for bit");
     free(params); free(d); free(m); free(v); free(before); free(prev); free(keep);
 }
-
-Test(apply, predict_adds_exactly_and_rollback_restores_ema_direction) { check_kind(DIRECTION_EMA); }
-Test(apply, predict_adds_exactly_and_rollback_restores_adam_direction) { check_kind(DIRECTION_ADAM); }
 
 Test(apply, naive_reverse_subtraction_would_not_be_exact) {
     // why rollback keeps theta_0 instead of subtracting: tiny theta plus a large update loses its bits
@@ -122,36 +111,9 @@ static void reference_adamw(float* p, const float* g, float* m, float* v, size_t
     }
 }
 
-// the statistics after the update, in one sequential double loop, and the EMA direction update;
-// p0, m0, v0: the state before the update
-static void reference_stats(const float* p0, const float* p1, const float* m0, const float* v0, float* d,
-                            const ApplyAdamStep* st, int kind, float beta, const size_t* off, int nb, double* stats,
-                            double* mag) {
-    for (int b = 0; b < nb; b++) {
-        double dot = 0, dd = 0, uu = 0, adot = 0;
-        for (size_t i = off[b]; i < off[b + 1]; i++) {
-            float delta = p1[i] - p0[i], dold;
-            if (kind == DIRECTION_EMA) {
-                dold = d[i];
-                d[i] = fmaf(beta, dold, (1.0f - beta) * (delta * (st->lr_peak / st->lr)));
-            } else if (st->t > 1) {
-                float pbc1 = 1.0f - powf(st->beta1, (float)(st->t - 1)), pbc2 = 1.0f - powf(st->beta2, (float)(st->t - 1));
-                dold = -st->lr_peak * ((m0[i] / pbc1) / (sqrtf(v0[i] / pbc2) + st->eps));
-            } else {
-                dold = 0.0f;
-            }
-            dot += (double)delta * dold; adot += fabs((double)delta * dold);
-            dd += (double)dold * dold;
-            uu += (double)delta * delta;
-        }
-        stats[3 * b] = dot; stats[3 * b + 1] = dd; stats[3 * b + 2] = uu;
-        mag[3 * b] = adot; mag[3 * b + 1] = dd; mag[3 * b + 2] = uu;
-    }
-}
-
 typedef struct { float *p, *g, *m, *v, *d; double stats[NB * 3]; } FusedState;
 
-// gradients and state of a run some steps in; t: the update's step count
+// gradients and state of a run some steps in
 static void fused_state(FusedState* s, const size_t* off, uint64_t seed) {
     uint64_t rng = seed;
     float *p, *d, *m, *v;
@@ -164,10 +126,11 @@ static void fused_state(FusedState* s, const size_t* off, uint64_t seed) {
 
 static void fused_free(FusedState* s) { free(s->p); free(s->g); free(s->m); free(s->v); free(s->d); }
 
-static void fused_run(FusedState* s, const size_t* off, const ApplyAdamStep* st, int kind, int threads) {
+static void fused_run(FusedState* s, const size_t* off, const ApplyAdamStep* st, const float* bp, const float* bn,
+                      int threads) {
     double partial[NB * APPLY_CHUNKS * 3];
     omp_set_num_threads(threads);
-    apply_adamw_observe(s->p, s->g, s->m, s->v, s->d, st, kind, 0.98f, off, NB, partial, s->stats);
+    apply_adamw_lookahead(s->p, s->g, s->m, s->v, s->d, st, LOOKAHEAD_GAMMA, bp, bn, off, NB, partial, s->stats);
 }
 
 static void same_bits(const float* a, const float* b, size_t n, const char* what, int threads) {
@@ -176,60 +139,67 @@ static void same_bits(const float* a, const float* b, size_t n, const char* what
     }
 }
 
-static void check_fused(int kind, int t) {
+// the statistics the facade reads (<delta,d>, |d|^2, |delta|^2 per block, d before the pass) in one
+// sequential double loop over the reference's states; mag: the sums of the terms' magnitudes
+static void reference_stats(const float* p0, const float* p1, const float* d0, const size_t* off, double* stats,
+                            double* mag) {
+    for (int b = 0; b < NB; b++) {
+        double dot = 0, dd = 0, uu = 0, adot = 0;
+        for (size_t i = off[b]; i < off[b + 1]; i++) {
+            float delta = p1[i] - p0[i];
+            dot += (double)delta * d0[i]; adot += fabs((double)delta * d0[i]);
+            dd += (double)d0[i] * d0[i];
+            uu += (double)delta * delta;
+        }
+        stats[3 * b] = dot; stats[3 * b + 1] = dd; stats[3 * b + 2] = uu;
+        mag[3 * b] = adot; mag[3 * b + 1] = dd; mag[3 * b + 2] = uu;
+    }
+}
+
+// with no look-ahead (the drift's prefill) the fused pass is the plain AdamW loop, bit for bit, at any
+// thread count; its statistics equal a sequential double loop to 1e-9 of the terms' magnitudes (summed in
+// another, fixed order) and are the same bits at 1 and 2 threads (bit-exact resume needs that)
+Test(apply, fused_adamw_equals_plain_adamw_then_statistics) {
     size_t off[NB + 1];
     off[0] = 0;
     for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
     const size_t P = off[NB];
-    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 1e-3f, 0.7f};
+    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, 9, 3e-4f, 0.7f};
+    const float zero[NB] = {0};
+    static double one_thread[NB * 3];
     for (int threads = 1; threads <= 2; threads++) {
         FusedState ref, fused, again;
         fused_state(&ref, off, 77); fused_state(&fused, off, 77); fused_state(&again, off, 77);
-        // the reference: plain AdamW per block, then the statistics loop
-        float *p0 = malloc(P * 4), *m0 = malloc(P * 4), *v0 = malloc(P * 4);
-        memcpy(p0, ref.p, P * 4); memcpy(m0, ref.m, P * 4); memcpy(v0, ref.v, P * 4);
+        float *p0 = malloc(P * 4), *d0 = malloc(P * 4);
+        memcpy(p0, ref.p, P * 4); memcpy(d0, ref.d, P * 4);
         for (int b = 0; b < NB; b++) {
             reference_adamw(ref.p + off[b], ref.g + off[b], ref.m + off[b], ref.v + off[b], sizes[b], st.lr, st.beta1,
-                            st.beta2, st.eps, WD[b], st.grad_scale, t);
+                            st.beta2, st.eps, WD[b], st.grad_scale, st.t);
         }
         double mag[NB * 3];
-        reference_stats(p0, ref.p, m0, v0, ref.d, &st, kind, 0.98f, off, NB, ref.stats, mag);
-        fused_run(&fused, off, &st, kind, threads);
-        // the update itself: bit-identical to the plain AdamW loop
+        reference_stats(p0, ref.p, d0, off, ref.stats, mag);
+        fused_run(&fused, off, &st, zero, zero, threads);
         same_bits(fused.p, ref.p, P, "params", threads);
         same_bits(fused.m, ref.m, P, "m", threads);
         same_bits(fused.v, ref.v, P, "v", threads);
-        same_bits(fused.d, ref.d, P, "direction", threads); // ema: the update; adam: untouched
-        // the statistics: the same terms summed in another order, so equal up to 1e-9 of the sum of
-        // the terms' magnitudes (the stated tolerance; the issue asks for 1e-6 relative)
         for (int k = 0; k < NB * 3; k++) {
             cr_assert(fabs(fused.stats[k] - ref.stats[k]) <= 1e-9 * mag[k], "stat %d (block %d): %.17g vs %.17g",
                       k % 3, k / 3, fused.stats[k], ref.stats[k]);
         }
-        if (t > 1 || kind == DIRECTION_EMA) {
-            for (int b = 0; b < NB; b++) { cr_assert_gt(ref.stats[3 * b + 1], 0.0, "block %d: no direction", b); }
-        }
-        // the same thread count twice: the same bits, statistics included
-        fused_run(&again, off, &st, kind, threads);
+        for (int b = 0; b < NB; b++) { cr_assert_gt(ref.stats[3 * b + 1], 0.0, "block %d: no drift", b); }
+        fused_run(&again, off, &st, zero, zero, threads);
         same_bits(again.p, fused.p, P, "params (again)", threads);
-        same_bits(again.d, fused.d, P, "direction (again)", threads);
+        same_bits(again.d, fused.d, P, "drift (again)", threads);
         cr_assert(memcmp(again.stats, fused.stats, sizeof(fused.stats)) == 0, "statistics differ between two runs");
-        static double one_thread[NB * 3];
         if (threads == 1) { memcpy(one_thread, fused.stats, sizeof(one_thread)); }
-        else { // fixed chunks: even another thread count gives the same bits
-            cr_assert(memcmp(one_thread, fused.stats, sizeof(one_thread)) == 0, "1 vs 2 threads: statistics differ");
-        }
+        else { cr_assert(memcmp(one_thread, fused.stats, sizeof(one_thread)) == 0, "1 vs 2 threads: statistics differ"); }
         fused_free(&ref); fused_free(&fused); fused_free(&again);
-        free(p0); free(m0); free(v0);
+        free(p0); free(d0);
     }
 }
 
-Test(apply, fused_adamw_equals_plain_adamw_then_statistics_ema) { check_fused(DIRECTION_EMA, 9); }
-Test(apply, fused_adamw_equals_plain_adamw_then_statistics_adam) { check_fused(DIRECTION_ADAM, 9); }
-Test(apply, fused_adamw_first_update_adam_has_no_direction) { check_fused(DIRECTION_ADAM, 1); }
-
 Test(apply, fused_statistics_match_double_precision_math) {
-    // one block, independent math in double: <dtheta,d>, |d|^2, |dtheta|^2 and the EMA
+    // one block, independent math in double: <delta,d>, |d|^2, |delta|^2 and the drift's EMA (gamma 0.9)
     size_t off[2] = {0, 1000};
     float params[1000], p0[1000], d[1000], d0[1000], m[1000], m0[1000], v[1000], v0[1000], g[1000];
     uint64_t rng = 5;
@@ -239,16 +209,17 @@ Test(apply, fused_statistics_match_double_precision_math) {
         g[i] = 1e-3f * hmath_normal(&rng);
     }
     const float wd = 0.1f;
-    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 3e-4f, 1.0f};
+    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 1.0f};
     double stats[3], partial[APPLY_CHUNKS * 3];
-    apply_adamw_observe(params, g, m, v, d, &st, DIRECTION_EMA, 0.9f, off, 1, partial, stats);
+    const float zero = 0.0f;
+    apply_adamw_lookahead(params, g, m, v, d, &st, 0.9f, &zero, &zero, off, 1, partial, stats);
     double dot = 0, dd = 0, uu = 0, bc1 = 1 - pow(0.9, 10), bc2 = 1 - pow(0.95, 10);
     for (int i = 0; i < 1000; i++) {
         double mi = 0.9 * m0[i] + 0.1 * (double)g[i], vi = 0.95 * v0[i] + 0.05 * (double)g[i] * g[i];
         double delta = -1e-4 * ((mi / bc1) / (sqrt(vi / bc2) + 1e-8) + 0.1 * p0[i]);
         cr_assert(fabs(params[i] - (p0[i] + delta)) <= 1e-5 * fabs(delta) + 1.2e-7 * fabs(p0[i]), "theta[%d]", i);
         dot += delta * d0[i]; dd += (double)d0[i] * d0[i]; uu += delta * delta;
-        double want = 0.9 * d0[i] + 0.1 * delta * 3.0;
+        double want = 0.9 * d0[i] + 0.1 * delta;
         cr_assert(fabs(d[i] - want) <= 1e-3 * fabs(want) + 1e-12, "d[%d] %g vs %g", i, d[i], want);
     }
     cr_assert(fabs(stats[0] - dot) <= 1e-3 * fabs(dot), "dot %g vs %g", stats[0], dot);
@@ -289,7 +260,7 @@ Test(apply, lookahead_pass_equals_the_reference_loop_over_steps) {
     double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3];
     for (int t = 1; t <= 4; t++) {  // the betas change between steps, as the schedule and the caps change them
         for (int b = 0; b < NB; b++) { bn[b] = t == 1 ? 0.0f : 0.1f * t + 0.05f * b; }
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 1e-3f, 0.7f};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f};
         reference_lookahead(ref.p, ref.g, ref.m, ref.v, ref.d, off, &st, LOOKAHEAD_GAMMA, bp, bn);
         omp_set_num_threads(2);
         apply_adamw_lookahead(fused.p, fused.g, fused.m, fused.v, fused.d, &st, LOOKAHEAD_GAMMA, bp, bn, off, NB,
@@ -302,25 +273,9 @@ Test(apply, lookahead_pass_equals_the_reference_loop_over_steps) {
     fused_free(&ref); fused_free(&fused);
 }
 
-Test(apply, lookahead_with_zero_betas_is_plain_adamw) {
-    size_t off[NB + 1];
-    off[0] = 0;
-    for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
-    const size_t P = off[NB];
-    FusedState plain, la;
-    fused_state(&plain, off, 5); fused_state(&la, off, 5);
-    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, 3, 3e-4f, 1e-3f, 0.7f};
-    float zero[NB] = {0};
-    double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3];
-    fused_run(&plain, off, &st, DIRECTION_EMA, 2);
-    apply_adamw_lookahead(la.p, la.g, la.m, la.v, la.d, &st, LOOKAHEAD_GAMMA, zero, zero, off, NB, partial, stats);
-    same_bits(la.p, plain.p, P, "params (prefill = AdamW)", 2);
-    fused_free(&plain); fused_free(&la);
-}
-
 Test(lookahead, window_schedule_cap_and_backoff) {
     Lookahead la;
-    lookahead_init(&la, 0.5f, 3.0f, 10, 0.2f, 100, 2);
+    lookahead_init(&la, 0.5f, 3.0f, 10, 80, 2);
     double stats[6] = {0};
     lookahead_plan(&la, 9, 1e-3f, 1e-3f, stats);  // the prefill: no look-ahead
     cr_assert_eq(la.beta_next[0], 0.0f);

@@ -1,7 +1,8 @@
 // Hybrid mode on a tiny GPT-2 (depth 1, vocab 256): in process, Predict steps move the real
-// parameters by exactly the predicted amount and rollback restores them; through ./train_gpt2,
-// memory stays constant over 2,000 steps, a hybrid run resumes bit-exactly, and `--hybrid 0`
-// gives the same losses as no flag.
+// parameters by exactly the predicted amount and rollback restores them, and the fused update with no
+// look-ahead is AdamW; through ./train_gpt2, every phase runs, rollbacks happen and back off, memory stays
+// constant over 2,000 steps, a hybrid run resumes bit-exactly, and `--hybrid 0` (or --hybrid with
+// nothing predicted) gives the baseline's losses.
 #define TESTING
 #include "../train_gpt2.c"
 #include <criterion/criterion.h>
@@ -67,7 +68,7 @@ static char* slurp(const char* path) {
     return s;
 }
 
-// the "loss", "val_loss", "phase" and "predicted_loss" fields of every metrics.jsonl line, concatenated:
+// the "step", "phase", "loss", "val_loss" and "beta" fields of every metrics.jsonl line, concatenated:
 // what must be identical between two runs (times differ)
 static char* loss_fields(const char* dir) {
     char path[512];
@@ -75,7 +76,7 @@ static char* loss_fields(const char* dir) {
     char* text = slurp(path);
     size_t cap = strlen(text) + 1;
     char* out = calloc(cap, 1);
-    static const char* keys[] = {"\"step\": ", "\"phase\": ", "\"loss\": ", "\"val_loss\": ", "\"predicted_loss\": "};
+    static const char* keys[] = {"\"step\": ", "\"phase\": ", "\"loss\": ", "\"val_loss\": ", "\"beta\": "};
     for (char* line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
         for (int k = 0; k < 5; k++) {
             char* p = strstr(line, keys[k]);
@@ -106,9 +107,9 @@ static double summary_number(const char* dir, const char* key) {
 // ----------------------------------------------------------------------------
 // in process: the facade on a real model, as train_gpt2.c drives it
 
-typedef struct { GPT2 model; HybridState h; float* direction; int t; int* x; int* y; } Tiny;
+typedef struct { GPT2 model; HybridState h; float* drift; int t; int* x; int* y; } Tiny;
 
-static void tiny_init(Tiny* s, int direction) {
+static void tiny_init(Tiny* s) {
     gpt2_build_from_random(&s->model, 1, VOCAB, 7);
     gpt2_allocate(&s->model, 2, 16);
     int nb = 12 + 4;
@@ -118,10 +119,9 @@ static void tiny_init(Tiny* s, int direction) {
     cr_assert_eq(offsets[nb], s->model.num_parameters);
     HybridConfig c;
     hybrid_config_default(&c);
-    c.enabled = 1; c.warmup = 3; c.full_steps = 1; c.max_predict_steps = 4; c.confidence_threshold = 0.0f;
-    c.direction = direction;
-    hybrid_init(&s->h, &c, offsets, nb, 100, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd, 7);
-    s->direction = calloc(s->model.num_parameters, sizeof(float));
+    c.enabled = 1; c.warmup = 3; c.predict_steps = 2; c.full_steps = 1;
+    hybrid_init(&s->h, &c, offsets, nb, 100, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
+    s->drift = calloc(s->model.num_parameters, sizeof(float));
     s->t = 0;
     s->x = malloc(32 * sizeof(int)); s->y = malloc(32 * sizeof(int));
     uint64_t rng = 3;
@@ -131,86 +131,75 @@ static void tiny_init(Tiny* s, int direction) {
 static void tiny_free(Tiny* s) {
     hybrid_free(&s->h);
     gpt2_free(&s->model);
-    free(s->direction); free(s->x); free(s->y);
+    free(s->drift); free(s->x); free(s->y);
 }
 
-// one measured step (Full/Warmup/Correct without rollback)
-static void tiny_full(Tiny* s, float lr) {
+// one step of the trainer's protocol on the tiny model (no rollback expected: one batch, a falling loss)
+static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     GPT2* m = &s->model;
+    HybridPlan p = hybrid_plan(&s->h, step, lr);
+    if (p.phase == PHASE_PREDICT) {
+        apply_predict(m->params_memory, m->grads_memory, s->drift, s->h.offsets, s->h.nblocks, p.coef, p.keep);
+        hybrid_report(&s->h, NAN, NAN, 1.0);
+        return p.phase;
+    }
     gpt2_forward(m, s->x, s->y, 2, 16);
+    if (p.check) { cr_assert_eq(hybrid_check(&s->h, m->mean_loss), 0, "step %d rolled back", step); }
     gpt2_zero_grad(m);
     gpt2_backward(m, s->x, s->y, 1.0f);
     float gn = gpt2_grad_norm(m);
     float scale = gn > 1.0f ? 1.0f / gn : 1.0f;
-    s->t++;
-    cr_assert_eq(s->h.lr, lr);
-    hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, s->direction, scale, s->t);
-    hybrid_end_step(&s->h, m->mean_loss, gn, 1.0);
+    hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, s->drift, scale, ++s->t);
+    hybrid_report(&s->h, m->mean_loss, gn, 1.0);
+    return p.phase;
 }
 
-static void predict_moves_exactly_and_rollback_restores(int direction) {
+// a Predict run on the real parameter layout moves every block by exactly fl(c_b * m_i) per step, keeps
+// theta_0 in the gradient buffer, and apply_rollback brings the weights back bit for bit
+Test(hybrid_train, predict_moves_exactly_and_rollback_restores) {
     Tiny s;
-    tiny_init(&s, direction);
+    tiny_init(&s);
     GPT2* m = &s.model;
     size_t P = m->num_parameters;
-    float* before = malloc(P * sizeof(float));
-    float* prev = malloc(P * sizeof(float));
-    int step = 0, predicted = 0;
-    for (; step < 20; step++) {
-        HybridPhase ph = hybrid_begin_step(&s.h, step, 1e-3f);
-        if (ph != PHASE_PREDICT) { tiny_full(&s, 1e-3f); continue; }
-        if (s.h.run_steps == 1) { memcpy(before, m->params_memory, P * sizeof(float)); } // the test's own copy
-        memcpy(prev, m->params_memory, P * sizeof(float));
-        ApplyDirection dir = hybrid_direction(&s.h, s.direction, m->m_memory, m->v_memory);
-        hybrid_apply_predict(&s.h, m->params_memory, m->grads_memory, &dir);
-        // exactly the predicted amount, element by element: theta + fl(coef_b * d_i)
-        size_t moved = 0;
+    float* before = malloc(P * 4);
+    float* prev = malloc(P * 4);
+    int step = 0;
+    while (s.h.pr.loss_n < PREDICT_LOSS_MIN || step < 4) { tiny_step(&s, step, 1e-3f); step++; }
+    for (int k = 0; k < 2; k++, step++) {  // the gap (1 measured step) has passed: a run of 2 starts now
+        HybridPlan p = hybrid_plan(&s.h, step, 1e-3f);
+        cr_assert_eq(p.phase, PHASE_PREDICT, "step %d", step);
+        cr_assert_eq(p.keep, k == 0);
+        if (p.keep) { memcpy(before, m->params_memory, P * 4); }
+        memcpy(prev, m->params_memory, P * 4);
+        apply_predict(m->params_memory, m->grads_memory, s.drift, s.h.offsets, s.h.nblocks, p.coef, p.keep);
         for (int b = 0; b < s.h.nblocks; b++) {
             for (size_t i = s.h.offsets[b]; i < s.h.offsets[b + 1]; i++) {
-                volatile float x = s.h.coef[b] * apply_direction_at(&dir, i);
+                volatile float x = p.coef[b] * s.drift[i];
                 volatile float want = prev[i] + x;
-                cr_assert(m->params_memory[i] == want, "block %d elem %zu: %a vs %a", b, i, m->params_memory[i], (float)want);
-                moved += m->params_memory[i] != prev[i];
+                cr_assert(m->params_memory[i] == want, "block %d elem %zu: %a != %a", b, i, m->params_memory[i], (float)want);
             }
         }
-        cr_assert_gt(moved, P / 4, "a Predict step must move the weights (%zu of %zu moved)", moved, P);
-        hybrid_end_step(&s.h, NAN, NAN, 1.0);
-        predicted++;
-        if (s.h.ctrl.run_done == s.h.ctrl.run_length && s.h.ctrl.run_length >= 2) { break; }
+        hybrid_report(&s.h, NAN, NAN, 1.0);
     }
-    cr_assert_gt(predicted, 1, "no Predict run happened");
-    // the run's loss differs from the loss before it: Predict steps change the model
-    gpt2_forward(m, s.x, s.y, 2, 16);
-    float loss_after = m->mean_loss;
-    hybrid_rollback(&s.h, m->params_memory, m->grads_memory);
-    size_t worst = 0;
-    for (size_t i = 0; i < P; i++) {
-        uint32_t a, b;
-        memcpy(&a, &m->params_memory[i], 4);
-        memcpy(&b, &before[i], 4);
-        size_t d = a > b ? a - b : b - a; // same sign here: ulp distance
-        if (d > worst) { worst = d; }
-    }
-    cr_assert_leq(worst, 1, "rollback off by %zu ulp", worst);
-    gpt2_forward(m, s.x, s.y, 2, 16);
-    cr_assert_neq(loss_after, m->mean_loss);
+    cr_assert(memcmp(m->grads_memory, before, P * 4) == 0, "the gradient buffer must hold theta_0");
+    cr_assert(memcmp(m->params_memory, before, P * 4) != 0, "the Predict run must move the weights");
+    apply_rollback(m->params_memory, m->grads_memory, P);
+    cr_assert(memcmp(m->params_memory, before, P * 4) == 0, "rollback must restore theta_0 bit for bit");
     free(before); free(prev);
     tiny_free(&s);
 }
 
-Test(hybrid_train, predict_moves_exactly_and_rollback_restores_ema) { predict_moves_exactly_and_rollback_restores(DIRECTION_EMA); }
-Test(hybrid_train, predict_moves_exactly_and_rollback_restores_adam) { predict_moves_exactly_and_rollback_restores(DIRECTION_ADAM); }
-
-// the fused pass (hybrid_update) moves the weights and moments exactly as the trainer's plain
-// gpt2_update over several steps, for both directions: hybrid mode costs no accuracy on its Full steps
-static void fused_update_equals_plain(int direction) {
+// hybrid_update with no look-ahead (the drift's prefill) moves the weights and moments exactly as the
+// trainer's plain gpt2_update over several steps, and it measures the update
+Test(hybrid_train, fused_update_equals_plain_adamw) {
     Tiny a, b;
-    tiny_init(&a, direction);
-    tiny_init(&b, direction);
+    tiny_init(&a);
+    tiny_init(&b);
     size_t P = a.model.num_parameters;
-    for (int t = 1; t <= 4; t++) {
+    for (int t = 1; t <= 3; t++) {
         float lr = 1e-3f * (float)t;
-        hybrid_begin_step(&b.h, t - 1, lr);
+        HybridPlan p = hybrid_plan(&b.h, t - 1, lr);
+        cr_assert_eq(p.phase, PHASE_WARMUP);
         for (Tiny* s = &a; s != NULL; s = s == &a ? &b : NULL) {
             gpt2_forward(&s->model, s->x, s->y, 2, 16);
             gpt2_zero_grad(&s->model);
@@ -219,37 +208,58 @@ static void fused_update_equals_plain(int direction) {
         float gn = gpt2_grad_norm(&a.model), scale = gn > 1.0f ? 1.0f / gn : 1.0f;
         gpt2_update(&a.model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, 0.1f, scale, t);
         hybrid_update(&b.h, b.model.params_memory, b.model.grads_memory, b.model.m_memory, b.model.v_memory,
-                      b.direction, scale, t);
+                      b.drift, scale, t);
         cr_assert(memcmp(a.model.params_memory, b.model.params_memory, P * 4) == 0, "step %d: weights differ", t);
         cr_assert(memcmp(a.model.m_memory, b.model.m_memory, P * 4) == 0, "step %d: m differs", t);
         cr_assert(memcmp(a.model.v_memory, b.model.v_memory, P * 4) == 0, "step %d: v differs", t);
         cr_assert_gt(b.h.stats[2], 0.0, "no update measured");
-        hybrid_end_step(&b.h, b.model.mean_loss, gn, 1.0);
+        hybrid_report(&b.h, b.model.mean_loss, gn, 1.0);
     }
     tiny_free(&a); tiny_free(&b);
 }
 
-Test(hybrid_train, fused_update_equals_plain_adamw_ema) { fused_update_equals_plain(DIRECTION_EMA); }
-Test(hybrid_train, fused_update_equals_plain_adamw_adam) { fused_update_equals_plain(DIRECTION_ADAM); }
-
 // ----------------------------------------------------------------------------
 // through the binary
 
+static const char* PREDICT_FLAGS = "--hybrid --hybrid-warmup 5 --predict-steps 2 --full-steps 3";
+
 Test(hybrid_train, all_phases_and_summary) {
     corpus();
-    cr_assert_eq(trainer(DIR "/phases", "-x 60 -v 20 -m 2 --hybrid --hybrid-warmup 5 --max-predict-steps 4 --confidence-threshold 0"), 0);
+    char args[512];
+    snprintf(args, sizeof(args), "-x 60 -v 20 -m 2 %s", PREDICT_FLAGS);
+    cr_assert_eq(trainer(DIR "/phases", args), 0);
     for (int p = 0; p < PHASE_COUNT; p++) {
         char key[32];
         snprintf(key, sizeof(key), "steps_%s", phase_name((HybridPhase)p));
         cr_assert_gt(summary_number(DIR "/phases", key), 0, "no %s steps", key);
     }
+    cr_assert_gt(summary_number(DIR "/phases", "lookahead_steps"), 0);
     char* log = slurp(DIR "/phases.log");
-    cr_assert(strstr(log, "| predict | predicted loss") != NULL);
+    cr_assert(strstr(log, "| predict 1/2 along the drift |") != NULL);
     cr_assert(strstr(log, "hybrid summary") != NULL);
-    cr_assert(strstr(log, "steps without backward") != NULL);
+    cr_assert(strstr(log, "look-ahead: beta0 0.5") != NULL);
     free(log);
-    // backward passes = steps - Predict steps
+    // backward passes = steps - Predict steps; the summary counts the runs' steps
     cr_assert_eq(summary_number(DIR "/phases", "backward"), 60 - summary_number(DIR "/phases", "steps_predict"));
+    cr_assert_eq(summary_number(DIR "/phases", "predict_steps"), summary_number(DIR "/phases", "steps_predict"));
+}
+
+// a threshold no Correct step can pass: every run is rolled back, the run still trains to the end, and
+// the back-off spaces the runs out (fewer runs than without rollbacks)
+Test(hybrid_train, rollbacks_through_the_binary) {
+    corpus();
+    char args[512];
+    snprintf(args, sizeof(args), "-x 80 -v 40 -m 2 %s --divergence-threshold 0.1", PREDICT_FLAGS);
+    cr_assert_eq(trainer(DIR "/rollback", args), 0);
+    snprintf(args, sizeof(args), "-x 80 -v 40 -m 2 %s --divergence-threshold 1000", PREDICT_FLAGS);
+    cr_assert_eq(trainer(DIR "/norollback", args), 0);
+    double rb = summary_number(DIR "/rollback", "rollbacks"), runs = summary_number(DIR "/rollback", "predict_runs");
+    cr_assert_gt(rb, 0, "no rollback at threshold 0.1");
+    cr_assert_eq(summary_number(DIR "/norollback", "rollbacks"), 0);
+    cr_assert_lt(runs, summary_number(DIR "/norollback", "predict_runs"), "rollbacks must back the runs off");
+    char* log = slurp(DIR "/rollback.log");
+    cr_assert(strstr(log, "Predict run rolled back") != NULL);
+    free(log);
 }
 
 Test(hybrid_train, hybrid_0_equals_no_flag) {
@@ -262,34 +272,54 @@ Test(hybrid_train, hybrid_0_equals_no_flag) {
     free(a); free(b);
 }
 
+// the look-ahead with no look-ahead (--lookahead 0) and no Predict runs trains exactly as the baseline:
+// the fused pass is AdamW, bit for bit
+Test(hybrid_train, hybrid_with_nothing_predicted_equals_the_baseline) {
+    corpus();
+    cr_assert_eq(trainer(DIR "/base", "-x 30 -v 10 -m 2"), 0);
+    cr_assert_eq(trainer(DIR "/zero", "-x 30 -v 10 -m 2 --hybrid --lookahead 0"), 0);
+    char *a = loss_fields(DIR "/base"), *b = loss_fields(DIR "/zero");
+    cr_assert_gt(strlen(a), 100);
+    // the phase names differ (warmup/full against full): compare the losses only
+    char *pa = a, *pb = b;
+    int lines = 0;
+    while ((pa = strstr(pa, "\"loss\": ")) != NULL && (pb = strstr(pb, "\"loss\": ")) != NULL) {
+        cr_assert_eq(strncmp(pa, pb, strcspn(pa, ";")), 0, "loss line %d differs", lines);
+        pa++; pb++; lines++;
+    }
+    cr_assert_eq(lines, 30);
+    free(a); free(b);
+}
+
 Test(hybrid_train, resume_is_bit_exact, .timeout = 600) {
     corpus();
-    // a checkpoint every step: the value test probes only the first runs (2% of the schedule), so the
-    // checkpoints inside a Predict run, after its Correct step (a probe pair open) and after the pair
-    // completes all lie in the first steps
-    const char* flags = "-x 45 -v 15 -m 2 -n 1 --hybrid --hybrid-warmup 4 --max-predict-steps 4 --confidence-threshold 0";
+    // a checkpoint every step, resumed from several of them: inside the drift's prefill, inside a Predict run,
+    // on a Correct step, inside the look-ahead's window, after it
+    char flags[512];
+    snprintf(flags, sizeof(flags), "-x 45 -v 15 -m 2 -n 1 %s", PREDICT_FLAGS);
     cr_assert_eq(trainer(DIR "/full", flags), 0);
     char* want = loss_fields(DIR "/full");
     cr_assert(strstr(want, "predict") != NULL);
-    // resume from several checkpoints, some of them in the middle of a Predict run
     int mid_run = 0;
-    const int froms[] = {5, 6, 7, 8, 9, 20, 35};
+    const int froms[] = {3, 15, 16, 17, 18, 19, 20, 35};
     for (int f = 0; f < (int)(sizeof(froms) / sizeof(froms[0])); f++) {
         int from = froms[f];
         char cmd[1024];
         snprintf(cmd, sizeof(cmd), "rm -rf " DIR "/resume && cp -r " DIR "/full " DIR "/resume && cd " DIR "/resume && "
                  "for f in DONE_*; do s=$(echo $f | sed 's/DONE_0*//'); [ \"$s\" -gt %d ] && rm $f; done; true", from);
         cr_assert_eq(system(cmd), 0);
-        char args[512];
+        char args[600];
         snprintf(args, sizeof(args), "%s -y 1", flags);
         cr_assert_eq(trainer(DIR "/resume", args), 0, "resume from %d failed", from);
         char* got = loss_fields(DIR "/resume");
         cr_assert_str_eq(got, want, "resume from step %d differs", from);
         free(got);
-        // was that checkpoint inside a Predict run? (the next step is predict or correct)
-        char line[64];
+        // was that checkpoint inside a Predict run? (the step after it is the run's second Predict step)
+        char line[96];
         snprintf(line, sizeof(line), "\"step\": %d;\"phase\": \"predict\"", from);
-        mid_run += strstr(want, line) != NULL;
+        char next[96];
+        snprintf(next, sizeof(next), "\"step\": %d;\"phase\": \"predict\"", from + 1);
+        mid_run += strstr(want, line) != NULL && strstr(want, next) != NULL;
     }
     cr_assert_gt(mid_run, 0, "no checkpoint fell inside a Predict run; the test must cover that case");
     free(want);
@@ -297,13 +327,12 @@ Test(hybrid_train, resume_is_bit_exact, .timeout = 600) {
 
 Test(hybrid_train, memory_constant_over_2000_steps, .timeout = 600) {
     corpus();
-    const char* flags = "-v 0 --hybrid --hybrid-warmup 5 --max-predict-steps 4 --confidence-threshold 0 --predictor rssm";
     char args[512];
-    snprintf(args, sizeof(args), "-x 50 %s", flags);
+    snprintf(args, sizeof(args), "-x 50 -v 0 %s", PREDICT_FLAGS);
     cr_assert_eq(trainer(DIR "/rss50", args), 0);
-    snprintf(args, sizeof(args), "-x 2000 %s", flags);
+    snprintf(args, sizeof(args), "-x 2000 -v 0 %s", PREDICT_FLAGS);
     cr_assert_eq(trainer(DIR "/rss2000", args), 0);
     double a = summary_number(DIR "/rss50", "peak_rss_mib"), b = summary_number(DIR "/rss2000", "peak_rss_mib");
     cr_assert(fabs(a - b) <= 1.0, "peak RSS %.2f MiB after 50 steps, %.2f MiB after 2000", a, b);
-    cr_assert_gt(summary_number(DIR "/rss2000", "steps_predict"), 500);
+    cr_assert_gt(summary_number(DIR "/rss2000", "steps_predict"), 300);
 }

@@ -1,7 +1,8 @@
-// dev/cuda/hybrid_apply.cu — hybrid mode's kernels (Predict, rollback, AdamW fused with the statistics)
-// against the CPU loops of hybrid/apply.h, which are the reference: Predict and rollback must match bit
-// for bit; the fused AdamW must equal the plain AdamW kernel bit for bit and the CPU pass to fp32
-// rounding, its statistics to 1e-3 (an ulp of an update; the GPU sums in another fixed order). Then timings.
+// dev/cuda/hybrid_apply.cu — hybrid mode's kernels (Predict along the drift, rollback, AdamW fused with the
+// drift, the look-ahead and the statistics) against the CPU loops of hybrid/apply.h, which are the
+// reference: Predict and rollback must match bit for bit; the fused AdamW with a zero look-ahead must equal
+// the plain AdamW kernel bit for bit, and the CPU pass to fp32 rounding, its statistics to 1e-3 (an ulp of
+// an update; the GPU sums in another fixed order). Then timings.
 // make dev/cuda/hybrid_apply && ./dev/cuda/hybrid_apply
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/hybrid_apply.cuh"
@@ -31,23 +32,19 @@ int main(void) {
     float* d_coef = to_device_f(coef, nblocks);
     cudaCheck(cudaMemcpy(d_off, offsets, (nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
 
-    for (int kind = DIRECTION_EMA; kind <= DIRECTION_ADAM; kind++) {
+    {
         // three Predict steps, the first keeping theta_0, on the GPU and with the CPU loop
         float* ref = (float*)mallocCheck(P * sizeof(float));
         float* keep = (float*)mallocCheck(P * sizeof(float));
         memcpy(ref, theta, P * sizeof(float));
         cudaCheck(cudaMemcpy(d_theta, theta, P * sizeof(float), cudaMemcpyHostToDevice));
-        ApplyDirection host_dir = {kind, d, m, v, 0.271f, 0.0975f, 1e-8f, -3e-4f};
-        ApplyDirection dev_dir = host_dir;
-        dev_dir.d = d_d; dev_dir.m = d_m; dev_dir.v = d_v;
         for (int k = 0; k < 3; k++) {
-            apply_predict(ref, keep, &host_dir, offsets, nblocks, coef, k == 0);
-            hybrid_predict(d_theta, d_x, d_keep, dev_dir, d_off, nblocks, d_coef, 0, P, k == 0, 42u, 0);
+            apply_predict(ref, keep, d, offsets, nblocks, coef, k == 0);
+            hybrid_predict(d_theta, d_x, d_keep, d_d, d_off, nblocks, d_coef, 0, P, k == 0, 42u, 0);
         }
         float* got = from_device_f(d_theta, P);
         int same = memcmp(got, ref, P * sizeof(float)) == 0;
-        printf("%-34s %s\n", kind == DIRECTION_EMA ? "predict x3 (ema), bit-exact" : "predict x3 (adam), bit-exact",
-               same ? "OK" : "FAIL");
+        printf("%-34s %s\n", "predict x3 along the drift, bit-exact", same ? "OK" : "FAIL");
         ok &= same;
         ok &= check_close("floatX copy of the predicted", from_device_x(d_x, P), ref, P, 0.0f, 1.0f / 128);
         hybrid_rollback_device(d_theta, d_x, d_keep, 0, P, 42u, 0);
@@ -58,11 +55,11 @@ int main(void) {
         free(ref); free(keep); free(got); free(back);
     }
 
-    // a measured step: AdamW fused with the statistics and the EMA update, ema and adam, against
+    // a measured step with a zero look-ahead (the drift's prefill) against
     // (1) the plain AdamW kernel on the GPU: the same weights, moments and floatX copy, bit for bit;
-    // (2) the CPU pass apply_adamw_observe: weights to a few ulp (gcc and nvcc may fuse other
-    //     multiply-adds), so dtheta = theta' - theta may differ by an ulp of theta (~1e-3 of dtheta here):
-    //     statistics to 1e-3 relative, the direction to 1e-8 absolute
+    // (2) the CPU pass apply_adamw_lookahead: weights to a few ulp (gcc and nvcc may fuse other
+    //     multiply-adds), so delta = theta' - theta may differ by an ulp of theta (~1e-3 of delta here):
+    //     statistics to 1e-3 relative, the drift to 1e-8 absolute
     float wd[nblocks];
     for (int b = 0; b < nblocks; b++) { wd[b] = b % 2 ? 0.1f : 0.0f; }
     float* d_wd = to_device_f(wd, nblocks);
@@ -71,21 +68,24 @@ int main(void) {
     float *d_p2 = (float*)cudaMallocCheck(P * sizeof(float)), *d_m2 = (float*)cudaMallocCheck(P * sizeof(float));
     float* d_v2 = (float*)cudaMallocCheck(P * sizeof(float));
     floatX* d_x2 = (floatX*)cudaMallocCheck(P * sizeof(floatX));
-    for (int kind = DIRECTION_EMA; kind <= DIRECTION_ADAM; kind++) {
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 3e-4f, 0.7f};
+    {
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 0.7f};
+        float zeros[2 * nblocks] = {0};
+        float* d_zeros = to_device_f(zeros, 2 * nblocks);
         ApplyAdamStep dst = st;
         dst.weight_decay = d_wd;
         float *pr = (float*)mallocCheck(P * 4), *mr = (float*)mallocCheck(P * 4), *vr = (float*)mallocCheck(P * 4);
         float* dref = (float*)mallocCheck(P * 4);
         memcpy(pr, theta, P * 4); memcpy(mr, m, P * 4); memcpy(vr, v, P * 4); memcpy(dref, d, P * 4);
         double stats_ref[nblocks * 3], part_ref[nblocks * APPLY_CHUNKS * 3];
-        apply_adamw_observe(pr, g, mr, vr, dref, &st, kind, 0.98f, offsets, nblocks, part_ref, stats_ref);
+        apply_adamw_lookahead(pr, g, mr, vr, dref, &st, LOOKAHEAD_GAMMA, zeros, zeros + nblocks, offsets, nblocks,
+                              part_ref, stats_ref);
         cudaCheck(cudaMemcpy(d_d, d, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_theta, theta, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m, m, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_v, v, P * 4, cudaMemcpyHostToDevice));
-        hybrid_adamw_observe_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, kind, 0.98f, NULL, d_off,
-                                    nblocks, 0, P, 42u, 0);
+        hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, LOOKAHEAD_GAMMA, d_zeros,
+                                      d_off, nblocks, 0, P, 42u, 0);
         // the plain kernel, one launch per block as the trainer's gpt2_update (one per tensor)
         cudaCheck(cudaMemcpy(d_p2, theta, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m2, m, P * 4, cudaMemcpyHostToDevice));
@@ -100,8 +100,7 @@ int main(void) {
         float *vf = from_device_f(d_v, P), *vp = from_device_f(d_v2, P);
         float *xf = from_device_x(d_x, P), *xp = from_device_x(d_x2, P);
         int same = !memcmp(pf, pp, P * 4) && !memcmp(mf, mp, P * 4) && !memcmp(vf, vp, P * 4) && !memcmp(xf, xp, P * 4);
-        printf("%-34s %s\n", kind == DIRECTION_EMA ? "fused adamw (ema) = plain, bits" : "fused adamw (adam) = plain, bits",
-               same ? "OK" : "FAIL");
+        printf("%-34s %s\n", "fused adamw (no look-ahead) = plain, bits", same ? "OK" : "FAIL");
         ok &= same;
         ok &= check_close("fused adamw weights vs CPU", pf, pr, P, 1e-7f, 1e-6f);
         double stats[nblocks * 3];
@@ -113,17 +112,17 @@ int main(void) {
                 sok = 0;
             }
         }
-        printf("%-34s %s\n", kind == DIRECTION_EMA ? "fused stats vs CPU (ema)" : "fused stats vs CPU (adam)",
-               sok ? "OK" : "FAIL");
+        printf("%-34s %s\n", "fused stats vs CPU", sok ? "OK" : "FAIL");
         ok &= sok;
-        ok &= check_close("direction vs CPU", from_device_f(d_d, P), dref, P, 1e-8f, 1e-5f);
+        ok &= check_close("drift vs CPU", from_device_f(d_d, P), dref, P, 1e-8f, 1e-5f);
+        cudaCheck(cudaFree(d_zeros));
         free(pr); free(mr); free(vr); free(dref); free(pf); free(pp); free(mf); free(mp); free(vf); free(vp);
         free(xf); free(xp);
     }
-    // the look-ahead (apply_adamw_lookahead): the same pass with d as the drift and beta_next * m added;
+    // the look-ahead (apply_adamw_lookahead): the same pass with beta_prev and beta_next * d added;
     // weights to a few ulp of the CPU loop (as above), the drift to 1e-8 absolute
     {
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 3e-4f, 0.7f};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 0.7f};
         ApplyAdamStep dst = st;
         dst.weight_decay = d_wd;
         float betas[2 * nblocks];
@@ -139,8 +138,8 @@ int main(void) {
         cudaCheck(cudaMemcpy(d_theta, theta, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m, m, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_v, v, P * 4, cudaMemcpyHostToDevice));
-        hybrid_adamw_observe_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, DIRECTION_EMA,
-                                    LOOKAHEAD_GAMMA, d_betas, d_off, nblocks, 0, P, 42u, 0);
+        hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, LOOKAHEAD_GAMMA, d_betas,
+                                      d_off, nblocks, 0, P, 42u, 0);
         ok &= check_close("look-ahead weights vs CPU", from_device_f(d_theta, P), pr, P, 1e-7f, 1e-6f);
         ok &= check_close("look-ahead drift vs CPU", from_device_f(d_d, P), dref, P, 1e-8f, 1e-5f);
         free(pr); free(mr); free(vr); free(dref);
@@ -148,14 +147,18 @@ int main(void) {
     }
     // timing: the fused pass vs the plain AdamW kernel over all blocks
     {
-        ApplyAdamStep dst = {0.9f, 0.95f, 1e-8f, d_wd, 5, 2e-4f, 3e-4f, 0.7f};
+        ApplyAdamStep dst = {0.9f, 0.95f, 1e-8f, d_wd, 5, 2e-4f, 0.7f};
+        float betas[2 * nblocks];
+        for (int b = 0; b < 2 * nblocks; b++) { betas[b] = 0.3f; }
+        float* d_betas = to_device_f(betas, 2 * nblocks);
         float ms_fused = time_ms([&] {
-            hybrid_adamw_observe_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, DIRECTION_EMA, 0.98f,
-                                        NULL, d_off, nblocks, 0, P, 1u, 0); }, 20);
+            hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, LOOKAHEAD_GAMMA,
+                                          d_betas, d_off, nblocks, 0, P, 1u, 0); }, 20);
         float ms_plain = time_ms([&] {
             adamw_update(d_p2, d_x2, d_g, d_m2, d_v2, P, 0, 2e-4f, 0.9f, 0.95f, 5, 1e-8f, 0.1f, 0.7f, 1u, 0); }, 20);
-        printf("AdamW over %zu params: plain %.4f ms, fused with the hybrid statistics (ema) %.4f ms\n", P, ms_plain,
+        printf("AdamW over %zu params: plain %.4f ms, fused with the drift and the look-ahead %.4f ms\n", P, ms_plain,
                ms_fused);
+        cudaCheck(cudaFree(d_betas));
     }
     cudaCheck(cudaFree(d_stats)); cudaCheck(cudaFree(d_part)); cudaCheck(cudaFree(d_wd));
     cudaCheck(cudaFree(d_p2)); cudaCheck(cudaFree(d_m2)); cudaCheck(cudaFree(d_v2)); cudaCheck(cudaFree(d_x2));
@@ -172,8 +175,7 @@ int main(void) {
     for (size_t n = (size_t)1 << 22; n <= Pmax; n <<= 1) {
         size_t off2[2] = {0, n};
         cudaCheck(cudaMemcpy(d_off, off2, sizeof(off2), cudaMemcpyHostToDevice));
-        ApplyDirection dir = {DIRECTION_EMA, bigd, NULL, NULL, 1.0f, 1.0f, 1e-8f, -1.0f};
-        float ms = time_ms([&] { hybrid_predict(big, bigx, bigk, dir, d_off, 1, d_coef, 0, n, 0, 1u, 0); }, 10);
+        float ms = time_ms([&] { hybrid_predict(big, bigx, bigk, bigd, d_off, 1, d_coef, 0, n, 0, 1u, 0); }, 10);
         printf("%12zu %10.4f %10.1f\n", n, ms, (double)n * (3 * 4 + sizeof(floatX)) / (ms * 1e-3) / 1e9);
     }
     printf("%s\n", ok ? "hybrid_apply: all checks passed" : "hybrid_apply: FAILED");
