@@ -1,10 +1,11 @@
 /*
  * dev/bench_hybrid.c — the per-element passes of hybrid mode against the memory bandwidth, as `make bench`
  * measures them: on a random-init dN model (GPT-2 vocab), the median time of the plain AdamW update
- * (gpt2_update), the same update fused with hybrid mode's statistics (hybrid_update, ema and adam
- * directions), and a Predict step (hybrid_apply_predict: a run's first step, which also writes the rollback
- * copy, and a later one), next to a bandwidth probe a += s*b over buffers far larger than the caches, with
- * the same threads. Bytes are counted as STREAM counts them (each float read or written once).
+ * (gpt2_update), the same update fused with hybrid mode's drift and look-ahead (hybrid_update, what every
+ * measured step of hybrid mode runs instead), a Predict step (apply_predict: a run's first step, which also
+ * keeps theta_0 for the rollback, and a later one) and a rollback (apply_rollback), next to a bandwidth
+ * probe a += s*b over buffers far larger than the caches, with the same threads. Bytes are counted as
+ * STREAM counts them (each float read or written once).
  * Every round runs each pass once, in turn (medians over the rounds after warm-up), so that on a shared
  * machine all of them see the same moments. Run it as the trainer runs (OMP_WAIT_POLICY=passive).
  * Prints a table and one JSON line.
@@ -15,7 +16,7 @@
 
 #define MAX_REPS 64
 #define WARMUP 3
-#define NPASS 8
+#define NPASS 6
 
 static double median(double* x, int n) {  // insertion sort: n is small
     for (int i = 1; i < n; i++) {
@@ -59,61 +60,59 @@ int main(int argc, char** argv) {
     size_t* offsets = (size_t*)mallocCheck((size_t)(nb + 1) * sizeof(size_t));
     float* wd = (float*)mallocCheck((size_t)nb * sizeof(float));
     gpt2_param_blocks(&model.config, offsets, wd, 0.1f);
-    float* direction = (float*)mallocCheck(P * sizeof(float));
+    float* drift = (float*)mallocCheck(P * sizeof(float));
     float* keep = (float*)mallocCheck(P * sizeof(float));
-    fill(direction, P, 1e-3f, 4);
-    HybridConfig hc[2];
-    HybridState h[2];
-    for (int k = 0; k < 2; k++) {
-        hybrid_config_default(&hc[k]);
-        hc[k].enabled = 1;
-        hc[k].direction = k == 0 ? DIRECTION_EMA : DIRECTION_ADAM;
-        hybrid_init(&h[k], &hc[k], offsets, nb, 1000, 1e-3f, 0.9f, 0.95f, 1e-8f, wd, 1); // the trainer's AdamW
-        h[k].lr = 1e-3f;
-        for (int b = 0; b < nb; b++) { h[k].coef[b] = 0.5f; }
-    }
+    fill(drift, P, 1e-3f, 4);
+    // hybrid mode as the trainer runs it (the look-ahead on, Predict runs of 2 steps), with a look-ahead in
+    // every block: the fused pass does the same work whatever the betas, non-zero ones keep it honest
+    HybridConfig hc;
+    hybrid_config_default(&hc);
+    hc.enabled = 1;
+    hc.predict_steps = 2;
+    HybridState h;
+    hybrid_init(&h, &hc, offsets, nb, 1000, 1e-3f, 0.9f, 0.95f, 1e-8f, wd); // the trainer's AdamW
+    h.lr = 1e-3f;
+    float* coef = (float*)mallocCheck((size_t)nb * sizeof(float));
+    for (int b = 0; b < nb; b++) { h.la.beta_prev[b] = 0.25f; h.la.beta_next[b] = 0.25f; coef[b] = 0.5f; }
     // the probe over two buffers of >= 128 MiB each (far past any cache here), or the model's size
     size_t tn = P > ((size_t)32 << 20) ? P : ((size_t)32 << 20);
     float *ta = (float*)mallocCheck(tn * 4), *tb = (float*)mallocCheck(tn * 4);
     fill(ta, tn, 1.0f, 5); fill(tb, tn, 1e-3f, 6);
 
     // rounds of every pass in turn, so that all of them see the same moments of a shared machine
-    ApplyDirection dirs[2];
-    for (int k = 0; k < 2; k++) { dirs[k] = hybrid_direction(&h[k], direction, model.m_memory, model.v_memory); }
     double times[NPASS][MAX_REPS];
     int step = 10;
     for (int r = 0; r < WARMUP + reps; r++) {
         for (int pass = 0; pass < NPASS; pass++) {
-            int k = pass % 2;  // ema, adam
             double t0 = omp_get_wtime();
             switch (pass) {
                 case 0: axpy(ta, tb, tn, (r % 2) ? 1.0f : -1.0f); break;
                 case 1: gpt2_update(&model, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step++); break;
-                case 2: case 3:
-                    hybrid_update(&h[k], model.params_memory, model.grads_memory, model.m_memory, model.v_memory,
-                                  direction, 1.0f, step++);
+                case 2:  // a measured step: AdamW fused with the drift and the look-ahead
+                    hybrid_update(&h, model.params_memory, model.grads_memory, model.m_memory, model.v_memory, drift,
+                                  1.0f, step++);
                     break;
-                default:  // 4, 5: a run's first Predict step (writes the rollback copy); 6, 7: a later one
-                    h[k].run_steps = pass < 6 ? 1 : 2;
-                    hybrid_apply_predict(&h[k], model.params_memory, keep, &dirs[k]);
+                case 3:  // a run's first Predict step: also writes theta_0 to the keep buffer
+                case 4:  // a later one
+                    apply_predict(model.params_memory, keep, drift, h.offsets, h.nblocks, coef, pass == 3);
+                    break;
+                default: // the rollback of a run: theta_0 back from the keep buffer
+                    apply_rollback(model.params_memory, keep, P);
             }
             if (r >= WARMUP) { times[pass][r - WARMUP] = omp_get_wtime() - t0; }
         }
     }
     double t[NPASS];
     for (int pass = 0; pass < NPASS; pass++) { t[pass] = median(times[pass], reps); }
-    double t_probe = t[0], t_plain = t[1], t_fused[2] = {t[2], t[3]};
-    double t_pred_first[2] = {t[4], t[5]}, t_pred[2] = {t[6], t[7]};
+    double t_probe = t[0], t_plain = t[1], t_fused = t[2], t_pred_first = t[3], t_pred = t[4], t_rollback = t[5];
     double bw = 3.0 * 4.0 * tn / t_probe / 1e9;  // GB/s
     // floats per parameter read + written by each pass
     struct { const char* name; double s; int floats; } rows[] = {
         {"AdamW, plain (gpt2_update)", t_plain, 7},
-        {"AdamW + hybrid stats, ema", t_fused[0], 9},
-        {"AdamW + hybrid stats, adam", t_fused[1], 7},
-        {"Predict, ema, run's first step", t_pred_first[0], 4},
-        {"Predict, ema, later step", t_pred[0], 3},
-        {"Predict, adam, run's first step", t_pred_first[1], 5},
-        {"Predict, adam, later step", t_pred[1], 4},
+        {"AdamW + drift + look-ahead (hybrid_update)", t_fused, 9},
+        {"Predict, run's first step", t_pred_first, 4},
+        {"Predict, later step", t_pred, 3},
+        {"Rollback (apply_rollback)", t_rollback, 2},
     };
     const char* core = openblas_get_corename();
     printf("d%d: %zu parameters in %d blocks, %d threads, OpenBLAS core %s; medians of %d after %d warm-up\n", depth, P,
@@ -128,12 +127,12 @@ int main(int argc, char** argv) {
                bytes / rows[r].s / 1e9, 100.0 * bytes / rows[r].s / 1e9 / bw);
     }
     printf("{\"depth\": %d, \"params\": %zu, \"threads\": %d, \"blas_core\": \"%s\", \"probe_gbs\": %.3f, "
-           "\"adamw_ms\": %.4f, \"fused_ema_ms\": %.4f, \"fused_adam_ms\": %.4f, \"predict_ema_first_ms\": %.4f, "
-           "\"predict_ema_ms\": %.4f, \"predict_adam_first_ms\": %.4f, \"predict_adam_ms\": %.4f}\n",
-           depth, P, omp_get_max_threads(), core, bw, t_plain * 1e3, t_fused[0] * 1e3, t_fused[1] * 1e3,
-           t_pred_first[0] * 1e3, t_pred[0] * 1e3, t_pred_first[1] * 1e3, t_pred[1] * 1e3);
-    for (int k = 0; k < 2; k++) { hybrid_free(&h[k]); }
-    free(offsets); free(wd); free(direction); free(keep); free(ta); free(tb);
+           "\"adamw_ms\": %.4f, \"fused_ms\": %.4f, \"predict_first_ms\": %.4f, \"predict_ms\": %.4f, "
+           "\"rollback_ms\": %.4f}\n",
+           depth, P, omp_get_max_threads(), core, bw, t_plain * 1e3, t_fused * 1e3, t_pred_first * 1e3, t_pred * 1e3,
+           t_rollback * 1e3);
+    hybrid_free(&h);
+    free(offsets); free(wd); free(drift); free(keep); free(coef); free(ta); free(tb);
     gpt2_free(&model);
     return 0;
 }

@@ -82,6 +82,7 @@ static inline void lookahead_plan(Lookahead* la, int step, float lr, float lr_pe
     for (int b = 0; b < la->nblocks; b++) {
         float bb = beta;
         double mm = stats[3 * b + 1], uu = stats[3 * b + 2];
+        if (mm == 0.0 && uu == 0.0) { bb = 0.0f; }  // no measured pass (a skipped step): no cap to bound it by
         if (bb > 0.0f && mm > 0.0 && (double)bb * bb * mm > (double)LOOKAHEAD_CAP * LOOKAHEAD_CAP * uu) {
             bb = (float)(LOOKAHEAD_CAP * sqrt(uu / mm));
             la->capped++;
@@ -144,6 +145,14 @@ static inline void lookahead_io(HybridIO* io, Lookahead* la) {
     hio_f64(io, &la->beta_sum);
     hio_f64(io, &la->cos_sum);
     hio_i32(io, &la->n_cos);
+    if (!io->writing && !io->failed) {  // values no run produces (see predict_io)
+        int ok = la->backoff > 0.0f && la->backoff <= 1.0f && isfinite(la->gn_mean) && isfinite(la->gn_var) &&
+                 la->gn_var >= 0.0 && la->gn_n >= 0 && la->gn_n < (1 << 30) && la->active_steps >= 0 &&
+                 la->active_steps < (1 << 30) && la->jumps >= 0 && la->jumps < (1 << 30) && la->capped >= 0 &&
+                 la->capped < (1 << 30) && la->n_cos >= 0 && la->n_cos < (1 << 30);
+        for (int b = 0; b < la->nblocks && ok; b++) { ok = isfinite(la->beta_prev[b]) && isfinite(la->beta_next[b]); }
+        if (!ok) { hio_fail(io, "look-ahead state out of range"); }
+    }
 }
 
 #endif // HYBRID_LOOKAHEAD_H

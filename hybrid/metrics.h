@@ -90,6 +90,9 @@ static inline void metrics_io(HybridIO* io, HybridMetrics* m) {
     hio_i32s(io, m->steps, PHASE_COUNT);
     hio_f64s(io, m->ms, PHASE_COUNT);
     hio_f64(io, &m->decide_ms);
+    for (int p = 0; p < PHASE_COUNT && !io->writing && !io->failed; p++) {
+        if (m->steps[p] < 0 || m->steps[p] >= (1 << 30)) { hio_fail(io, "step counts out of range"); }
+    }
 }
 
 #endif // HYBRID_METRICS_H

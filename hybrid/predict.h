@@ -131,6 +131,15 @@ static inline void predict_io(HybridIO* io, PredictRuns* pr) {
     hio_i32(io, &pr->runs);
     hio_i32(io, &pr->steps);
     hio_i32(io, &pr->rollbacks);
+    // a file whose checksum holds can still carry values no run produces: refuse them rather than let the
+    // gap's doubling or a counter overflow
+    if (!io->writing && !io->failed) {
+        int ok = pr->gap >= pr->every && pr->gap <= PREDICT_MAX_GAP * pr->every && pr->since >= 0 && pr->since < (1 << 30) &&
+                 pr->loss_n >= 0 && pr->loss_n < (1 << 30) && isfinite(pr->loss_mean) && isfinite(pr->loss_var) &&
+                 pr->loss_var >= 0.0 && pr->runs >= 0 && pr->runs < (1 << 30) && pr->steps >= 0 &&
+                 pr->steps < (1 << 30) && pr->rollbacks >= 0 && pr->rollbacks < (1 << 30);
+        if (!ok) { hio_fail(io, "predict run state out of range"); }
+    }
 }
 
 #endif // HYBRID_PREDICT_H

@@ -31,8 +31,8 @@ def die(msg):
 
 STUDY_KEYS = {"name", "trainer", "results", "seeds", "lr", "args", "baseline", "hybrid", "arms",
               "target_val_loss", "description"}
-RESERVED_FLAGS = {"-o", "--seed", "-l", "--hybrid", "--predictor", "-y"}  # set per run by the runner
-KINDS = ("baseline", "hybrid", "control")  # plus "matched": the shorter baselines of baseline.matched_fractions
+RESERVED_FLAGS = {"-o", "--seed", "-l", "--hybrid", "-y"}  # set per run by the runner
+KINDS = ("baseline", "hybrid")  # plus "matched": the shorter baselines of baseline.matched_fractions
 
 
 def load_config(path):
@@ -86,17 +86,13 @@ def validate_config(cfg, path="config"):
     for sec in ("baseline", "hybrid"):
         s = cfg.get(sec, {})
         _check(isinstance(s, dict), path, f"'{sec}' must be an object")
-        allowed = {"lr_mults", "args"} | ({"predictors"} if sec == "hybrid" else {"matched_fractions", "matched_lr_mult"})
+        allowed = {"lr_mults", "args"} | (set() if sec == "hybrid" else {"matched_fractions", "matched_lr_mult"})
         _check(not (set(s) - allowed), path, f"'{sec}': unknown key(s) {sorted(set(s) - allowed)}")
         mults = s.get("lr_mults", [])
         _check(isinstance(mults, list) and all(isinstance(m, (int, float)) and m > 0 for m in mults), path,
                f"'{sec}.lr_mults' must be a list of positive numbers")
         _check_args(s.get("args", {}), path, f"{sec}.args")
-        if sec == "hybrid":
-            preds = s.get("predictors", [])
-            _check(isinstance(preds, list) and all(isinstance(p, str) and p for p in preds), path,
-                   "'hybrid.predictors' must be a list of predictor names")
-        else:
+        if sec == "baseline":
             fr = s.get("matched_fractions", [])
             _check(isinstance(fr, list) and all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1
                                                 for f in fr), path, "'baseline.matched_fractions' must be a list of numbers in (0, 1)")
@@ -107,13 +103,12 @@ def validate_config(cfg, path="config"):
     for i, a in enumerate(cfg.get("arms", [])):
         where = f"arms[{i}]"
         _check(isinstance(a, dict), path, f"{where} must be an object")
-        _check(not (set(a) - {"name", "kind", "lr_mult", "predictor", "args"}), path,
-               f"{where}: unknown key(s) {sorted(set(a) - {'name', 'kind', 'lr_mult', 'predictor', 'args'})}")
+        _check(not (set(a) - {"name", "kind", "lr_mult", "args"}), path,
+               f"{where}: unknown key(s) {sorted(set(a) - {'name', 'kind', 'lr_mult', 'args'})}")
         _check(isinstance(a.get("name"), str) and a["name"].replace("_", "").replace("-", "").replace(".", "").isalnum(),
                path, f"{where}: 'name' must be letters, digits, '_', '-', '.'")
         _check(a.get("kind") in KINDS, path, f"{where}: 'kind' must be one of {KINDS}")
         _check(isinstance(a.get("lr_mult", 1), (int, float)) and a.get("lr_mult", 1) > 0, path, f"{where}: bad 'lr_mult'")
-        _check(a.get("predictor") is None or isinstance(a.get("predictor"), str), path, f"{where}: 'predictor' must be a name")
         _check_args(a.get("args", {}), path, f"{where}.args")
     arms = build_arms(cfg)
     _check(arms, path, "the study has no arms")
@@ -148,41 +143,36 @@ def mult_tag(m):
 
 
 def build_arms(cfg):
-    """The study's arms, each {name, kind, lr_mult, lr, predictor, argv}; argv lacks -o and --seed."""
+    """The study's arms, each {name, kind, lr_mult, lr, argv}; argv lacks -o and --seed."""
     arms = []
     base_lr = float(cfg["lr"])
 
-    def add(name, kind, mult, predictor, extra):
+    def add(name, kind, mult, extra):
         args = dict(cfg.get("args", {}))
         args.update(extra)
         args["-l"] = base_lr * mult
         plain = kind in ("baseline", "matched")
         if not plain:
             args["--hybrid"] = 1
-            if predictor:
-                args["--predictor"] = predictor
-        arms.append({"name": name, "kind": kind, "lr_mult": mult, "lr": base_lr * mult,
-                     "predictor": None if plain else predictor, "argv": flags_to_argv(args)})
+        arms.append({"name": name, "kind": kind, "lr_mult": mult, "lr": base_lr * mult, "argv": flags_to_argv(args)})
 
     b = cfg.get("baseline", {})
     for m in b.get("lr_mults", []):
-        add(f"baseline_lr{mult_tag(m)}", "baseline", m, None, b.get("args", {}))
+        add(f"baseline_lr{mult_tag(m)}", "baseline", m, b.get("args", {}))
     # matched-length baselines: the same schedule shape (own warm-up and full decay) over fewer steps,
     # the points of the curve "final val loss vs backward passes" that rho is read from
     mm = b.get("matched_lr_mult", 1)
     for f in b.get("matched_fractions", []):
         steps = int(round(f * cfg["args"]["-x"]))
-        add(f"matched_lr{mult_tag(mm)}_x{int(round(100 * f))}", "matched", mm, None, dict(b.get("args", {}), **{"-x": steps}))
+        add(f"matched_lr{mult_tag(mm)}_x{int(round(100 * f))}", "matched", mm, dict(b.get("args", {}), **{"-x": steps}))
         arms[-1]["full_arm"] = f"baseline_lr{mult_tag(mm)}"
     h = cfg.get("hybrid", {})
     for m in h.get("lr_mults", []):
-        for p in h.get("predictors", []):
-            kind = "control" if p == "momentum" else "hybrid"
-            add(f"{kind}_{p}_lr{mult_tag(m)}", kind, m, p, h.get("args", {}))
+        add(f"hybrid_lr{mult_tag(m)}", "hybrid", m, h.get("args", {}))
     for a in cfg.get("arms", []):
-        extra = dict(cfg.get(a["kind"] if a["kind"] != "control" else "hybrid", {}).get("args", {}))
+        extra = dict(cfg.get(a["kind"], {}).get("args", {}))
         extra.update(a.get("args", {}))
-        add(a["name"], a["kind"], a.get("lr_mult", 1), a.get("predictor"), extra)
+        add(a["name"], a["kind"], a.get("lr_mult", 1), extra)
     return arms
 
 
@@ -264,11 +254,10 @@ def summarize_run(recs, target=None):
 
 
 HYBRID_DIAG = (("pct_steps_without_backward", "% steps without backward", 1),
-               ("rollbacks", "rollbacks", 1), ("divergence_events", "divergence events", 1),
-               ("predicted_loss_mae", "predicted-loss MAE", 3), ("predicted_loss_correlation", "predicted-loss corr.", 2),
-               ("mean_update_cosine", "update cosine", 3), ("predictor_ms_per_step", "predictor ms/step", 3),
-               ("value_pairs", "value-test pairs", 1), ("value_rho", "value-test rho", 2),
-               ("value_predicting", "still predicting", 2))
+               ("lookahead_mean_beta", "mean look-ahead beta", 3), ("lookahead_jumps", "grad-norm jumps", 1),
+               ("lookahead_caps", "block caps", 1), ("lookahead_cos", "cos(update, drift)", 3),
+               ("predict_runs", "Predict runs", 1), ("rollbacks", "rollbacks", 1),
+               ("decide_ms_per_step", "hybrid ms/step", 4))
 
 
 def read_hybrid_summary(run_dir):
@@ -325,7 +314,7 @@ def analyze(arms, runs, fixed_target=None):
     for a in arms:
         for k in sorted(k for k in runs if k[0] == a["name"]):
             s = summarize_run(runs[k]["recs"], target["value"])
-            s.update({"arm": a["name"], "kind": a["kind"], "seed": k[1], "lr": a["lr"], "predictor": a["predictor"],
+            s.update({"arm": a["name"], "kind": a["kind"], "seed": k[1], "lr": a["lr"],
                       "wall_s": runs[k].get("wall_s"), "hybrid": runs[k].get("hybrid")})
             run_rows.append(s)
     by_arm = {a["name"]: [r for r in run_rows if r["arm"] == a["name"]] for a in arms}
@@ -333,7 +322,7 @@ def analyze(arms, runs, fixed_target=None):
     arm_rows = []
     for a in arms:
         rs = by_arm[a["name"]]
-        row = {"arm": a["name"], "kind": a["kind"], "lr": a["lr"], "predictor": a["predictor"], "n": len(rs),
+        row = {"arm": a["name"], "kind": a["kind"], "lr": a["lr"], "n": len(rs),
                "seeds": [r["seed"] for r in rs], "best_baseline": a["name"] == best}
         for key in ("final_val_loss", "train_time_s", "backward", "tokens", "wall_s", "predict_steps", "steps"):
             row[key + "_mean"], row[key + "_std"], _ = mean_std([r[key] for r in rs])
@@ -439,7 +428,7 @@ def add_rho(arms, run_rows, arm_rows):
             _, accum = full_steps_of(r)
             curve.setdefault(r["seed"], []).append((r["backward"] / accum, r["final_val_loss"]))
     for r in run_rows:
-        if r["kind"] in ("hybrid", "control"):
+        if r["kind"] == "hybrid":
             measured, accum = full_steps_of(r)
             need, extra = steps_for_loss(curve.get(r["seed"], []), r["final_val_loss"])
             ok = need is not None and r["predict_steps"] > 0
@@ -448,7 +437,7 @@ def add_rho(arms, run_rows, arm_rows):
             r["break_even_rho"] = break_even(r)
     for row in arm_rows:
         rs = [r for r in run_rows if r["arm"] == row["arm"] and r.get("rho") is not None]
-        if row["kind"] not in ("hybrid", "control"):
+        if row["kind"] != "hybrid":
             continue
         row["rho_mean"], row["rho_std"], row["rho_n"] = mean_std([r["rho"] for r in rs])
         row["rho_ci95"] = t_ci95([r["rho"] for r in rs])
@@ -459,10 +448,10 @@ def add_rho(arms, run_rows, arm_rows):
 # ----------------------------------------------------------------------------
 # report: CSV, JSON, Markdown
 
-RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "predictor", "steps", "final_val_loss", "final_val_step",
+RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "steps", "final_val_loss", "final_val_step",
                 "time_to_target_s", "step_to_target", "backward_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps",
                 "rho", "rho_steps_needed", "rho_extrapolated", "break_even_rho"]
-ARM_CSV_COLS = ["arm", "kind", "lr", "predictor", "n", "best_baseline", "final_val_loss_mean", "final_val_loss_std",
+ARM_CSV_COLS = ["arm", "kind", "lr", "n", "best_baseline", "final_val_loss_mean", "final_val_loss_std",
                 "reached", "time_to_target_mean", "time_to_target_std", "backward_to_target_mean", "backward_to_target_std", "speedup", "p_final_val", "p_time_to_target",
                 "backward_mean", "backward_std", "tokens_mean", "tokens_std", "train_time_s_mean", "train_time_s_std",
                 "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean",
@@ -668,7 +657,7 @@ def arm_styles(arms):
         st[a["name"]] = dict(color=plt.cm.Greys(0.35 + 0.4 * i / max(1, len(short) - 1)), ls=":")
     palette = ["tab:red", "tab:orange", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan"]
     for i, a in enumerate(other):
-        st[a["name"]] = dict(color=palette[i % len(palette)], ls="--" if a["kind"] == "control" else "-")
+        st[a["name"]] = dict(color=palette[i % len(palette)], ls="-")
     return st
 
 
@@ -687,7 +676,7 @@ def plot_study(arms, runs_recs, target, outdir):
         seeds = sorted(s for (n, s) in runs_recs if n == a["name"])
         if seeds:
             curves[a["name"]] = _arm_curve([runs_recs[(a["name"], s)] for s in seeds])
-    hyb = [a for a in arms if a["kind"] in ("hybrid", "control") and a["name"] in curves]
+    hyb = [a for a in arms if a["kind"] == "hybrid" and a["name"] in curves]
     nstrip = len(hyb)
     out = []
     for xkey, xlabel, fname in (("time", "training time (s, train_time_s)", "val_loss_vs_time.png"),

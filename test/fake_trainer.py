@@ -24,10 +24,10 @@ if os.environ.get("FAKE_TRAINER_FAIL") and os.environ["FAKE_TRAINER_FAIL"] in ou
 steps, val_every = int(args.get("-x", "30")), int(args.get("-v", "5"))
 lr, seed = float(args.get("-l", "1e-3")), int(args.get("--seed", "1"))
 hybrid = args.get("--hybrid", "0") == "1"
-pred = args.get("--predictor", "")
+pred = args.get("--predict-steps", "")
 rng = random.Random(seed * 1000 + int(lr * 1e6) + len(pred))
 B, T = int(args.get("-b", "4")), int(args.get("-t", "64"))
-rate = 200 * lr * (1.0 - 0.2 * math.log2(max(lr, 1e-9) / 1e-3) ** 2) + (0.002 if pred == "linear" else 0.0)
+rate = 200 * lr * (1.0 - 0.2 * math.log2(max(lr, 1e-9) / 1e-3) ** 2) + (0.002 if pred == "2" else 0.0)
 os.makedirs(out, exist_ok=True)
 tt, tokens, backward = 0.0, 0, 0
 with open(os.path.join(out, "metrics.jsonl"), "w") as f:
@@ -44,7 +44,7 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         r = {"step": step, "phase": phase, "loss": None if predict else loss, "lr": lr, "grad_norm": None if predict else 1.0,
              "ms": ms, "train_time_s": tt, "tokens": tokens, "backward": backward}
         if hybrid:
-            r.update({"predicted_loss": loss if predict else None, "horizon": 1 if predict else None, "confidence": None})
+            r.update({"beta": None if predict else 0.3, "predict_run_step": 1 if predict else None, "rollback": 0})
         if step % val_every == 0 or step == steps:
             r["val_loss"] = 3.1 + 7.0 * math.exp(-rate * step) + 0.05 * rng.random() + offset
         f.write(json.dumps(r) + "\n")

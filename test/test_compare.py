@@ -198,7 +198,7 @@ def check_study(results, fixed_target=None, expect_runs=None):
             hs = [json.load(open(f)).get("hybrid") for f in glob.glob(os.path.join(results, "runs", arm, "seed*", "summary.json"))
                   if os.path.exists(os.path.join(os.path.dirname(f), "DONE"))]
             for col, key in (("% steps without backward", "pct_steps_without_backward"), ("rollbacks", "rollbacks"),
-                             ("update cosine", "mean_update_cosine")):
+                             ("cos(update, drift)", "lookahead_cos")):
                 close_to_cell(row[col], statistics.mean(h[key] for h in hs), f"{arm} {col}")
     return target, best, arms
 
@@ -213,7 +213,7 @@ def write_config(name, obj):
 FAKE_STUDY = {"name": "fake", "trainer": FAKE, "seeds": [1, 2, 3], "lr": 1e-3,
               "args": {"-x": 30, "-v": 5, "-b": 4, "-t": 32},
               "baseline": {"lr_mults": [0.5, 1, 2, 4]},
-              "hybrid": {"lr_mults": [1], "predictors": ["momentum", "linear"]}}
+              "hybrid": {"lr_mults": [1]}, "arms": [{"name": "hybrid_predict2", "kind": "hybrid", "args": {"--predict-steps": 2}}]}
 
 
 # ----------------------------------------------------------------------------
@@ -228,7 +228,7 @@ def fake_study_runs_in_parallel_and_report_matches_jsonl():
     check("18 to run" in out and out.count(" done ") == 18, "expected 18 runs to be run")
     target, best, arms = check_study(res, expect_runs=18)
     check(best == "baseline_lr2x", f"best baseline {best}")  # the fake's curves are best at 2x
-    check(arms["control_momentum_lr1x"]["predict"][0] > 0, "fake hybrid runs should have predict steps")
+    check(arms["hybrid_lr1x"]["predict"][0] > 0, "fake hybrid runs should have predict steps")
 
 
 @test
@@ -245,14 +245,14 @@ def finished_runs_are_not_rerun_and_changed_ones_are():
     check(all(os.path.getmtime(d) == mt[d] for d in done), "DONE files were rewritten")
     # a run killed midway (no DONE) and a run whose recorded command differs are run again, nothing else
     os.remove(os.path.join(res, "runs", "baseline_lr1x", "seed2", "DONE"))
-    dpath = os.path.join(res, "runs", "hybrid_linear_lr1x", "seed3", "DONE")
+    dpath = os.path.join(res, "runs", "hybrid_predict2", "seed3", "DONE")
     d = json.load(open(dpath))
     d["cmd"][-1] = "999"
     json.dump(d, open(dpath, "w"))
     rc, out, err = sh([HYBRID, cfg, "--results", res])
     check(rc == 0, f"resume failed: {err}")
     started = sorted(re.findall(r"start (\S+)", out))
-    check(started == ["baseline_lr1x/seed2", "hybrid_linear_lr1x/seed3"], f"resumed runs {started}")
+    check(started == ["baseline_lr1x/seed2", "hybrid_predict2/seed3"], f"resumed runs {started}")
     check("config changed" in out, "no note about the changed command")
     check_study(res, expect_runs=18)
 
@@ -261,12 +261,12 @@ def finished_runs_are_not_rerun_and_changed_ones_are():
 def failed_run_is_reported_and_exit_is_nonzero():
     cfg = write_config("fake.json", FAKE_STUDY)
     res = os.path.join(TMP, "fail")
-    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"], env={"FAKE_TRAINER_FAIL": "hybrid_linear_lr1x/seed2"})
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"], env={"FAKE_TRAINER_FAIL": "hybrid_predict2/seed2"})
     check(rc == 1, f"exit status {rc}, expected 1")
-    check("1 run(s) failed: hybrid_linear_lr1x/seed2" in err, f"stderr: {err}")
-    check(os.path.exists(os.path.join(res, "runs", "hybrid_linear_lr1x", "seed2", "FAILED")), "no FAILED marker")
+    check("1 run(s) failed: hybrid_predict2/seed2" in err, f"stderr: {err}")
+    check(os.path.exists(os.path.join(res, "runs", "hybrid_predict2", "seed2", "FAILED")), "no FAILED marker")
     md = open(os.path.join(res, "report.md")).read()
-    check("Finished runs: 17/18 (missing: hybrid_linear_lr1x/seed2)" in md, "report does not list the missing run")
+    check("Finished runs: 17/18 (missing: hybrid_predict2/seed2)" in md, "report does not list the missing run")
     check_study(res, expect_runs=17)
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
     check(rc == 0 and " start " not in out, "--report-only must run nothing and succeed")
@@ -288,11 +288,11 @@ def toml_config_gives_the_same_arms():
     with open(path, "w") as f:
         f.write(f'name = "toml"\ntrainer = "{FAKE}"\nseeds = [1, 2]\nlr = 1e-3\n'
                 '[args]\n"-x" = 10\n"-v" = 5\n[baseline]\nlr_mults = [1, 2]\n'
-                '[hybrid]\nlr_mults = [1]\npredictors = ["momentum"]\n')
+                '[hybrid]\nlr_mults = [1]\n')
     res = os.path.join(TMP, "toml")
     rc, out, err = sh([HYBRID, path, "--results", res])
     check(rc == 0, err)
-    check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "control_momentum_lr1x"],
+    check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "hybrid_lr1x"],
           "arms from TOML")
     check_study(res, expect_runs=6)
 
@@ -328,7 +328,7 @@ def rho_recompute(results):
         n, npred, fin, be = run(d)
         if arm == full or arm.startswith("matched_"):
             curves.setdefault(seed, []).append([n, fin])
-        elif arm.startswith(("control_", "hybrid_")):
+        elif arm.startswith("hybrid_"):
             hyb.setdefault(arm, []).append((seed, n, npred, fin, be))
     out = {}
     for arm, rows in hyb.items():
@@ -382,7 +382,7 @@ def check_rho(results, expect=None):
 
 
 RHO_STUDY = dict(FAKE_STUDY, baseline={"lr_mults": [1, 2], "matched_fractions": [0.7, 0.8, 0.9], "matched_lr_mult": 2},
-                 hybrid={"lr_mults": [2], "predictors": ["momentum"]})
+                 hybrid={"lr_mults": [2]}, arms=[])
 
 
 def write_run(d, steps, predict_at, final_val, accum):
@@ -407,8 +407,8 @@ def rho_in_report_equals_recomputation_from_jsonl():
     res = os.path.join(TMP, "rho")
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
     check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
-    check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "control_momentum_lr2x",
-          "matched_lr2x_x70", "matched_lr2x_x80", "matched_lr2x_x90"], "matched-length arms")
+    check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "hybrid_lr2x",
+          "matched_lr2x_x70", "matched_lr2x_x80", "matched_lr2x_x90"], f"matched-length arms: {sorted(os.listdir(os.path.join(res, 'runs')))}")
     check("-x 21 " in open(os.path.join(res, "runs", "matched_lr2x_x70", "seed1", "cmd.txt")).read(), "70% of 30 steps")
     check_study(res, expect_runs=18)
     check_rho(res)
@@ -425,16 +425,16 @@ def rho_in_report_equals_recomputation_from_jsonl():
     pooled = 5 - (math.log(24) + math.log(27)) / 2
     need2 = math.exp(math.log(27) + (pooled - (5 - math.log(28))) / (pooled - (5 - math.log(30))) * (math.log(30) - math.log(27)))
     for s, fin in ((1, 5 - math.log(27)), (2, 5 - math.log(28)), (3, 5 - math.log(33))):
-        write_run(os.path.join(res, "runs", "control_momentum_lr2x", f"seed{s}"), 30, {5, 9, 13, 17, 19, 21}, fin, 2)
+        write_run(os.path.join(res, "runs", "hybrid_lr2x", f"seed{s}"), 30, {5, 9, 13, 17, 19, 21}, fin, 2)
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
     check(rc == 0, f"--report-only failed: {err}")
     expect = (0.5 + (need2 - 24) / 6 + 1.5) / 3
-    got = check_rho(res, {"control_momentum_lr2x": expect})
-    check(abs(got["control_momentum_lr2x"][0][1] - 0.5) < 1e-9 and abs(got["control_momentum_lr2x"][2][1] - 1.5) < 1e-9,
+    got = check_rho(res, {"hybrid_lr2x": expect})
+    check(abs(got["hybrid_lr2x"][0][1] - 0.5) < 1e-9 and abs(got["hybrid_lr2x"][2][1] - 1.5) < 1e-9,
           f"known per-seed rho 0.5 and 1.5: {got}")
-    check(abs(got["control_momentum_lr2x"][0][2] - 0.1) < 1e-9, "break-even rho = 1 ms / 10 ms")
+    check(abs(got["hybrid_lr2x"][0][2] - 0.1) < 1e-9, "break-even rho = 1 ms / 10 ms")
     with open(os.path.join(res, "runs.csv")) as f:
-        ext = {int(r["seed"]): r["rho_extrapolated"] for r in csv.DictReader(f) if r["arm"] == "control_momentum_lr2x"}
+        ext = {int(r["seed"]): r["rho_extrapolated"] for r in csv.DictReader(f) if r["arm"] == "hybrid_lr2x"}
     check(ext == {1: "False", 2: "False", 3: "True"}, f"extrapolation flags {ext}")
 
 

@@ -281,6 +281,9 @@ Test(lookahead, window_schedule_cap_and_backoff) {
     cr_assert_eq(la.beta_next[0], 0.0f);
     lookahead_plan(&la, 80, 1e-3f, 1e-3f, stats); // the cool-down: none
     cr_assert_eq(la.beta_next[0], 0.0f);
+    lookahead_plan(&la, 10, 5e-4f, 1e-3f, stats); // inside, but no measured pass (stats all zero): nothing
+    cr_assert_eq(la.beta_next[0], 0.0f);
+    stats[1] = stats[2] = stats[4] = stats[5] = 1.0;
     lookahead_plan(&la, 10, 5e-4f, 1e-3f, stats); // inside: beta0 * lr / lr_peak
     cr_assert_float_eq(la.beta_next[0], 0.25f, 1e-7f);
     // block 1's drift is 100x its last update: |beta m| capped at LOOKAHEAD_CAP updates

@@ -45,7 +45,7 @@ KERNELS=(layernorm matmul attention classifier adamw hybrid_apply)
 MK=(make --no-print-directory)
 [ -n "$ARCH" ] && MK+=("GPU_COMPUTE_CAPABILITY=$ARCH")
 FLAGS=(-e d4 -b 8 -t 128 -x 20 -n 10 -v 10 -m 4 -s 0 -l 1e-3 -u 5 -q 0.1)
-HYBRID=(--hybrid 1 --hybrid-warmup 4 --confidence-threshold 0)
+HYBRID=(--hybrid 1 --hybrid-warmup 4 --predict-steps 2 --full-steps 2)
 SUMMARY=()
 
 echo "check_all: $(date -u), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (modified)')"

@@ -108,7 +108,7 @@ hfresh; truncate -s -9 "$HF"; hybrid_case "state truncated"
 hfresh; printf 'x' >> "$HF"; hybrid_case "state with trailing bytes"
 hfresh; mkf set-int32 "$HF" 0 7; hybrid_case "state wrong magic"
 hfresh; rm "$HF"; hybrid_case "state missing"
-hfresh; hybrid_case "state for another predictor" --predictor rssm
+hfresh; hybrid_case "state for another Predict-run length" --predict-steps 3
 hfresh; hybrid_case "state for another schedule length" -x 6 --allow-changed 1
 
 # ---- tokenizer file (read when sampling, -s > 0)

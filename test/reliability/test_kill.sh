@@ -86,4 +86,4 @@ kill_series() {   # kill_series LABEL KILLS EXTRA_FLAGS...
 }
 
 kill_series plain $KILLS
-kill_series hybrid $HYBRID_KILLS --hybrid 1 --hybrid-warmup 2 --full-steps 1
+kill_series hybrid $HYBRID_KILLS --hybrid 1 --hybrid-warmup 2 --full-steps 1 --predict-steps 2
