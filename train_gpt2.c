@@ -22,7 +22,7 @@
 #include "llmc/cpu_blas.h"     // the OpenBLAS kernel and the OpenMP wait policy (cpu_blas_init)
 #include "llmc/cpu_profile.h"  // where a step's time goes (the bench build only)
 #include "llmc/config.h"       // the flags
-#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's controller
+#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's state
 #include "llmc/run_state.h"    // checkpoints and resume
 #include "llmc/report.h"       // the start-up table and the summary
 #include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint
@@ -765,7 +765,7 @@ void gpt2_free(GPT2* model) {
 #ifndef TESTING
 // ----------------------------------------------------------------------------
 // the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters, hybrid mode's
-// controller) and the model
+// state) and the model
 
 // MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine (290 GFLOP/s on
 // 2 threads). `make bench` measures the real peak next to the trainer.

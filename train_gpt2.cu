@@ -13,7 +13,7 @@
 #include <math.h>
 #include <time.h>
 #include "llmc/config.h"       // the flags
-#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's controller
+#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's state
 #include "llmc/run_state.h"    // checkpoints and resume
 #include "llmc/report.h"       // the start-up table and the summary
 #include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint

@@ -28,7 +28,7 @@ static inline float hmath_normal(uint64_t* state) {
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
-// seconds on the monotonic clock: step times, the controller's own time, benchmarks
+// seconds on the monotonic clock: step times, hybrid/'s own time, benchmarks
 static inline double hmath_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

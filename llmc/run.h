@@ -1,8 +1,8 @@
 /*
  * llmc/run.h — a training run as both trainers keep it besides the model: the configuration, the data
  * loaders, the LR schedule, the sampler, the logs, the counters a checkpoint saves, and hybrid mode's
- * controller. The helpers here are the parts of a step that do not touch the model: what the hybrid
- * controller decides before it and records after it, the console line, the metrics line, the count of
+ * state. The helpers here are the parts of a step that do not touch the model: hybrid/'s plan before it
+ * and its report after it, the console line, the metrics line, the count of
  * non-finite steps, and when to evaluate, sample or checkpoint. Each trainer's main() holds the loop
  * itself and calls these; the model's forward, backward and update stay in the trainer.
  */
