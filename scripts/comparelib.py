@@ -513,7 +513,7 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     tv = target["value"]
     L.append(f"- Target val loss: {'—' if tv is None else f'{tv:.4f}'} — {target['rule']}.")
     L.append("- Time = the trainer's cumulative training time (`train_time_s`: Full, Predict, Correct steps and the "
-             "hybrid controller; no validation, sampling or checkpointing). Time to target = `train_time_s` at the "
+             "hybrid bookkeeping; no validation, sampling or checkpointing). Time to target = `train_time_s` at the "
              "first evaluation whose val loss ≤ target (evaluation points only, no interpolation); mean over the "
              "seeds that reached it (`reached`).")
     L.append("- mean ± sample std over seeds; p = two-sided Welch t-test against the best baseline "
