@@ -40,7 +40,7 @@ train_gpt2: train_gpt2.c
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
-                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step
+                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step $(BUILD)/test_bf16
 TESTS += $(TRAINER_TESTS)
 $(TRAINER_TESTS): $(BUILD)/%: test/%.c | $(BUILD) train_gpt2 tokenize
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
