@@ -316,15 +316,16 @@ void matmul_forward_bf16(float* out, const float* inp, const bf16* weight16, con
 
 // matmul_backward in bf16: dout16 (N,OC) and inp16 (N,C) are scratch for dout and inp rounded to bf16
 // (inp is rounded again, not kept from the forward: no bf16 activations to store); dbias from fp32 dout.
+// dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_softmax_backward_bf16; no dbias).
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const bf16* weight16, int N, int C, int OC, Bf16Linear* lin, bf16* dout16, bf16* inp16) {
     double t0 = prof_begin();
     #pragma omp parallel
     {
         int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        bf16_convert_rows(dout16, dout, N, OC, OC, tid, nth);
+        if (dout != NULL) { bf16_convert_rows(dout16, dout, N, OC, OC, tid, nth); }
         bf16_convert_rows(inp16, inp, N, C, C, tid, nth);
-        if (dbias != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
+        if (dbias != NULL && dout != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
     }
     dnnl_gemm_run(&lin->dinp, dout16, weight16, dinp);
     dnnl_gemm_run(&lin->dweight, dout16, inp16, dweight);
@@ -461,6 +462,23 @@ void crossentropy_softmax_backward_inplace(float* logits, const float* lse, cons
     }
 }
 
+// the same, for --precision bf16: dlogits (N,Vp) go straight to bf16 (the lm head's backward GEMMs read
+// nothing else), rounded from the same fp32 values as above; logits stay as they are
+void crossentropy_softmax_backward_bf16(bf16* dlogits, const float* logits, const float* lse, const int* targets,
+                                        float dloss, int N, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = logits + (size_t)n * Vp;
+        bf16* d = dlogits + (size_t)n * Vp;
+        float l = lse[n];
+        #pragma omp simd
+        for (int i = 0; i < V; i++) { d[i] = bf16_from_float(expf_vec(x[i] - l) * dloss); }
+        for (int i = V; i < Vp; i++) { d[i] = 0; }
+        int t = targets[n];
+        d[t] = bf16_from_float(expf_vec(x[t] - l) * dloss - dloss);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // GPT-2 model
 
@@ -515,7 +533,7 @@ typedef struct {
     float* lnf;       // (B, T, C)
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, Vp); dlogits after the backward
+    float* logits;    // (B, T, Vp); dlogits after an fp32 backward (a bf16 one leaves the logits)
     float* lse;       // (B, T) log-sum-exp of each logits row
     float* losses;    // (B, T)
     float* dresidual; // (B, T, C) backward: gradient of the residual stream
@@ -820,7 +838,7 @@ void gpt2_zero_grad(GPT2* model) {
 // Accumulates (+=) into grads the gradient of dloss_scale * mean loss of the last forward, i.e. each
 // position's loss gets weight dloss_scale / (B*T). With gradient accumulation over k micro batches,
 // dloss_scale = 1/k gives the gradient of the mean loss over all of them. inputs and targets must be
-// those of the last forward. Overwrites acts.logits with dlogits.
+// those of the last forward. Overwrites acts.logits with dlogits (in fp32; bf16 writes them to its scratch).
 void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dloss_scale) {
     if (model->targets == NULL || targets == NULL) { fatal("model: gpt2_backward needs a forward with targets"); }
     GPT2Config* c = &model->config;
@@ -831,14 +849,16 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
     // fused softmax + cross-entropy backward, then the lm_head
-    PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT,
-                                                                  BT, V, Vp));
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
     const bf16* w16 = model->params_bf16;
     bf16 *s16a = model->bf16_a, *s16b = model->bf16_b;
-    if (lp) {
-        matmul_backward_bf16(a.dbuf_c, g.wte, NULL, a.logits, a.lnf, W16(wte), BT, C, Vp, &model->lin[LIN_LM], s16a, s16b);
+    if (lp) {  // dlogits in bf16 into s16a (acts.logits keep the logits)
+        PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_bf16(s16a, a.logits, a.lse, targets, dloss_scale / (float)BT,
+                                                                   BT, V, Vp));
+        matmul_backward_bf16(a.dbuf_c, g.wte, NULL, NULL, a.lnf, W16(wte), BT, C, Vp, &model->lin[LIN_LM], s16a, s16b);
     } else {
+        PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT,
+                                                                      BT, V, Vp));
         PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
         PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
     }
