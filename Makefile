@@ -26,12 +26,21 @@ $(shell mkdir -p $(DEPDIR))
 # the loops of softmax, cross-entropy and GELU vectorise (scalar otherwise: a sixth of a d6 step). Neither
 # is -ffast-math: NaN/Inf, rounding and the order of operations stay IEEE.
 TRAINER_CFLAGS = -fno-math-errno -fno-trapping-math
+# oneDNN (libdnnl-dev) is optional: with its header found, LLMC_DNNL turns on --precision bf16 (llmc/cpu_dnnl.h)
+# and everything that includes train_gpt2.c links -ldnnl; without it the build and every fp32 feature work
+# and --precision bf16 says what is missing. DNNL=0 builds without it where it is installed.
+DNNL ?= $(shell echo '\#include <oneapi/dnnl/dnnl.h>' | $(CC) -E - >/dev/null 2>&1 && echo 1)
+ifeq ($(DNNL),1)
+DNNL_CFLAGS = -DLLMC_DNNL
+LDLIBS += -ldnnl
+endif
+TRAINER_CFLAGS += $(DNNL_CFLAGS)
 PROGRAMS += train_gpt2
 train_gpt2: train_gpt2.c
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
-                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step
+                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step $(BUILD)/test_bf16
 TESTS += $(TRAINER_TESTS)
 $(TRAINER_TESTS): $(BUILD)/%: test/%.c | $(BUILD) train_gpt2 tokenize
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
@@ -57,7 +66,7 @@ $(BUILD)/test_gradcheck: test/test_gradcheck.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
 
 $(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
-	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CFLAGS) $(DNNL_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -DLLMC_PROFILE $(DEPFLAGS) -o $@ $< $(LDLIBS)
 

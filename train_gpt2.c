@@ -3,7 +3,9 @@
  * learned position embeddings, pre-LayerNorm blocks, tanh-GELU MLP, causal self-attention, lm_head tied
  * to wte, vocab padded to a multiple of 128).
  * Speed: every matrix multiply is a cblas_sgemm (OpenBLAS); everything else is OpenMP-parallel with static
- * schedules and loops written to vectorise. Deterministic: with the same thread count, the same run gives
+ * schedules and loops written to vectorise. --precision bf16: the linear layers' matmuls (lm head included)
+ * take bf16 operands and accumulate in fp32 through oneDNN (llmc/cpu_dnnl.h); weights, gradients, AdamW
+ * state and every other op stay fp32 (docs/correctness.md, "bf16 on the CPU"). Deterministic: with the same thread count, the same run gives
  * the same bits (no atomics, no reductions whose order depends on timing).
  * Memory: one parameter buffer, one gradient buffer, AdamW's m and v, and one activation arena, all
  * allocated at start-up; the training loop allocates nothing.
@@ -20,6 +22,7 @@
 #include <omp.h>
 
 #include "llmc/cpu_blas.h"     // the OpenBLAS kernel and the OpenMP wait policy (cpu_blas_init)
+#include "llmc/cpu_dnnl.h"     // bf16 matmuls through oneDNN (--precision bf16)
 #include "llmc/cpu_profile.h"  // where a step's time goes (the bench build only)
 #include "llmc/config.h"       // the flags
 #include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's state
@@ -263,6 +266,72 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     prof_end(PROF_GEMM, t0);
 }
 
+// the same three products with bf16 operands and fp32 accumulation (--precision bf16, llmc/cpu_dnnl.h).
+// A linear layer's primitives for its one shape at the allocated (B, T): out (N,OC) = inp (N,C) @ W^T,
+// dinp (N,C) = dout (N,OC) @ W, dW (OC,C) += dout^T @ inp, all reading row-major bf16 through strides
+// (no explicit transposes: measured as fast as the plain layouts here, see docs/correctness.md).
+typedef struct {
+    DnnlGemm fwd, dinp, dweight;
+} Bf16Linear;
+
+static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accumulate) {
+    dnnl_gemm_create(&l->fwd, 0, 1, N, OC, C, C, C, OC, fwd_accumulate);
+    dnnl_gemm_create(&l->dinp, 0, 0, N, C, OC, OC, C, C, 0);
+    dnnl_gemm_create(&l->dweight, 1, 0, OC, C, N, OC, C, C, 1);
+}
+
+static void bf16_linear_destroy(Bf16Linear* l) {
+    dnnl_gemm_destroy(&l->fwd);
+    dnnl_gemm_destroy(&l->dinp);
+    dnnl_gemm_destroy(&l->dweight);
+}
+
+// matmul_forward in bf16: weight16 is the bf16 copy of the weights in the layout lin->fwd was made for ((OC,C);
+// the lm head's (C,OC)); scratch (N,C) takes inp in bf16.
+// One parallel region writes bias (+ residual) into out and rounds inp; the GEMM then accumulates on top.
+// bias NULL: out is overwritten (the lm head).
+void matmul_forward_bf16(float* out, const float* inp, const bf16* weight16, const float* bias,
+                         const float* residual, int N, int C, int OC, Bf16Linear* lin, bf16* scratch) {
+    double t0 = prof_begin();
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int r0 = (int)((long)N * tid / nth), r1 = (int)((long)N * (tid + 1) / nth);
+        for (int n = r0; n < r1 && bias != NULL; n++) {
+            float* o = out + (size_t)n * OC;
+            if (residual != NULL) {
+                const float* r = residual + (size_t)n * OC;
+                #pragma omp simd
+                for (int i = 0; i < OC; i++) { o[i] = r[i] + bias[i]; }
+            } else {
+                #pragma omp simd
+                for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
+            }
+        }
+        bf16_convert_rows(scratch, inp, N, C, C, tid, nth);
+    }
+    dnnl_gemm_run(&lin->fwd, scratch, weight16, out);
+    prof_end(PROF_GEMM, t0);
+}
+
+// matmul_backward in bf16: dout16 (N,OC) and inp16 (N,C) are scratch for dout and inp rounded to bf16
+// (inp is rounded again, not kept from the forward: no bf16 activations to store); dbias from fp32 dout.
+// dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_softmax_backward_bf16; no dbias).
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const bf16* weight16, int N, int C, int OC, Bf16Linear* lin, bf16* dout16, bf16* inp16) {
+    double t0 = prof_begin();
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        if (dout != NULL) { bf16_convert_rows(dout16, dout, N, OC, OC, tid, nth); }
+        bf16_convert_rows(inp16, inp, N, C, C, tid, nth);
+        if (dbias != NULL && dout != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
+    }
+    dnnl_gemm_run(&lin->dinp, dout16, weight16, dinp);
+    dnnl_gemm_run(&lin->dweight, dout16, inp16, dweight);
+    prof_end(PROF_GEMM, t0);
+}
+
 // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n
 void gelu_forward(float* out, const float* inp, size_t n) {
     #pragma omp parallel for simd schedule(static)
@@ -393,6 +462,23 @@ void crossentropy_softmax_backward_inplace(float* logits, const float* lse, cons
     }
 }
 
+// the same, for --precision bf16: dlogits (N,Vp) go straight to bf16 (the lm head's backward GEMMs read
+// nothing else), rounded from the same fp32 values as above; logits stay as they are
+void crossentropy_softmax_backward_bf16(bf16* dlogits, const float* logits, const float* lse, const int* targets,
+                                        float dloss, int N, int V, int Vp) {
+    #pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* x = logits + (size_t)n * Vp;
+        bf16* d = dlogits + (size_t)n * Vp;
+        float l = lse[n];
+        #pragma omp simd
+        for (int i = 0; i < V; i++) { d[i] = bf16_from_float(expf_vec(x[i] - l) * dloss); }
+        for (int i = V; i < Vp; i++) { d[i] = 0; }
+        int t = targets[n];
+        d[t] = bf16_from_float(expf_vec(x[t] - l) * dloss - dloss);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // GPT-2 model
 
@@ -447,7 +533,7 @@ typedef struct {
     float* lnf;       // (B, T, C)
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, Vp); dlogits after the backward
+    float* logits;    // (B, T, Vp); dlogits after an fp32 backward (a bf16 one leaves the logits)
     float* lse;       // (B, T) log-sum-exp of each logits row
     float* losses;    // (B, T)
     float* dresidual; // (B, T, C) backward: gradient of the residual stream
@@ -456,6 +542,8 @@ typedef struct {
     // not counted in NUM_ACTIVATION_TENSORS: per-thread attention scratch
     float* att_scratch; // (threads, T, T)
 } ActivationTensors;
+
+enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_LM, NUM_LINEARS };
 
 typedef struct {
     GPT2Config config;
@@ -477,6 +565,16 @@ typedef struct {
     const int* targets; // of the last forward (NULL: no loss)
     float mean_loss;  // of the last forward with targets, -1 otherwise
     int num_threads;
+    // --precision bf16 (gpt2_set_precision): the linear layers' matmuls in bf16 at the allocated (B, T);
+    // a forward at another shape (sampling) runs in fp32. NULL / 0 in fp32.
+    int bf16;                 // 1: bf16 matmuls
+    int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
+    bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
+    bf16* wte_t16;            // (C, Vp) wte^T in bf16: the lm head's forward reads it row-major (faster than
+                              // wte read transposed: issue 20's measurement, 224 vs 358 GFLOP/s)
+    bf16* bf16_a;             // (B*T, max(4C, Vp)) scratch: a GEMM's left operand (inp, dout, dlogits)
+    bf16* bf16_b;             // (B*T, 4C) scratch: the dweight GEMM's right operand (inp)
+    Bf16Linear lin[NUM_LINEARS]; // primitives of qkv, attproj, fc, fcproj, lm head
 } GPT2;
 
 static void gpt2_setup_params(GPT2* model) {
@@ -493,6 +591,12 @@ static void gpt2_setup_params(GPT2* model) {
     model->batch_size = 0;
     model->seq_len = 0;
     model->mean_loss = -1.0f;
+    model->bf16 = 0;
+    model->bf16_fresh = 0;
+    model->params_bf16 = NULL;
+    model->wte_t16 = NULL;
+    model->bf16_a = model->bf16_b = NULL;
+    memset(model->lin, 0, sizeof(model->lin));
 }
 
 void gpt2_build_from_checkpoint(GPT2* model, const char* checkpoint_path) {
@@ -589,6 +693,56 @@ void gpt2_allocate(GPT2* model, int B, int T) {
     model->seq_len = T;
 }
 
+// params_bf16 = params rounded to nearest even (at set-up and after any write to params but AdamW's, which
+// rounds as it updates)
+// wte_t16 = the bf16 wte transposed, in 32x32 tiles (both sides stay in cache lines)
+static void gpt2_bf16_transpose_wte(GPT2* model) {
+    int C = model->config.channels, Vp = model->config.padded_vocab_size;
+    const bf16* w = model->params_bf16;  // wte comes first: (Vp, C)
+    bf16* t = model->wte_t16;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int v0 = 0; v0 < Vp; v0 += 32) {
+        for (int c0 = 0; c0 < C; c0 += 32) {
+            int v1 = v0 + 32 < Vp ? v0 + 32 : Vp, c1 = c0 + 32 < C ? c0 + 32 : C;
+            for (int c = c0; c < c1; c++) {
+                for (int v = v0; v < v1; v++) { t[(size_t)c * Vp + v] = w[(size_t)v * C + c]; }
+            }
+        }
+    }
+}
+
+static void gpt2_bf16_sync(GPT2* model) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < model->num_parameters; i++) { model->params_bf16[i] = bf16_from_float(model->params_memory[i]); }
+    gpt2_bf16_transpose_wte(model);
+    model->bf16_fresh = 1;
+}
+
+// bf16_on = 1: the linear layers' matmuls in bf16 from here on: the bf16 weight copy, the scratch and the
+// oneDNN primitives for the allocated (B, T), made once (after gpt2_allocate; exits when oneDNN is absent)
+void gpt2_set_precision(GPT2* model, int bf16_on) {
+    if (!bf16_on) { model->bf16 = 0; return; }
+    if (model->acts_memory == NULL) { fatal("model: gpt2_set_precision before gpt2_allocate"); }
+    if (!dnnl_available()) { fatal("--precision bf16: this build has no oneDNN (install libdnnl-dev and rebuild)"); }
+    model->bf16 = 1;
+    model->bf16_fresh = 0;
+    if (model->params_bf16 != NULL) { return; }
+    int N = model->batch_size * model->seq_len, C = model->config.channels, Vp = model->config.padded_vocab_size;
+    size_t wide = (size_t)(Vp > 4 * C ? Vp : 4 * C);
+    model->params_bf16 = (bf16*)mallocCheck(model->num_parameters * sizeof(bf16));
+    model->wte_t16 = (bf16*)mallocCheck((size_t)C * Vp * sizeof(bf16));
+    model->bf16_a = (bf16*)mallocCheck((size_t)N * wide * sizeof(bf16));
+    model->bf16_b = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));
+    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1);
+    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1);
+    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1);
+    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1);
+    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0);
+    dnnl_gemm_destroy(&model->lin[LIN_LM].fwd);  // the lm head's forward reads wte_t16 (C, Vp) row-major
+    dnnl_gemm_create(&model->lin[LIN_LM].fwd, 0, 0, N, Vp, C, C, Vp, Vp, 0);
+    gpt2_bf16_sync(model);
+}
+
 // inputs, targets: (B, T) token ids; targets may be NULL (logits only, mean_loss = -1).
 // After it: acts.logits (B,T,Vp) and, with targets, acts.losses (B,T) and mean_loss.
 void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
@@ -609,6 +763,11 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     size_t BT = (size_t)B * T, ABT = (size_t)model->batch_size * model->seq_len;  // ABT: layer stride
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
+    // bf16 matmuls at the allocated shape only (their primitives are made for it)
+    int lp = model->bf16 && B == model->batch_size && T == model->seq_len;
+    if (lp && !model->bf16_fresh) { gpt2_bf16_sync(model); }
+    const bf16* w16 = model->params_bf16;
+    #define W16(field) (w16 + (p.field - model->params_memory))  // field's bf16 copy
     PROF(PROF_ENCODER, encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C));
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
@@ -623,19 +782,43 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         float* residual3 = a.residual3 + l * ABT * C;
         PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
                                                p.ln1w + l * C, p.ln1b + l * C, BT, C));
-        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
+        if (lp) {
+            matmul_forward_bf16(qkv, ln1, W16(qkvw) + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
+                                &model->lin[LIN_QKV], model->bf16_a);
+        } else {
+            matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
+        }
         PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
-        matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C);
+        if (lp) {
+            matmul_forward_bf16(residual2, atty, W16(attprojw) + (size_t)l * C * C, p.attprojb + l * C, residual, BT,
+                                C, C, &model->lin[LIN_ATTPROJ], model->bf16_a);
+        } else {
+            matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C);
+        }
         PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
                                                p.ln2w + l * C, p.ln2b + l * C, BT, C));
-        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C);
+        if (lp) {
+            matmul_forward_bf16(fch, ln2, W16(fcw) + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
+                                &model->lin[LIN_FC], model->bf16_a);
+        } else {
+            matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C);
+        }
         PROF(PROF_GELU, gelu_forward(fch_gelu, fch, BT * 4 * C));
-        matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT, 4 * C, C);
+        if (lp) {
+            matmul_forward_bf16(residual3, fch_gelu, W16(fcprojw) + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2,
+                                BT, 4 * C, C, &model->lin[LIN_FCPROJ], model->bf16_a);
+        } else {
+            matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT, 4 * C, C);
+        }
     }
     const float* last = a.residual3 + (L - 1) * ABT * C;
     PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
-    PROF(PROF_GEMM, sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp));
+    if (lp) {
+        matmul_forward_bf16(a.logits, a.lnf, model->wte_t16, NULL, NULL, BT, C, Vp, &model->lin[LIN_LM], model->bf16_a);
+    } else {
+        PROF(PROF_GEMM, sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp));
+    }
     if (targets != NULL) {
         PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp));
         double sum = 0.0;  // in order: deterministic
@@ -655,7 +838,7 @@ void gpt2_zero_grad(GPT2* model) {
 // Accumulates (+=) into grads the gradient of dloss_scale * mean loss of the last forward, i.e. each
 // position's loss gets weight dloss_scale / (B*T). With gradient accumulation over k micro batches,
 // dloss_scale = 1/k gives the gradient of the mean loss over all of them. inputs and targets must be
-// those of the last forward. Overwrites acts.logits with dlogits.
+// those of the last forward. Overwrites acts.logits with dlogits (in fp32; bf16 writes them to its scratch).
 void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dloss_scale) {
     if (model->targets == NULL || targets == NULL) { fatal("model: gpt2_backward needs a forward with targets"); }
     GPT2Config* c = &model->config;
@@ -666,10 +849,19 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
     // fused softmax + cross-entropy backward, then the lm_head
-    PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT,
-                                                                  BT, V, Vp));
-    PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
-    PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
+    int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
+    const bf16* w16 = model->params_bf16;
+    bf16 *s16a = model->bf16_a, *s16b = model->bf16_b;
+    if (lp) {  // dlogits in bf16 into s16a (acts.logits keep the logits)
+        PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_bf16(s16a, a.logits, a.lse, targets, dloss_scale / (float)BT,
+                                                                   BT, V, Vp));
+        matmul_backward_bf16(a.dbuf_c, g.wte, NULL, NULL, a.lnf, W16(wte), BT, C, Vp, &model->lin[LIN_LM], s16a, s16b);
+    } else {
+        PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT,
+                                                                      BT, V, Vp));
+        PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
+        PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
+    }
     memset(a.dresidual, 0, BT * C * sizeof(float));
     PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C,
                                             p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C));
@@ -684,24 +876,45 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         const float* fch = a.fch + l * ABT * 4 * C;
         const float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
         // dresidual holds d(residual3[l]) here
-        matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
-                        p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C);
+        if (lp) {
+            matmul_backward_bf16(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+                                 W16(fcprojw) + (size_t)l * C * 4 * C, BT, 4 * C, C, &model->lin[LIN_FCPROJ], s16a, s16b);
+        } else {
+            matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+                            p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C);
+        }
         PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C));
-        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
-                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        if (lp) {
+            matmul_backward_bf16(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
+                                 W16(fcw) + (size_t)l * 4 * C * C, BT, C, 4 * C, &model->lin[LIN_FC], s16a, s16b);
+        } else {
+            matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
+                            p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
+        }
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2,
                                                 p.ln2w + l * C, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C));
         // dresidual holds d(residual2[l]) here
-        matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
-                        p.attprojw + (size_t)l * C * C, BT, C, C);
+        if (lp) {
+            matmul_backward_bf16(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
+                                 W16(attprojw) + (size_t)l * C * C, BT, C, C, &model->lin[LIN_ATTPROJ], s16a, s16b);
+        } else {
+            matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
+                            p.attprojw + (size_t)l * C * C, BT, C, C);
+        }
         float* dqkv = a.dbuf_4c;  // (B, T, 3C)
         PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
-        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
-                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        if (lp) {
+            matmul_backward_bf16(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
+                                 W16(qkvw) + (size_t)l * 3 * C * C, BT, C, 3 * C, &model->lin[LIN_QKV], s16a, s16b);
+        } else {
+            matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
+                            p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
+        }
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual,
                                                 p.ln1w + l * C, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
     }
     PROF(PROF_ENCODER, encoder_backward(g.wte, g.wpe, a.dresidual, inputs, B, T, C));
+#undef W16
 }
 
 // global L2 norm of the gradients: fixed chunks summed in double, chunk sums added in order,
@@ -739,17 +952,37 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         float* m = model->m_memory + offset;
         float* v = model->v_memory + offset;
         size_t n = model->param_sizes[k];
-        #pragma omp parallel for simd schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float grad = g[i] * grad_scale;
-            float mi = beta1 * m[i] + (1.0f - beta1) * grad;
-            float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
-            m[i] = mi;
-            v[i] = vi;
-            float mhat = mi / bc1, vhat = vi / bc2;
-            p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+        if (model->params_bf16 != NULL) {  // the same update, and the bf16 copy rounded in the same pass
+            bf16* p16 = model->params_bf16 + offset;
+            #pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < n; i++) {
+                float grad = g[i] * grad_scale;
+                float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+                float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+                m[i] = mi;
+                v[i] = vi;
+                float mhat = mi / bc1, vhat = vi / bc2;
+                float pi = p[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+                p[i] = pi;
+                p16[i] = bf16_from_float(pi);
+            }
+        } else {
+            #pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < n; i++) {
+                float grad = g[i] * grad_scale;
+                float mi = beta1 * m[i] + (1.0f - beta1) * grad;
+                float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
+                m[i] = mi;
+                v[i] = vi;
+                float mhat = mi / bc1, vhat = vi / bc2;
+                p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
+            }
         }
         offset += n;
+    }
+    if (model->params_bf16 != NULL) {
+        gpt2_bf16_transpose_wte(model);
+        model->bf16_fresh = 1;
     }
 }
 
@@ -759,6 +992,14 @@ void gpt2_free(GPT2* model) {
     free(model->m_memory);
     free(model->v_memory);
     free(model->acts_memory);
+    free(model->params_bf16);
+    free(model->wte_t16);
+    free(model->bf16_a);
+    free(model->bf16_b);
+    for (int i = 0; i < NUM_LINEARS; i++) { bf16_linear_destroy(&model->lin[i]); }
+    model->params_bf16 = model->wte_t16 = NULL;
+    model->bf16_a = model->bf16_b = NULL;
+    model->bf16 = 0;
     model->params_memory = model->grads_memory = model->m_memory = model->v_memory = model->acts_memory = NULL;
 }
 
@@ -770,6 +1011,30 @@ void gpt2_free(GPT2* model) {
 // MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine (290 GFLOP/s on
 // 2 threads). `make bench` measures the real peak next to the trainer.
 #define CPU_PEAK_GFLOPS_PER_THREAD 145.0
+// --precision bf16's: oneDNN's bf16 matmul 2048^3 per core on a 2-core Zen 4 (issue 20: 383.6 GFLOP/s on
+// 2 threads); `make bench` measures it (build/bench_sgemm 2048 5 bf16)
+#define CPU_BF16_PEAK_GFLOPS_PER_THREAD 192.0
+// --precision auto picks bf16 where the CPU multiplies bf16 natively only once a measurement shows bf16
+// trains as well as fp32 (docs/results.md, "bf16 on the CPU"); 0: auto is fp32 everywhere
+#define BF16_BY_DEFAULT 0
+
+// --precision's value for this run, with the reason, for the start-up table; exits with one line when
+// bf16 is asked for and cannot be had
+static int resolve_precision(int flag, char* why, size_t size) {
+    int native = cpu_has_native_bf16();
+    if (flag == PRECISION_BF16) {
+        if (!dnnl_available()) { fatal("flag --precision bf16: this build has no oneDNN (install libdnnl-dev and rebuild)"); }
+        if (!native) { fatal("flag --precision bf16: this CPU has no native bf16 dot products (avx512_bf16 or AMX)"); }
+        snprintf(why, size, "bf16 (asked; oneDNN on %s)", dnnl_isa_name());
+        return PRECISION_BF16;
+    }
+    if (flag == PRECISION_FP32) { snprintf(why, size, "fp32 (asked)"); return PRECISION_FP32; }
+    if (!native) { snprintf(why, size, "fp32 (auto: the CPU has no native bf16)"); return PRECISION_FP32; }
+    if (!dnnl_available()) { snprintf(why, size, "fp32 (auto: built without oneDNN)"); return PRECISION_FP32; }
+    if (!BF16_BY_DEFAULT) { snprintf(why, size, "fp32 (auto: bf16 is opt-in, docs/correctness.md)"); return PRECISION_FP32; }
+    snprintf(why, size, "bf16 (auto: native bf16, oneDNN on %s)", dnnl_isa_name());
+    return PRECISION_BF16;
+}
 
 typedef struct {
     TrainRun run;
@@ -777,8 +1042,14 @@ typedef struct {
     float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
 } Trainer;
 
+static const ArgSpec CPU_ARGS[] = {
+    {"--precision", ARG_CHOICE, offsetof(TrainConfig, precision), 0, 0, 0,
+     "the matmuls' operands: bf16 (oneDNN, fp32 accumulation) or fp32; auto: see the start-up table",
+     "auto|fp32|bf16", NULL},
+};
+
 static const TrainCli CLI = {
-    "./train_gpt2", "GPT-2 training on the CPU, fp32", NULL, 0,
+    "./train_gpt2", "GPT-2 training on the CPU, fp32 or bf16 matmuls", CPU_ARGS, 1,
     "Example: ./train_gpt2 -e d6 -b 8 -t 256 -x 50 -o out/d6\n"
     "Text from a model file: ./train_gpt2 -e out/d6/model_00000050.bin -x 0 --prompt \"And God said\" -g 200\n",
 };
@@ -804,6 +1075,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         gpt2_forward(model, loader->inputs, loader->targets, B, T);
         if (k == 0 && plan->check && hybrid_check(&tr->run.hybrid, model->mean_loss)) {
             apply_rollback(model->params_memory, model->grads_memory, model->num_parameters);
+            model->bf16_fresh = 0;
             gpt2_forward(model, loader->inputs, loader->targets, B, T);
         }
         if (k == 0 && correct) { gpt2_zero_grad(model); }
@@ -824,6 +1096,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         if (hybrid) {
             hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->drift, grad_scale, tr->run.adam_steps);
+            model->bf16_fresh = 0;  // hybrid/apply.h writes the params: the next bf16 forward rounds them again
         } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
         }
@@ -843,6 +1116,7 @@ static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     double t0 = hmath_seconds();
     const HybridState* h = &tr->run.hybrid;
     apply_predict(tr->model.params_memory, tr->model.grads_memory, tr->drift, h->offsets, h->nblocks, plan->coef, plan->keep);
+    tr->model.bf16_fresh = 0;
     r.loss = r.grad_norm = r.grad_norm_micro1 = NAN;
     r.ms = (hmath_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
@@ -915,6 +1189,9 @@ int main(int argc, char** argv) {
     }
     gpt2_allocate(&tr.model, cfg->B, cfg->T);
     const GPT2Config* mc = &tr.model.config;
+    char precision_why[128];
+    cfg->precision = resolve_precision(cfg->precision, precision_why, sizeof(precision_why));
+    gpt2_set_precision(&tr.model, cfg->precision == PRECISION_BF16);
 
     // data, schedule, sampler, logs; -x 0: text from the model, no training
     run_setup(run, mc->vocab_size, resume_step);
@@ -951,12 +1228,14 @@ int main(int argc, char** argv) {
         dataloader_next_batch(&run->train_loader);
     }
     run->flops_per_token = 6.0 * tr.model.num_parameters + 6.0 * mc->num_layers * mc->channels * cfg->T;
-    run->peak_flops = CPU_PEAK_GFLOPS_PER_THREAD * 1e9 * omp_get_max_threads();
+    double peak_per_thread = tr.model.bf16 ? CPU_BF16_PEAK_GFLOPS_PER_THREAD : CPU_PEAK_GFLOPS_PER_THREAD;
+    run->peak_flops = peak_per_thread * 1e9 * omp_get_max_threads();
     report_config_begin(run, &CLI, mc, tr.model.num_parameters);
     char v[64];
+    report_row("precision", precision_why);
     report_row("BLAS", cpu_blas_describe());
     snprintf(v, sizeof(v), "%d", omp_get_max_threads()); report_row("threads", v);
-    snprintf(v, sizeof(v), "%.0f", CPU_PEAK_GFLOPS_PER_THREAD * omp_get_max_threads()); report_row("MFU peak GFLOP/s", v);
+    snprintf(v, sizeof(v), "%.0f", peak_per_thread * omp_get_max_threads()); report_row("MFU peak GFLOP/s", v);
     snprintf(v, sizeof(v), "%.1f", tr.model.num_activations * 4.0 / 1048576.0); report_row("activation MiB", v);
     report_config_end(resume_step);
 

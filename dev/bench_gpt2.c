@@ -6,8 +6,10 @@
  * work (llmc/cpu_profile.h; "other" is the rest of the step), the process CPU time per step (cpu_ms; with
  * a sleeping wait policy, cpu_ms / (threads * mean_ms) is how busy the threads were), the BLAS and its core,
  * the wait policy.
+ * precision bf16: the linear layers' matmuls in bf16 through oneDNN (train_gpt2 --precision bf16); the peak
+ * passed in is then the bf16 matmul peak (bench_sgemm ... bf16).
  * Prints one JSON line.
- * usage: bench_gpt2 depth B T [steps=8] [warmup=2] [peak_gflops=0]
+ * usage: bench_gpt2 depth B T [steps=8] [warmup=2] [peak_gflops=0] [precision=fp32|bf16]
  */
 #define TESTING
 #include "../train_gpt2.c"
@@ -27,13 +29,18 @@ static int cmp_double(const void* a, const void* b) {
 int main(int argc, char** argv) {
     cpu_blas_init(argc, argv);  // the OpenBLAS kernel and the OpenMP wait policy (may re-execute once)
     if (argc < 4) {
-        fprintf(stderr, "usage: %s depth B T [steps=8] [warmup=2] [peak_gflops=0]\n", argv[0]);
+        fprintf(stderr, "usage: %s depth B T [steps=8] [warmup=2] [peak_gflops=0] [precision=fp32|bf16]\n", argv[0]);
         return 1;
     }
     int depth = atoi(argv[1]), B = atoi(argv[2]), T = atoi(argv[3]);
     int steps = argc > 4 ? atoi(argv[4]) : 8;
     int warmup = argc > 5 ? atoi(argv[5]) : 2;
     double peak = argc > 6 ? atof(argv[6]) : 0.0;
+    const char* precision = argc > 7 ? argv[7] : "fp32";
+    if (strcmp(precision, "fp32") != 0 && strcmp(precision, "bf16") != 0) {
+        fprintf(stderr, "error: precision must be fp32 or bf16, got '%s'\n", precision);
+        return 1;
+    }
     if (depth <= 0 || B <= 0 || T <= 0 || T > 1024 || steps <= warmup || warmup < 0) {
         fprintf(stderr, "error: bad arguments (need depth, B > 0, 0 < T <= 1024, steps > warmup >= 0)\n");
         return 1;
@@ -41,6 +48,7 @@ int main(int argc, char** argv) {
     GPT2 model;
     gpt2_build_from_random(&model, depth, 50257, 1337);
     gpt2_allocate(&model, B, T);
+    gpt2_set_precision(&model, strcmp(precision, "bf16") == 0);
     int V = model.config.vocab_size;
     int* x = (int*)mallocCheck((size_t)(B * T + 1) * sizeof(int));
     uint64_t rng = 42;
@@ -69,10 +77,10 @@ int main(int argc, char** argv) {
     double flops_tok = 6.0 * model.num_parameters + 6.0 * c->num_layers * c->channels * T;
     double tok_s = B * T / (med / 1000.0);
     double mfu = peak > 0 ? 100.0 * tok_s * flops_tok / (peak * 1e9) : 0.0;
-    printf("{\"depth\": %d, \"B\": %d, \"T\": %d, \"steps\": %d, \"median_ms\": %.3f, \"tok_s\": %.2f, "
+    printf("{\"precision\": \"%s\", \"depth\": %d, \"B\": %d, \"T\": %d, \"steps\": %d, \"median_ms\": %.3f, \"tok_s\": %.2f, "
            "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f, \"blas\": \"%s\", "
            "\"wait_policy\": \"%s\", \"spincount\": \"%s\", \"mean_ms\": %.3f, \"cpu_ms\": %.3f, \"threads\": %d, \"phases_ms\": {",
-           depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss, cpu_blas_describe(),
+           precision, depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss, cpu_blas_describe(),
            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "", getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "",
            mean_ms, cpu_ms, omp_get_max_threads());
     double accounted = 0.0;

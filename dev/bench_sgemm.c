@@ -3,23 +3,31 @@
  * 2048x2048x2048, best of N runs after one warm-up, with the thread count OpenBLAS is given through the
  * environment (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS), the same as the trainer's, and the same kernel
  * (llmc/cpu_blas.h). Prints one JSON line, with the BLAS and its core.
- * usage: bench_sgemm [n=2048] [repeats=5]
+ * bf16: the bf16 peak instead, as train_gpt2 --precision bf16 multiplies: oneDNN's matmul with bf16
+ * operands in the same layouts as the fp32 one (A row-major, B read transposed through strides; no reorder)
+ * and fp32 output, on omp_get_max_threads() threads (llmc/cpu_dnnl.h).
+ * usage: bench_sgemm [n=2048] [repeats=5] [fp32|bf16]
  */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <string.h>
+#include <omp.h>
 #include "llmc/cpu_blas.h"
+#include "llmc/cpu_dnnl.h"
 #include "hybrid/hmath.h"  // hmath_seconds: the one monotonic clock
 
 int main(int argc, char** argv) {
     cpu_blas_init(argc, argv);  // the OpenBLAS kernel and the OpenMP wait policy (may re-execute once)
     int n = argc > 1 ? atoi(argv[1]) : 2048;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
-    if (n <= 0 || repeats <= 0) {
-        fprintf(stderr, "usage: %s [n > 0] [repeats > 0]\n", argv[0]);
+    int bf16_mode = argc > 3 && strcmp(argv[3], "bf16") == 0;
+    if (n <= 0 || repeats <= 0 || (argc > 3 && !bf16_mode && strcmp(argv[3], "fp32") != 0)) {
+        fprintf(stderr, "usage: %s [n > 0] [repeats > 0] [fp32|bf16]\n", argv[0]);
         return 1;
     }
+    if (bf16_mode && !dnnl_available()) { fprintf(stderr, "error: bf16: this build has no oneDNN (install libdnnl-dev)\n"); return 1; }
     size_t nn = (size_t)n * n;
     float* a = (float*)malloc(nn * sizeof(float));
     float* b = (float*)malloc(nn * sizeof(float));
@@ -27,6 +35,27 @@ int main(int argc, char** argv) {
     if (!a || !b || !c) { fprintf(stderr, "error: out of memory for n=%d\n", n); return 1; }
     for (size_t i = 0; i < nn; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0.0f; }
     double best = 1e30;
+    if (bf16_mode) {
+        bf16* a16 = (bf16*)malloc(nn * sizeof(bf16));
+        bf16* b16 = (bf16*)malloc(nn * sizeof(bf16));
+        if (!a16 || !b16) { fprintf(stderr, "error: out of memory for n=%d\n", n); return 1; }
+        for (size_t i = 0; i < nn; i++) { a16[i] = bf16_from_float(a[i]); b16[i] = bf16_from_float(b[i]); }
+        DnnlGemm g;
+        memset(&g, 0, sizeof(g));
+        dnnl_gemm_create(&g, 0, 1, n, n, n, n, n, n, 0);
+        for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
+            double t0 = hmath_seconds();
+            dnnl_gemm_run(&g, a16, b16, c);
+            double dt = hmath_seconds() - t0;
+            if (r > 0 && dt < best) { best = dt; }
+        }
+        double gflops = 2.0 * n * (double)n * n / best / 1e9;
+        printf("{\"n\": %d, \"threads\": %d, \"best_s\": %.6f, \"gflops\": %.2f, \"check\": %.3f, \"blas\": \"oneDNN bf16 matmul (%s)\", \"core\": \"%s\"}\n",
+               n, omp_get_max_threads(), best, gflops, c[nn / 2], dnnl_isa_name(), openblas_get_corename());
+        dnnl_gemm_destroy(&g);
+        free(a16); free(b16); free(a); free(b); free(c);
+        return 0;
+    }
     for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
         double t0 = hmath_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);

@@ -185,6 +185,8 @@ typedef struct {
     char schedule[16];        // -k
     char init[112];           // -e (longer values are cut)
     float beta1, beta2;       // --beta1, --beta2 (slots 98-100; files without them had 0.9 and 0.95)
+    int precision;            // train_gpt2's --precision as run, PRECISION_FP32 or _BF16 (slot 101; 0: not
+                              // recorded: older files and train_gpt2cu's)
 } TrainState;
 
 static inline void put_u64(int* h, int slot, uint64_t v) { memcpy(h + slot, &v, 8); }
@@ -222,6 +224,7 @@ static inline void state_write(const char* path, const TrainState* s, const floa
         memcpy(header + 98, &s->beta1, 4);
         memcpy(header + 99, &s->beta2, 4);
         header[100] = 1;
+        header[101] = s->precision;
     }
     AtomicFile af;
     atomic_open(&af, path);
@@ -278,6 +281,7 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
             memcpy(&s->beta1, header + 98, 4);
             memcpy(&s->beta2, header + 99, 4);
         }
+        s->precision = header[101];
     }
     if (s->num_parameters != num_parameters) {
         fatal("%s: state is for %zu parameters, the model has %zu", path, s->num_parameters, num_parameters);

@@ -26,6 +26,7 @@
 #define ADAM_EPS 1e-8f
 #define TRAIN_MAX_BT (1 << 24)       // B*T per micro batch: int token offsets stay far from overflow
 #define TRAIN_MAX_B 65535            // B: the CUDA kernels' grid dimension y
+enum { PRECISION_AUTO, PRECISION_FP32, PRECISION_BF16 };  // --precision's choices, in this order
 
 // ----------------------------------------------------------------------------
 // configuration: one field per flag; the GPU-only fields are simply not in the CPU trainer's table
@@ -61,6 +62,8 @@ typedef struct {
     const char* vocab_dir;     // --vocab
     float temperature;         // --temperature
     int top_k;                 // --top-k (0: off)
+    // train_gpt2.c only
+    int precision;             // --precision: PRECISION_AUTO, PRECISION_FP32 or PRECISION_BF16 (the matmuls)
     // train_gpt2.cu only
     int recompute;             // -r
     int zero_stage;            // -z
@@ -134,7 +137,7 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
     ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
     ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
-    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if -x -l -u -q -k -e --beta1 --beta2 differ from the checkpoint's (0|1)"),
+    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if -x -l -u -q -k -e --beta1 --beta2 --precision differ from the checkpoint's (0|1)"),
     ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
     ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order and sampling"),
     ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples (missing: print ids)"),

@@ -61,6 +61,7 @@ static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num
     snprintf(s->init, sizeof(s->init), "%s", c->init);
     s->beta1 = c->beta1;
     s->beta2 = c->beta2;
+    s->precision = c->precision;  // resolved by the CPU trainer before any checkpoint; 0 in train_gpt2cu
 }
 
 // a resume with another schedule or init would silently change the run: refused, one line per the
@@ -77,6 +78,12 @@ static inline void run_state_check_flags(const TrainConfig* c, const TrainState*
     else if (strncmp(c->init, s->init, sizeof(s->init) - 1) != 0) { flag = "-e"; snprintf(now, sizeof(now), "%s", c->init); snprintf(then, sizeof(then), "%s", s->init); }
     else if (c->beta1 != s->beta1) { flag = "--beta1"; snprintf(now, sizeof(now), "%g", c->beta1); snprintf(then, sizeof(then), "%g", s->beta1); }
     else if (c->beta2 != s->beta2) { flag = "--beta2"; snprintf(now, sizeof(now), "%g", c->beta2); snprintf(then, sizeof(then), "%g", s->beta2); }
+    else if (s->precision != 0 && c->precision != 0 && c->precision != s->precision) {
+        const char* names[] = {"auto", "fp32", "bf16"};
+        flag = "--precision";
+        snprintf(now, sizeof(now), "%s", names[c->precision == PRECISION_BF16 ? 2 : 1]);
+        snprintf(then, sizeof(then), "%s", names[s->precision == PRECISION_BF16 ? 2 : 1]);
+    }
     if (flag != NULL) {
         fatal("flag %s: %s differs from the checkpoint's %s (%s); resume with the run's flags, or add --allow-changed 1",
               flag, now, then, path);

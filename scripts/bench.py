@@ -8,8 +8,11 @@ PyTorch at its best: the same OpenBLAS kernel as ours (OPENBLAS_CORETYPE set to 
 on, unless set already) and the faster of torch threads x OpenBLAS threads N x N and 1 x N (1 x 1 leaves a
 core idle; 1 x N was PyTorch's fastest on 2 cores), --torch-steps steps each (the slow part of the run).
 Random-init models and random tokens (speed only). FLOPs/token = 6N + 6LCT; MFU = tok/s * FLOPs/token / peak.
+bf16 (where train_gpt2 was built with oneDNN): the same configs with --precision bf16 right after each fp32
+run, their MFU against the bf16 matmul peak (oneDNN, 2048^3, fp32 out, same threads: bench_sgemm ... bf16),
+and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) at its best thread setting as their peer.
 usage: scripts/bench.py [--threads 2] [--steps 6] [--warmup 2] [--torch-steps 4]
-                        [--configs d12:4:64,d12:8:256,d6:8:256] [--no-torch]
+                        [--configs d12:4:64,d12:8:256,d6:8:256] [--no-torch] [--no-bf16]
 """
 import argparse
 import json
@@ -31,7 +34,16 @@ def run_json(cmd, env):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def torch_best(model, B, T, steps, threads, env, core):
+def run_json_or_none(cmd, env):
+    """run_json, or None when the command fails (bf16 where the build or the CPU has none)"""
+    r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+    if r.returncode != 0:
+        print(f"note: {' '.join(cmd)}: {r.stderr.strip()[-200:]}", flush=True)
+        return None
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def torch_best(model, B, T, steps, threads, env, core, autocast="off"):
     """the fastest PyTorch run over the thread settings; returns (best, all runs with their labels)"""
     tenv = dict(env)
     if "OPENBLAS_CORETYPE" not in os.environ and core:
@@ -41,7 +53,7 @@ def torch_best(model, B, T, steps, threads, env, core):
     for th, blas in settings:
         e = dict(tenv, OMP_NUM_THREADS=str(th), OPENBLAS_NUM_THREADS=str(blas))
         r = run_json(["/usr/bin/python3", "scripts/train_gpt2.py", "--bench", str(steps), "-e", model, "-b", B,
-                      "-t", T, "--threads", str(th)], e)
+                      "-t", T, "--threads", str(th), "--autocast", autocast], e)
         r["label"] = f"{th}t/{blas}b"
         runs.append(r)
     return max(runs, key=lambda r: r["tok_s"]), runs
@@ -55,6 +67,7 @@ def main():
     p.add_argument("--torch-steps", type=int, default=4, help="PyTorch steps per setting (its first 2 are warm-up)")
     p.add_argument("--configs", default="d12:4:64,d12:8:256,d6:8:256")
     p.add_argument("--no-torch", action="store_true", help="train_gpt2 and the SGEMM peak only")
+    p.add_argument("--no-bf16", action="store_true", help="fp32 rows only")
     a = p.parse_args()
     t_start = time.time()
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
@@ -62,7 +75,11 @@ def main():
     peak = sg["gflops"]
     print(f"BLAS: {sg['blas']}", flush=True)
     print(f"OpenBLAS SGEMM 2048^3, {a.threads} threads: {peak:.1f} GFLOP/s", flush=True)
-    rows, profiles = [], []
+    sg16 = None if a.no_bf16 else run_json_or_none(["build/bench_sgemm", "2048", "5", "bf16"], env)
+    peak16 = sg16["gflops"] if sg16 else 0.0
+    if sg16:
+        print(f"{sg16['blas']} 2048^3, {a.threads} threads: {peak16:.1f} GFLOP/s", flush=True)
+    rows, rows16, profiles = [], [], []
     for spec in a.configs.split(","):
         model, B, T = spec.split(":")
         depth = model[1:]
@@ -76,6 +93,18 @@ def main():
         pt = " / ".join("%.1f (%s)" % (r["tok_s"], r["label"]) for r in runs)
         print(f"  {rows[-1][0]}: train_gpt2 {c['tok_s']:.1f} tok/s ({c['mfu_pct']:.1f}%)"
               + (f", PyTorch {pt}" if runs else ""), flush=True)
+        if sg16:
+            c16 = run_json(["build/bench_gpt2", depth, B, T, str(a.steps), str(a.warmup), str(peak16), "bf16"], env)
+            profiles.append((f"{model} B={B} T={T} bf16", c16))
+            if a.no_torch:
+                best16, runs16 = None, []
+            else:
+                best16, runs16 = torch_best(model, B, T, a.torch_steps, a.threads, env, sg.get("core"), "bf16")
+            rows16.append([f"{model} B={B} T={T}", c16["tok_s"], c16["mfu_pct"], best16, c["tok_s"]])
+            pt = " / ".join("%.1f (%s)" % (r["tok_s"], r["label"]) for r in runs16)
+            print(f"  {rows16[-1][0]}: train_gpt2 bf16 {c16['tok_s']:.1f} tok/s ({c16['mfu_pct']:.1f}% of the bf16 "
+                  f"peak, {c16['tok_s'] / c['tok_s']:.2f}x fp32)" + (f", PyTorch autocast bf16 {pt}" if runs16 else ""),
+                  flush=True)
     # the peak again at the end: on a shared machine the best of the two is the closer estimate
     peak_end = run_json(["build/bench_sgemm", "2048", "5"], env)["gflops"]
     print(f"OpenBLAS SGEMM 2048^3 again: {peak_end:.1f} GFLOP/s", flush=True)
@@ -83,6 +112,13 @@ def main():
         for r in rows:
             r[2] *= peak / peak_end
         peak = peak_end
+    if sg16:
+        peak16_end = run_json(["build/bench_sgemm", "2048", "5", "bf16"], env)["gflops"]
+        print(f"bf16 matmul 2048^3 again: {peak16_end:.1f} GFLOP/s", flush=True)
+        if peak16_end > peak16:
+            for r in rows16:
+                r[2] *= peak16 / peak16_end
+            peak16 = peak16_end
     print()
     print("| config | train_gpt2 tok/s | MFU (% of SGEMM peak) | PyTorch best tok/s (threads torch/BLAS) "
           "| PyTorch MFU | train_gpt2 / PyTorch |")
@@ -94,6 +130,19 @@ def main():
         pm = 100.0 * best["tok_s"] * best["flops_per_token"] / (peak * 1e9)
         print(f"| {name} | {ct:.1f} | {cm:.1f}% | {best['tok_s']:.1f} ({best['label']}) | {pm:.1f}% "
               f"| {ct / best['tok_s']:.2f}x |")
+    if rows16:
+        print("\nbf16 (train_gpt2 --precision bf16; PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16)):\n")
+        print("| config | train_gpt2 bf16 tok/s | bf16 / fp32 | MFU (% of bf16 peak) | PyTorch autocast best tok/s "
+              "(threads torch/BLAS) | PyTorch MFU (bf16 peak) | train_gpt2 / PyTorch (bf16) |")
+        print("|---|---|---|---|---|---|---|")
+        for name, ct, cm, best, fp32_tok in rows16:
+            if best is None:
+                print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {cm:.1f}% | - | - | - |")
+                continue
+            pm = 100.0 * best["tok_s"] * best["flops_per_token"] / (peak16 * 1e9)
+            print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {cm:.1f}% | {best['tok_s']:.1f} ({best['label']}) "
+                  f"| {pm:.1f}% | {ct / best['tok_s']:.2f}x |")
+        print(f"\nbf16 matmul peak {peak16:.1f} GFLOP/s ({sg16['blas']}, {a.threads} threads)")
     print(f"\nSGEMM peak {peak:.1f} GFLOP/s ({a.threads} threads); medians over {a.steps - a.warmup} steps "
           f"after {a.warmup} warm-up; FLOPs/token = 6N + 6LCT; {sg['blas']}; "
           f"PyTorch with OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', sg.get('core'))}")

@@ -15,6 +15,8 @@ Modes:
   --write-debug-state PATH debug state for test/test_gpt2.c: -e model.bin -b -t [-i shard | --seed S]
   --dump-batches N PATH    the first N train batches of -i, in the DataLoader order (-b -t --seed --vocab)
   --bench N                time N full training steps on random tokens, print one JSON line
+                           (--autocast bf16: under torch.autocast("cpu", dtype=torch.bfloat16), the peer of
+                           train_gpt2 --precision bf16)
 Threads: --threads N (default: $TORCH_NUM_THREADS, else torch's default).
 """
 import argparse
@@ -516,11 +518,13 @@ def cmd_bench(a):
     for step in range(a.bench):
         buf = torch.randint(0, cfg["V"], (B * T + 1,), generator=g)
         t0 = time.perf_counter()
-        train_step(model, opt, [(buf[:-1].view(B, T), buf[1:].view(B, T))], 1e-4, 0.0)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            train_step(model, opt, [(buf[:-1].view(B, T), buf[1:].view(B, T))], 1e-4, 0.0)
         times.append(time.perf_counter() - t0)
     warm = min(2, len(times) - 1)
     med = float(np.median(times[warm:]))
     print(json.dumps({"model": a.e, "B": B, "T": T, "threads": torch.get_num_threads(), "steps": a.bench,
+                      "autocast": a.autocast,
                       "median_ms": med * 1000.0, "tok_s": B * T / med,
                       "flops_per_token": flops_per_token(cfg, T)}))
 
@@ -556,6 +560,7 @@ def main():
     p.add_argument("--dump-batches", nargs=2, metavar=("N", "PATH"),
                    help="write the first N train batches (x, y as int32) of -i to PATH (tokens < --vocab)")
     p.add_argument("--bench", type=int, default=0, metavar="N", help="time N training steps on random tokens")
+    p.add_argument("--autocast", default="off", choices=["off", "bf16"], help="--bench: under torch.autocast (bf16)")
     a = p.parse_args()
     for flag in ("b", "t"):
         if getattr(a, flag) <= 0:

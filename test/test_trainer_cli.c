@@ -38,7 +38,7 @@ Test(cli, help_lists_every_flag_with_its_default) {
     char* text = read_text(out);
     const char* flags[] = {"-i ", "-j ", "-e ", "-o ", "-b ", "-t ", "-d ", "-x ", "-l ", "-u ", "-q ", "-k ",
                            "-c ", "-v ", "-m ", "-s ", "-g ", "-n ", "-nk ", "-y ", "-a ", "--seed ", "--tokenizer ",
-                           "--allow-changed ", "--prompt ", "--vocab ", "--temperature ", "--top-k "};
+                           "--allow-changed ", "--prompt ", "--vocab ", "--temperature ", "--top-k ", "--precision "};
     for (size_t i = 0; i < sizeof(flags) / sizeof(flags[0]); i++) {
         char needle[32];
         snprintf(needle, sizeof(needle), "  %s", flags[i]);
@@ -52,7 +52,7 @@ Test(cli, help_lists_every_flag_with_its_default) {
             default_lines += strstr(line, "(default ") != NULL;
         }
     }
-    cr_assert_eq(flag_lines, 30 + 7);  // the trainer's table and the 7 hybrid flags
+    cr_assert_eq(flag_lines, 30 + 1 + 7);  // the shared table, the CPU trainer's --precision, the 7 hybrid flags
     cr_assert_eq(default_lines, flag_lines);
     free(text);
 }

@@ -1,0 +1,188 @@
+/*
+ * llmc/cpu_dnnl.h — bf16 matrix multiplies on the CPU through oneDNN (train_gpt2 --precision bf16): bf16
+ * operands, fp32 accumulation and fp32 output, on CPUs that multiply bf16 pairs natively (avx512_bf16,
+ * AMX). What it defines: the fp32 -> bf16 rounding (round to nearest even, NaN stays NaN), the detection of
+ * native bf16 dot products (with a test override), and DnnlGemm, one oneDNN matmul primitive for one fixed
+ * shape and operand layout, created once at start-up and executed with fresh data pointers each call.
+ * Why fixed shapes: a primitive's JIT kernels and blocking are chosen for its shape; creating them takes
+ * milliseconds and allocates, so the training loop only executes them (and oneDNN's scratch space is ours,
+ * one buffer shared by all primitives: scratchpad mode "user").
+ * oneDNN is optional: built without it (no LLMC_DNNL), everything here except the rounding and the CPU
+ * check compiles to stubs, and dnnl_available() says so.
+ * Debian's libdnnl2 runs on the OpenMP runtime (DNNL_CPU_RUNTIME = OMP), so its threads are ours: the
+ * primitives must be executed outside a parallel region, and use omp_get_max_threads() threads.
+ * Test override: LLMC_BF16_TEST_NO_BF16=1 makes cpu_has_native_bf16() answer 0 (a CPU without bf16).
+ */
+#ifndef LLMC_CPU_DNNL_H
+#define LLMC_CPU_DNNL_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "llmc/utils.h"
+#include "llmc/cpu_blas.h"  // cpu_features_detect
+#ifdef LLMC_DNNL
+#include <oneapi/dnnl/dnnl.h>
+#endif
+
+typedef uint16_t bf16;  // the upper half of an fp32: 1 sign, 8 exponent, 7 mantissa bits
+
+// fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN, Inf stays Inf. Written to vectorise.
+static inline bf16 bf16_from_float(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (bf16)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+static inline float bf16_to_float(bf16 h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+// rows (n, cols) of src, row stride lds, into dst (n, cols) contiguous; for thread tid of nth (rows split)
+static inline void bf16_convert_rows(bf16* dst, const float* src, size_t n, size_t cols, size_t lds, int tid, int nth) {
+    size_t r0 = n * tid / nth, r1 = n * (tid + 1) / nth;
+    for (size_t r = r0; r < r1; r++) {
+        const float* s = src + r * lds;
+        bf16* d = dst + r * cols;
+        #pragma omp simd
+        for (size_t i = 0; i < cols; i++) { d[i] = bf16_from_float(s[i]); }
+    }
+}
+
+// native bf16 dot products (avx512_bf16; AMX-BF16 CPUs have it too), unless LLMC_BF16_TEST_NO_BF16=1
+static inline int cpu_has_native_bf16(void) {
+    const char* force = getenv("LLMC_BF16_TEST_NO_BF16");
+    if (force != NULL && strcmp(force, "1") == 0) { return 0; }
+    CpuFeatures f = cpu_features_detect();
+    return f.avx512_bf16;
+}
+
+#ifdef LLMC_DNNL
+static inline int dnnl_available(void) { return 1; }
+
+// one engine, one stream, one scratch buffer for every primitive (made on the first dnnl_gemm_create)
+typedef struct {
+    dnnl_engine_t engine;
+    dnnl_stream_t stream;
+    dnnl_memory_t scratch;   // user scratchpad, sized to the largest primitive's need
+    void* scratch_data;
+    size_t scratch_bytes;
+} DnnlContext;
+static DnnlContext dnnl_ctx = {0};
+
+static inline void dnnlCheck(dnnl_status_t s, const char* what) {
+    if (s != dnnl_success) { fatal("oneDNN: %s failed (status %d)", what, (int)s); }
+}
+
+static inline void dnnl_context_init(void) {
+    if (dnnl_ctx.engine != NULL) { return; }
+    dnnlCheck(dnnl_engine_create(&dnnl_ctx.engine, dnnl_cpu, 0), "engine");
+    dnnlCheck(dnnl_stream_create(&dnnl_ctx.stream, dnnl_ctx.engine, dnnl_stream_default_flags), "stream");
+}
+
+// C (M,N) [+]= op(A) (M,K) · op(B) (K,N): A and B bf16 with leading dims lda, ldb (op(X) = X^T when transX,
+// read through the strides: no explicit transpose), C fp32 row-major with leading dim ldc. accumulate: C +=
+// (oneDNN's sum post-op, exact fp32 addition), else C =.
+typedef struct {
+    dnnl_primitive_t prim;
+    dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
+    int M, N, K;
+} DnnlGemm;
+
+static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
+                                    int ldc, int accumulate) {
+    dnnl_context_init();
+    dnnl_dims_t adims = {M, K}, bdims = {K, N}, cdims = {M, N};
+    dnnl_dims_t astr = {transA ? 1 : lda, transA ? lda : 1};
+    dnnl_dims_t bstr = {transB ? 1 : ldb, transB ? ldb : 1};
+    dnnl_dims_t cstr = {ldc, 1};
+    dnnl_memory_desc_t amd, bmd, cmd;
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&amd, 2, adims, dnnl_bf16, astr), "memory desc A");
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&bmd, 2, bdims, dnnl_bf16, bstr), "memory desc B");
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, 2, cdims, dnnl_f32, cstr), "memory desc C");
+    dnnl_matmul_desc_t desc;
+    dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, &bmd, NULL, &cmd), "matmul desc");
+    dnnl_primitive_attr_t attr;
+    dnnlCheck(dnnl_primitive_attr_create(&attr), "attr");
+    dnnlCheck(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    dnnl_post_ops_t po = NULL;
+    if (accumulate) {
+        dnnlCheck(dnnl_post_ops_create(&po), "post ops");
+        dnnlCheck(dnnl_post_ops_append_sum(po, 1.0f), "sum post op");
+        dnnlCheck(dnnl_primitive_attr_set_post_ops(attr, po), "set post ops");
+    }
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, attr, dnnl_ctx.engine, NULL);
+    if (s != dnnl_success) { fatal("oneDNN: no bf16 matmul for %d x %d x %d on this CPU (status %d)", M, K, N, (int)s); }
+    const dnnl_memory_desc_t* smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t need = smd != NULL ? dnnl_memory_desc_get_size(smd) : 0;
+    if (need > dnnl_ctx.scratch_bytes) {  // start-up only: grow the shared scratch buffer
+        free(dnnl_ctx.scratch_data);
+        dnnl_ctx.scratch_data = aligned_alloc(64, (need + 63) / 64 * 64);
+        if (dnnl_ctx.scratch_data == NULL) { fatal("oneDNN: out of memory for %zu bytes of scratch", need); }
+        dnnl_ctx.scratch_bytes = need;
+        if (dnnl_ctx.scratch != NULL) { dnnl_memory_destroy(dnnl_ctx.scratch); }
+        dnnl_memory_desc_t flat;
+        dnnl_dims_t sd = {(dnnl_dim_t)need};
+        dnnlCheck(dnnl_memory_desc_init_by_tag(&flat, 1, sd, dnnl_u8, dnnl_a), "scratch desc");
+        dnnlCheck(dnnl_memory_create(&dnnl_ctx.scratch, &flat, dnnl_ctx.engine, dnnl_ctx.scratch_data), "scratch memory");
+    }
+    dnnlCheck(dnnl_primitive_create(&g->prim, pd), "matmul primitive");
+    dnnlCheck(dnnl_memory_create(&g->a, &amd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory A");
+    dnnlCheck(dnnl_memory_create(&g->b, &bmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory B");
+    dnnlCheck(dnnl_memory_create(&g->c, &cmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory C");
+    dnnl_primitive_desc_destroy(pd);
+    if (po != NULL) { dnnl_post_ops_destroy(po); }
+    dnnl_primitive_attr_destroy(attr);
+    g->M = M; g->N = N; g->K = K;
+}
+
+// runs the product on the given data (outside any parallel region: oneDNN opens its own)
+static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const bf16* B, float* C) {
+    dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
+    dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
+    dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c},
+                               {DNNL_ARG_SCRATCHPAD, dnnl_ctx.scratch}};
+    dnnlCheck(dnnl_primitive_execute(g->prim, dnnl_ctx.stream, dnnl_ctx.scratch != NULL ? 4 : 3, args), "matmul");
+    dnnlCheck(dnnl_stream_wait(dnnl_ctx.stream), "stream wait");
+}
+
+static inline void dnnl_gemm_destroy(DnnlGemm* g) {
+    if (g->prim == NULL) { return; }
+    dnnl_primitive_destroy(g->prim);
+    dnnl_memory_destroy(g->a);
+    dnnl_memory_destroy(g->b);
+    dnnl_memory_destroy(g->c);
+    memset(g, 0, sizeof(*g));
+}
+
+// the ISA oneDNN dispatches to, for the start-up table
+static inline const char* dnnl_isa_name(void) {
+    switch (dnnl_get_effective_cpu_isa()) {
+        case dnnl_cpu_isa_avx512_core_amx: return "AMX";
+        case dnnl_cpu_isa_avx512_core_bf16: return "avx512_bf16";
+        case dnnl_cpu_isa_avx512_core: return "avx512 (bf16 emulated)";
+        default: return "no bf16 ISA";
+    }
+}
+#else
+// built without oneDNN (no libdnnl-dev): the types exist, nothing can be created
+static inline int dnnl_available(void) { return 0; }
+typedef struct { int M, N, K; } DnnlGemm;
+static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
+                                    int ldc, int accumulate) {
+    (void)g; (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)lda; (void)ldb; (void)ldc; (void)accumulate;
+    fatal("bf16: this build has no oneDNN (install libdnnl-dev and rebuild)");
+}
+static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const bf16* B, float* C) { (void)g; (void)A; (void)B; (void)C; }
+static inline void dnnl_gemm_destroy(DnnlGemm* g) { (void)g; }
+static inline const char* dnnl_isa_name(void) { return "no oneDNN"; }
+#endif // LLMC_DNNL
+
+#endif // LLMC_CPU_DNNL_H

@@ -1,0 +1,308 @@
+// --precision bf16 (llmc/cpu_dnnl.h): the bf16 matmuls of the forward and of both backward GEMMs agree with
+// an fp64 reference within bf16's rounding on random data, odd shapes included; a bf16 training run is
+// deterministic and resumes bit for bit; on a CPU without bf16 (forced: LLMC_BF16_TEST_NO_BF16=1) nothing
+// changes; a resume with another precision is refused.
+// The bf16 tests skip, saying why, when the build has no oneDNN or the CPU no native bf16.
+// Tolerance of one output element: rounding each operand to bf16 (8 significant bits, unit roundoff
+// u = 2^-8) changes each product a_k b_k by at most (2u + u^2) |a_k b_k|, and the fp32 accumulation of K
+// terms adds at most K 2^-24 (1 + ...) of sum |a_k b_k|; so |C - C_exact| <= (2^-7 + 2^-16 + K 2^-23) S with
+// S = sum_k |a_k b_k| (the fp32 terms doubled for slack in the order of summation).
+#define TESTING
+#include "../train_gpt2.c"
+#include "trainer_test_util.h"
+
+static int bf16_ready(void) {
+    const char* why = !dnnl_available() ? "built without oneDNN (libdnnl-dev)"
+                    : !cpu_has_native_bf16() ? "this CPU has no native bf16 (avx512_bf16/AMX)" : NULL;
+    if (why == NULL) { return 1; }
+    fprintf(stderr, "test_bf16: skipped: %s\n", why);  // also without --verbose
+    cr_skip_test("%s\n", why);
+    return 0;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float urand(void) {  // uniform in [-1, 1)
+    rng_state ^= rng_state >> 12; rng_state ^= rng_state << 25; rng_state ^= rng_state >> 27;
+    return (float)((rng_state * 2685821657736338717ull) >> 40) / (float)(1 << 23) - 1.0f;
+}
+static float* rand_buf(size_t n, float scale) {
+    float* x = (float*)malloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { x[i] = scale * urand(); }
+    return x;
+}
+
+static double bound(double sum_abs, int K) { return (1.0 / 128 + 1.0 / 65536 + K / 8388608.0) * sum_abs + 1e-30; }
+
+// the three products of one linear layer at (N, C, OC), bf16 vs exact (fp64 of the fp32 inputs)
+static void check_linear(int N, int C, int OC, int with_residual) {
+    float* inp = rand_buf((size_t)N * C, 1.0f);
+    float* w = rand_buf((size_t)OC * C, 0.5f);
+    float* bias = rand_buf(OC, 0.1f);
+    float* res = rand_buf((size_t)N * OC, 1.0f);
+    float* dout = rand_buf((size_t)N * OC, 0.01f);
+    float* out = (float*)malloc((size_t)N * OC * sizeof(float));
+    float* dinp = rand_buf((size_t)N * C, 1.0f);  // overwritten
+    float* dw0 = rand_buf((size_t)OC * C, 0.1f);  // accumulated into
+    float* dw = (float*)malloc((size_t)OC * C * sizeof(float));
+    memcpy(dw, dw0, (size_t)OC * C * sizeof(float));
+    float* db = (float*)calloc(OC, sizeof(float));
+    bf16* w16 = (bf16*)malloc((size_t)OC * C * sizeof(bf16));
+    for (size_t i = 0; i < (size_t)OC * C; i++) { w16[i] = bf16_from_float(w[i]); }
+    size_t wide = (size_t)(OC > C ? OC : C);
+    bf16* s1 = (bf16*)malloc((size_t)N * wide * sizeof(bf16));
+    bf16* s2 = (bf16*)malloc((size_t)N * wide * sizeof(bf16));
+    Bf16Linear lin;
+    memset(&lin, 0, sizeof(lin));
+    bf16_linear_create(&lin, N, C, OC, 1);
+    matmul_forward_bf16(out, inp, w16, bias, with_residual ? res : NULL, N, C, OC, &lin, s1);
+    matmul_backward_bf16(dinp, dw, db, dout, inp, w16, N, C, OC, &lin, s1, s2);
+    for (int n = 0; n < N; n++) {
+        for (int o = 0; o < OC; o++) {  // out = inp @ w^T + bias (+ res)
+            double exact = bias[o] + (with_residual ? res[(size_t)n * OC + o] : 0.0), s = 0.0;
+            for (int c = 0; c < C; c++) {
+                double p = (double)inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+                exact += p; s += fabs(p);
+            }
+            double err = fabs(out[(size_t)n * OC + o] - exact);
+            cr_assert_leq(err, bound(s, C) + 1e-6 * fabs(exact), "forward %dx%dx%d [%d,%d]: %g vs %g", N, C, OC, n, o,
+                          out[(size_t)n * OC + o], exact);
+        }
+        for (int c = 0; c < C; c++) {  // dinp = dout @ w
+            double exact = 0.0, s = 0.0;
+            for (int o = 0; o < OC; o++) {
+                double p = (double)dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
+                exact += p; s += fabs(p);
+            }
+            cr_assert_leq(fabs(dinp[(size_t)n * C + c] - exact), bound(s, OC), "dinp %dx%dx%d [%d,%d]", N, C, OC, n, c);
+        }
+    }
+    for (int o = 0; o < OC; o++) {  // dw += dout^T @ inp; db = column sums of dout (fp32)
+        double dbe = 0.0;
+        for (int n = 0; n < N; n++) { dbe += dout[(size_t)n * OC + o]; }
+        cr_assert_leq(fabs(db[o] - dbe), 1e-5 * N * 0.01, "dbias %d", o);
+        for (int c = 0; c < C; c++) {
+            double exact = dw0[(size_t)o * C + c], s = 0.0;
+            for (int n = 0; n < N; n++) {
+                double p = (double)dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
+                exact += p; s += fabs(p);
+            }
+            double err = fabs(dw[(size_t)o * C + c] - exact);
+            cr_assert_leq(err, bound(s, N) + 1e-6 * fabs(exact), "dweight %dx%dx%d [%d,%d]: %g vs %g", N, C, OC, o, c,
+                          dw[(size_t)o * C + c], exact);
+        }
+    }
+    bf16_linear_destroy(&lin);
+    free(inp); free(w); free(bias); free(res); free(dout); free(out); free(dinp); free(dw0); free(dw); free(db);
+    free(w16); free(s1); free(s2);
+}
+
+Test(bf16_matmul, forward_and_both_backward_gemms_within_bf16_rounding) {
+    if (!bf16_ready()) { return; }
+    check_linear(64, 48, 144, 0);   // qkv-like
+    check_linear(64, 192, 48, 1);   // fcproj-like, with the residual
+    check_linear(37, 19, 53, 1);    // odd everything
+    check_linear(1, 7, 3, 0);       // one row
+    check_linear(130, 64, 256, 0);  // lm-head-like (no bias is a NULL bias in the model; bias here)
+}
+
+// the error is really bf16's: the same products are off by more than fp32 rounding would be, somewhere
+Test(bf16_matmul, bf16_is_really_used) {
+    if (!bf16_ready()) { return; }
+    int N = 32, C = 64, OC = 32;
+    float* inp = rand_buf((size_t)N * C, 1.0f);
+    float* w = rand_buf((size_t)OC * C, 1.0f);
+    float* zero = (float*)calloc(OC, sizeof(float));
+    float* o32 = (float*)malloc((size_t)N * OC * sizeof(float));
+    float* o16 = (float*)malloc((size_t)N * OC * sizeof(float));
+    bf16* w16 = (bf16*)malloc((size_t)OC * C * sizeof(bf16));
+    bf16* s = (bf16*)malloc((size_t)N * C * sizeof(bf16));
+    for (size_t i = 0; i < (size_t)OC * C; i++) { w16[i] = bf16_from_float(w[i]); }
+    Bf16Linear lin;
+    memset(&lin, 0, sizeof(lin));
+    bf16_linear_create(&lin, N, C, OC, 1);
+    matmul_forward(o32, inp, w, zero, NULL, N, C, OC);
+    matmul_forward_bf16(o16, inp, w16, zero, NULL, N, C, OC, &lin, s);
+    double maxdiff = 0.0;
+    for (size_t i = 0; i < (size_t)N * OC; i++) { maxdiff = fmax(maxdiff, fabs(o32[i] - o16[i])); }
+    cr_assert_gt(maxdiff, 1e-3, "bf16 and fp32 outputs agree to %g: is bf16 used?", maxdiff);
+    bf16_linear_destroy(&lin);
+    free(inp); free(w); free(zero); free(o32); free(o16); free(w16); free(s);
+}
+
+Test(bf16_matmul, rounding_is_to_nearest_even_and_keeps_nan_inf) {
+    cr_assert_eq(bf16_from_float(1.0f), 0x3f80);
+    cr_assert_eq(bf16_from_float(1.0f + 1.0f / 256), 0x3f80);           // halfway: to even (down)
+    cr_assert_eq(bf16_from_float(1.0f + 3.0f / 256), 0x3f82);           // halfway: to even (up)
+    cr_assert_eq(bf16_from_float(1.0f + 1.0f / 256 + 1.0f / 65536), 0x3f81); // past halfway: up
+    cr_assert_eq(bf16_from_float(INFINITY), 0x7f80);
+    cr_assert_eq(bf16_from_float(-INFINITY), 0xff80);
+    cr_assert(isnan(bf16_to_float(bf16_from_float(NAN))));
+    uint32_t halfway_to_inf = 0x7f7f8000u;  // between the largest finite bf16 (odd) and Inf: to even is Inf
+    float h;
+    memcpy(&h, &halfway_to_inf, 4);
+    cr_assert_eq(bf16_from_float(h), 0x7f80);
+}
+
+// ---- the trainer (./train_gpt2) in bf16 ----
+
+static char dir[256], flags[2048];
+
+static void setup(void) {
+    make_temp_dir(dir, sizeof(dir));
+    char path[512];
+    join_path(path, sizeof(path), dir, "train_000000.bin");
+    write_learnable_shard(path, 4000, 256, 10);
+    join_path(path, sizeof(path), dir, "val_000000.bin");
+    write_learnable_shard(path, 2000, 256, 99);
+    snprintf(flags, sizeof(flags), "./train_gpt2 -i %s/train_*.bin -j %s/val_*.bin -e d1 -b 4 -t 32 -d 256 "
+             "-l 3e-3 -u 3 -q 0.1 -c 0.1 -v 4 -m 3 -s 0", dir, dir);
+}
+static void teardown(void) { rm_rf(dir); }
+TestSuite(bf16_train, .init = setup, .fini = teardown);
+
+// no_bf16: the trainer runs as on a CPU without bf16 (LLMC_BF16_TEST_NO_BF16=1 in its environment)
+static RunResult train_env(int no_bf16, const char* extra, const char* out_dir) {
+    char cmd[4096], log[600];
+    snprintf(cmd, sizeof(cmd), "%s %s -o %s", flags, extra, out_dir);
+    snprintf(log, sizeof(log), "%s.stdout", out_dir);
+    if (no_bf16) { setenv("LLMC_BF16_TEST_NO_BF16", "1", 1); }
+    RunResult r = run_cmd(cmd, log);
+    unsetenv("LLMC_BF16_TEST_NO_BF16");
+    return r;
+}
+static void train_ok(int no_bf16, const char* extra, const char* out_dir) {
+    RunResult r = train_env(no_bf16, extra, out_dir);
+    cr_assert(r.exited && r.status == 0, "%s failed (%d): %s", extra, r.status, r.err);
+}
+
+// metrics.jsonl without the wall-clock fields ("ms" and "train_time_s" sit between grad_norm and tokens)
+static char* metrics_without_times(const char* out_dir) {
+    char path[600];
+    join_path(path, sizeof(path), out_dir, "metrics.jsonl");
+    char* text = read_text(path);
+    cr_assert_not_null(text, "no %s", path);
+    char* out = malloc(strlen(text) + 1);
+    char* o = out;
+    for (char* p = text; *p;) {
+        char* ms = strstr(p, ", \"ms\": ");
+        char* nl = strchr(p, '\n');
+        if (ms != NULL && (nl == NULL || ms < nl)) {
+            char* tok = strstr(ms, ", \"tokens\"");
+            memcpy(o, p, (size_t)(ms - p));
+            o += ms - p;
+            p = tok;
+        } else {
+            size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+            memcpy(o, p, n);
+            o += n;
+            p += n;
+        }
+    }
+    *o = '\0';
+    free(text);
+    return out;
+}
+
+static char* stdout_of(const char* out_dir) {
+    char path[600];
+    snprintf(path, sizeof(path), "%s.stdout", out_dir);
+    char* t = read_text(path);
+    cr_assert_not_null(t, "no %s", path);
+    return t;
+}
+
+static double loss_at(const char* metrics, int step) {
+    char key[64];
+    snprintf(key, sizeof(key), "\"step\": %d,", step);
+    const char* p = strstr(metrics, key);
+    cr_assert_not_null(p, "no step %d", step);
+    double x;
+    cr_assert_eq(sscanf(strstr(p, "\"loss\": ") + 8, "%lf", &x), 1);
+    return x;
+}
+
+Test(bf16_train, same_flags_give_identical_bf16_runs_close_to_fp32) {
+    if (!bf16_ready()) { return; }
+    char a[512], b[512], c[512];
+    join_path(a, sizeof(a), dir, "bf16_a");
+    join_path(b, sizeof(b), dir, "bf16_b");
+    join_path(c, sizeof(c), dir, "fp32");
+    train_ok(0, "-x 8 --precision bf16", a);
+    train_ok(0, "-x 8 --precision bf16", b);
+    train_ok(0, "-x 8 --precision fp32", c);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    char* mc = metrics_without_times(c);
+    cr_assert_str_eq(ma, mb, "two bf16 runs with the same flags differ");
+    cr_assert_str_neq(ma, mc, "bf16 and fp32 runs are identical: bf16 is not in use");
+    for (int s = 1; s <= 8; s++) {  // the same training, to bf16's precision
+        double l16 = loss_at(ma, s), l32 = loss_at(mc, s);
+        cr_assert_lt(fabs(l16 - l32), 0.02 * l32, "step %d: bf16 loss %f vs fp32 %f", s, l16, l32);
+    }
+    char* out = stdout_of(a);
+    cr_assert_not_null(strstr(out, "| precision            | bf16 (asked"), "the config table names bf16");
+    free(ma); free(mb); free(mc); free(out);
+}
+
+Test(bf16_train, resume_from_a_middle_checkpoint_is_bit_exact) {
+    if (!bf16_ready()) { return; }
+    char a[512], b[512], path[700];
+    join_path(a, sizeof(a), dir, "straight");
+    join_path(b, sizeof(b), dir, "resumed");
+    train_ok(0, "-x 12 -n 6 --precision bf16", a);
+    train_ok(0, "-x 12 -n 6 --precision bf16", b);
+    join_path(path, sizeof(path), b, "DONE_00000012");
+    cr_assert_eq(unlink(path), 0);
+    train_ok(0, "-x 12 -n 6 -y 1 --precision bf16", b);  // redoes steps 7..12 from the checkpoint at 6
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_eq(count_lines(ma), 13, "step 0 (val) + 12 steps");
+    cr_assert_str_eq(ma, mb);
+    char pa[700], pb[700];
+    join_path(pa, sizeof(pa), a, "model_00000012.bin");
+    join_path(pb, sizeof(pb), b, "model_00000012.bin");
+    char* x = read_text(pa);
+    char* y = read_text(pb);
+    cr_assert(x != NULL && y != NULL);
+    FILE* f = fopen(pa, "rb"); fseek(f, 0, SEEK_END); long n = ftell(f); fclose(f);
+    cr_assert_eq(memcmp(x, y, (size_t)n), 0, "the final weights differ");
+    free(ma); free(mb); free(x); free(y);
+}
+
+Test(bf16_train, resume_with_another_precision_is_refused) {
+    if (!bf16_ready()) { return; }
+    char a[512];
+    join_path(a, sizeof(a), dir, "switch");
+    train_ok(0, "-x 12 -n 6 --precision bf16", a);
+    char path[700];
+    join_path(path, sizeof(path), a, "DONE_00000012");
+    cr_assert_eq(unlink(path), 0);
+    RunResult r = train_env(0, "-x 12 -n 6 -y 1 --precision fp32", a);
+    cr_assert(r.exited && r.status != 0, "a resume in fp32 of a bf16 run was accepted");
+    cr_assert_not_null(strstr(r.err, "flag --precision: fp32 differs from the checkpoint's bf16"), "%s", r.err);
+    train_ok(0, "-x 12 -n 6 -y 1 --precision fp32 --allow-changed 1", a);
+}
+
+// a CPU without bf16 (forced): auto is fp32, bit for bit the same run as --precision fp32, and asking for
+// bf16 is one line naming what is missing. Runs everywhere (nothing here needs bf16).
+Test(bf16_train, without_bf16_nothing_changes) {
+    char a[512], b[512], c[512];
+    join_path(a, sizeof(a), dir, "nobf16_auto");
+    join_path(b, sizeof(b), dir, "fp32");
+    join_path(c, sizeof(c), dir, "nobf16_asked");
+    train_ok(1, "-x 6", a);
+    train_ok(0, "-x 6 --precision fp32", b);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb, "auto on a CPU without bf16 differs from fp32");
+    char* out = stdout_of(a);
+    cr_assert_not_null(strstr(out, "| precision            | fp32 (auto: the CPU has no native bf16)"),
+                       "the config table says why fp32");
+    RunResult r = train_env(1, "-x 6 --precision bf16", c);
+    cr_assert(r.exited && r.status == 1, "--precision bf16 without bf16 must fail, got %d", r.status);
+    const char* why = dnnl_available() ? "flag --precision bf16: this CPU has no native bf16 dot products"
+                                       : "flag --precision bf16: this build has no oneDNN";
+    cr_assert_not_null(strstr(r.err, why), "%s", r.err);
+    cr_assert_eq(count_program_lines(r.err), 1, "one line: %s", r.err);
+    free(ma); free(mb); free(out);
+}
