@@ -126,13 +126,12 @@ def plan(args, timing):
 
 def phase_run(args):
     timing = load_timing(args)
-    runs = plan(args, timing)
+    runs = [r for r in plan(args, timing) if args.only is None or f"{r['n']}:{r['depth']}" in args.only.split(",")]
     # longest first, so the two job slots end together
     runs.sort(key=lambda r: -r["steps"] * r["ms_per_step"])
     def one(r):
         out = f"{args.out}/runs/n{r['n']}_d{r['depth']}"
-        summary = os.path.join(ROOT, out, "summary.json")
-        if os.path.exists(summary):
+        if os.path.exists(os.path.join(ROOT, out)):   # done, or under way in another sweep process
             return r
         os.makedirs(os.path.join(ROOT, args.out, "runs"), exist_ok=True)
         s = r["steps"]
@@ -225,6 +224,7 @@ def main():
     ap.add_argument("phase", nargs="?", default="all", choices=["time", "run", "report", "all"])
     ap.add_argument("--budget", type=float, default=60.0, help="training CPU seconds per run, one thread")
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--only", help="run only these configurations, N:depth,N:depth,... (default: all)")
     ap.add_argument("--out", default="results/vocab_sweep")
     args = ap.parse_args()
     if not os.path.exists(os.path.join(ROOT, "train_gpt2")):
