@@ -99,11 +99,12 @@ bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
 
-# the default corpus at a learned SMALL_VOCAB-token vocabulary (data/small$(SMALL_VOCAB): shards + vocab/),
-# in seconds; `make data-small SMALL_VOCAB=N` for another N (docs/results.md: the vocabulary sweep)
-SMALL_VOCAB ?= 1024
+# the default corpus at small learned vocabularies (data/smallN: shards + vocab/), about a second each: the
+# quick start's N = 4096 (chosen by the vocabulary sweep, docs/results.md) and the study model's 1024
+# (configs/study_model.json); `make data-small SMALL_VOCAB=N` for another N
+SMALL_VOCAB ?= 4096
 .PHONY: data-small
-data-small: data/small$(SMALL_VOCAB)/train_000000.bin
+data-small: data/small$(SMALL_VOCAB)/train_000000.bin data/small1024/train_000000.bin
 data/small%/train_000000.bin: data/prepare_small.sh data/default/train_000000.bin data/default/val_000000.bin tokenize
 	data/prepare_small.sh $* data/small$*
 TESTS += test/test_data_small.sh

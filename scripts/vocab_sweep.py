@@ -126,9 +126,10 @@ def plan(args, timing):
 
 def phase_run(args):
     timing = load_timing(args)
-    runs = [r for r in plan(args, timing) if args.only is None or f"{r['n']}:{r['depth']}" in args.only.split(",")]
-    # longest first, so the two job slots end together
-    runs.sort(key=lambda r: -r["steps"] * r["ms_per_step"])
+    runs = plan(args, timing)
+    if args.only is not None:   # in the order given
+        want = args.only.split(",")
+        runs = sorted([r for r in runs if f"{r['n']}:{r['depth']}" in want], key=lambda r: want.index(f"{r['n']}:{r['depth']}"))
     def one(r):
         out = f"{args.out}/runs/n{r['n']}_d{r['depth']}"
         if os.path.exists(os.path.join(ROOT, out)):   # done, or under way in another sweep process
@@ -183,6 +184,8 @@ def phase_report(args):
         md += f"\nLowest: N = {best[0][0]}, d{best[0][1]}: {best[1]['bpb']:.3f} bits per byte.\n"
     with open(os.path.join(docs, "table.md"), "w") as f:
         f.write(md)
+    with open(os.path.join(ROOT, args.out, "timing.json")) as f, open(os.path.join(docs, "timing.json"), "w") as g:
+        g.write(f.read())
     with open(os.path.join(docs, "runs.json"), "w") as f:
         json.dump({"budget_s": args.budget, "runs": [dict(n=k[0], depth=k[1], **v) for k, v in sorted(table.items())]},
                   f, indent=1)
@@ -197,7 +200,7 @@ def phase_report(args):
     ax.set_xticklabels([str(n) for n in VOCABS])
     ax.set_xlabel("vocabulary size N")
     ax.set_ylabel("val bits per byte")
-    ax.set_title(f"after {args.budget:.0f} s of training on one thread")
+    ax.set_title(f"after {args.budget:.0f} CPU-seconds of training steps, one thread")
     ax.legend()
     ax.grid(alpha=0.3)
     ax = axes[1]
@@ -208,7 +211,7 @@ def phase_report(args):
             if c:
                 ax.plot([t for t, _ in c], [b for _, b in c], ls, color=cmap(i / (len(VOCABS) - 1)),
                         label=f"N={n}" if d == DEPTHS[0] else None)
-    ax.set_xlabel("training time, s (steps x median ms per step)")
+    ax.set_xlabel("training CPU time, s (steps x CPU ms per step)")
     ax.set_ylabel("val bits per byte")
     ax.set_ylim(1.0, 4.0)
     ax.set_title("val curves (solid d2, dashed d4, dotted d6)")
