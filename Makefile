@@ -108,11 +108,14 @@ bench: bench-tokenizer
 bench-tokenizer: $(BUILD)/bench_tokenizer
 	./$(BUILD)/bench_tokenizer data/default/train_000000.bin
 
-# the default corpus at a learned 1024-token vocabulary (data/small1024: shards + vocab/), in seconds
+# the default corpus at small learned vocabularies (data/smallN: shards + vocab/), about a second each: the
+# quick start's N = 4096 (chosen by the vocabulary sweep, docs/results.md) and the study model's 1024
+# (configs/study_model.json); `make data-small SMALL_VOCAB=N` for another N
+SMALL_VOCAB ?= 4096
 .PHONY: data-small
-data-small: data/small1024/train_000000.bin
-data/small1024/train_000000.bin: data/prepare_small.sh data/default/train_000000.bin data/default/val_000000.bin tokenize
-	data/prepare_small.sh 1024 data/small1024
+data-small: data/small$(SMALL_VOCAB)/train_000000.bin data/small1024/train_000000.bin
+data/small%/train_000000.bin: data/prepare_small.sh data/default/train_000000.bin data/default/val_000000.bin tokenize
+	data/prepare_small.sh $* data/small$*
 TESTS += test/test_data_small.sh
 test/test_data_small.sh: tokenize
 

@@ -288,6 +288,35 @@ def learn_encode_train_generate():
         raise AssertionError(f"the generated text does not start with the prompt: {r.stdout[-300:]!r}")
 
 
+@test
+def vocab_beside_the_shards_is_found():
+    # DIR/vocab/ next to DIR/train_*.bin (data/prepare_small.sh's layout): no --tokenizer or --vocab needed
+    # to train (bits per byte, decoded samples); --vocab alone continues a prompt from a checkpoint
+    data = os.path.join(TMP, "beside")
+    os.makedirs(data)
+    docs_path = os.path.join(TMP, "beside.txt")
+    with open(docs_path, "w") as f:
+        f.write("\n<|doc|>\n".join(sample_docs()))
+    vocab = os.path.join(data, "vocab")
+    run([TOKENIZE, "learn", "-n", "300", "-o", vocab, "--doc-sep", "<|doc|>", docs_path])
+    run([TOKENIZE, "--vocab", vocab, "encode", "-o", data, "--doc-sep", "<|doc|>", docs_path])
+    out = os.path.join(TMP, "beside_run")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = run([TRAINER, "-i", os.path.join(data, "train_*.bin"), "-e", "d1", "-b", "2", "-t", "32", "-x", "3", "-v", "3",
+             "-s", "3", "-g", "8", "-n", "3", "--prompt", "The king", "-o", out], env=env)
+    for want in [b"bits per byte", os.path.join(vocab, "tokenizer.bin").encode(), b"The king"]:
+        if want not in r.stdout:
+            raise AssertionError(f"training on {data} without --tokenizer/--vocab: no '{want.decode()}' in the output")
+    r = run([TRAINER, "-e", os.path.join(out, "model_00000003.bin"), "-x", "0", "-t", "32", "-g", "8",
+             "--prompt", "The king said", "--vocab", vocab], env=env)
+    if b"The king said" not in r.stdout:
+        raise AssertionError(f"--vocab alone did not bring its tokenizer.bin: {r.stdout[-300:]!r}")
+    # the GPT-2 shards have no vocab/ beside them: llm.c's files stay the default
+    r = run([TRAINER, "-e", "d1", "-x", "1", "-b", "1", "-t", "32", "-v", "0", "-s", "0"], env=env)
+    if b"data/gpt2_tokenizer.bin" not in r.stdout:
+        raise AssertionError("the default corpus no longer decodes with data/gpt2_tokenizer.bin")
+
+
 def main():
     passed = failed = 0
     for fn in TESTS:

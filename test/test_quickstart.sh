@@ -1,17 +1,24 @@
 #!/usr/bin/env bash
 # test/test_quickstart.sh — the README's quick start, as a new user runs it: a fresh clone of this
-# repository, `make train_gpt2` there, then the README's own ./train_gpt2 command line (the line after the
-# `<!-- quick-start` marker) with -x 2 instead of its step count. Checks that it exits 0, that the
+# repository, the quick start's own `make` lines there (the code block after the `<!-- quick-start`
+# marker: the build, and the data target if it has one), then its ./train_gpt2 command line with -x 2
+# instead of its step count. Checks that it exits 0, that the
 # checkpoint lands under the command's nested -o directory (which does not exist beforehand), and that
 # the run prints decoded sample text. Exits 1 on any failure. Run from the repository root (make test does).
 set -euo pipefail
 ROOT=$(pwd)
 fail() { echo "test_quickstart: FAIL: $*" >&2; exit 1; }
 
-# the quick-start command: first line starting with ./train_gpt2 in the code block after the marker
-cmd=$(awk '/<!-- quick-start/ { on = 1 } on && /^\.\/train_gpt2 / { print; exit }' README.md)
-[ -n "$cmd" ] || fail "README.md: no ./train_gpt2 line after the <!-- quick-start marker"
-read -r -a argv <<< "$cmd"
+# the quick-start block: from the marker to the end of the code block after it
+block=$(awk '/<!-- quick-start/ { on = 1; next } on && /^```sh/ { inb = 1; next } inb && /^```/ { exit } inb { print }' README.md)
+[ -n "$block" ] || fail "README.md: no code block after the <!-- quick-start marker"
+# its make lines (comments after # dropped) and its first ./train_gpt2 line
+mapfile -t makes < <(sed -n 's/[[:space:]]*#.*$//; /^make\( \|$\)/p' <<< "$block")
+[ ${#makes[@]} -gt 0 ] || fail "README.md: the quick-start block has no make line"
+cmd=$(grep -m1 '^\./train_gpt2 ' <<< "$block" || true)
+[ -n "$cmd" ] || fail "README.md: no ./train_gpt2 line in the quick-start block"
+# split as the shell would (the README's line may quote a glob: -i 'data/.../train_*.bin')
+eval "argv=($cmd)"
 outdir=""
 steps=2
 for ((i = 1; i < ${#argv[@]}; i++)); do
@@ -29,7 +36,11 @@ trap 'rm -rf "$tmp"' EXIT
 git clone -q "$ROOT" "$tmp/repo" || fail "git clone of $ROOT failed"
 cd "$tmp/repo"
 [ ! -e "$(dirname "$outdir")" ] || fail "$(dirname "$outdir") exists in a fresh clone: the test proves nothing"
-make --no-print-directory train_gpt2 > "$tmp/build.log" 2>&1 || { tail -20 "$tmp/build.log"; fail "make train_gpt2 failed in a fresh clone"; }
+for m in "${makes[@]}"; do
+    echo "test_quickstart: $m"
+    read -r -a margv <<< "$m"
+    "${margv[@]}" --no-print-directory > "$tmp/build.log" 2>&1 || { tail -20 "$tmp/build.log"; fail "'$m' failed in a fresh clone"; }
+done
 echo "test_quickstart: ${argv[*]}"
 rc=0
 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "${argv[@]}" > "$tmp/stdout.log" 2> "$tmp/stderr.log" || rc=$?
@@ -45,4 +56,5 @@ done_marker=$(printf '%s/DONE_%08d' "$outdir" $steps)
 sample=$(awk '/^generating:/ { s = ""; on = 0; next } /^---$/ { on = !on; next } on { s = s $0 "\n" } END { printf "%s", s }' "$tmp/stdout.log")
 letters=$(tr -cd 'A-Za-z' <<< "$sample" | wc -c)
 [ "$letters" -ge 20 ] || { tail -20 "$tmp/stdout.log"; fail "no decoded sample text in the output (last sample: '$sample')"; }
+grep -q 'bits per byte' "$tmp/stdout.log" || { tail -20 "$tmp/stdout.log"; fail "no val loss in bits per byte: the data's tokenizer was not found"; }
 echo "test_quickstart: PASS ($model written, sample of ${#sample} characters)"
