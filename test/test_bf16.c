@@ -175,34 +175,6 @@ static void train_ok(int no_bf16, const char* extra, const char* out_dir) {
     cr_assert(r.exited && r.status == 0, "%s failed (%d): %s", extra, r.status, r.err);
 }
 
-// metrics.jsonl without the wall-clock fields ("ms" and "train_time_s" sit between grad_norm and tokens)
-static char* metrics_without_times(const char* out_dir) {
-    char path[600];
-    join_path(path, sizeof(path), out_dir, "metrics.jsonl");
-    char* text = read_text(path);
-    cr_assert_not_null(text, "no %s", path);
-    char* out = malloc(strlen(text) + 1);
-    char* o = out;
-    for (char* p = text; *p;) {
-        char* ms = strstr(p, ", \"ms\": ");
-        char* nl = strchr(p, '\n');
-        if (ms != NULL && (nl == NULL || ms < nl)) {
-            char* tok = strstr(ms, ", \"tokens\"");
-            memcpy(o, p, (size_t)(ms - p));
-            o += ms - p;
-            p = tok;
-        } else {
-            size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
-            memcpy(o, p, n);
-            o += n;
-            p += n;
-        }
-    }
-    *o = '\0';
-    free(text);
-    return out;
-}
-
 static char* stdout_of(const char* out_dir) {
     char path[600];
     snprintf(path, sizeof(path), "%s.stdout", out_dir);
