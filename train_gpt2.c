@@ -937,6 +937,18 @@ float gpt2_grad_norm(GPT2* model) {
     return (float)sqrt(total);
 }
 
+// one element of AdamW (the expression hybrid/apply.h's fused pass reproduces bit for bit)
+#define ADAMW_ELEMENT(i)                                                    \
+    do {                                                                    \
+        float grad = g[i] * grad_scale;                                     \
+        float mi = beta1 * m[i] + (1.0f - beta1) * grad;                    \
+        float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;             \
+        m[i] = mi;                                                          \
+        v[i] = vi;                                                          \
+        float mhat = mi / bc1, vhat = vi / bc2;                             \
+        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);              \
+    } while (0)
+
 // AdamW step t (1-based) on every parameter with gradient grads * grad_scale (grad_scale < 1 clips).
 // Decoupled weight decay on the 2-D weights only (PARAM_DECAYS).
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -955,28 +967,10 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         if (model->params_bf16 != NULL) {  // the same update, and the bf16 copy rounded in the same pass
             bf16* p16 = model->params_bf16 + offset;
             #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) {
-                float grad = g[i] * grad_scale;
-                float mi = beta1 * m[i] + (1.0f - beta1) * grad;
-                float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
-                m[i] = mi;
-                v[i] = vi;
-                float mhat = mi / bc1, vhat = vi / bc2;
-                float pi = p[i] - lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
-                p[i] = pi;
-                p16[i] = bf16_from_float(pi);
-            }
+            for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i); p16[i] = bf16_from_float(p[i]); }
         } else {
             #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) {
-                float grad = g[i] * grad_scale;
-                float mi = beta1 * m[i] + (1.0f - beta1) * grad;
-                float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;
-                m[i] = mi;
-                v[i] = vi;
-                float mhat = mi / bc1, vhat = vi / bc2;
-                p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);
-            }
+            for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i); }
         }
         offset += n;
     }
