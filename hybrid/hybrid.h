@@ -64,26 +64,25 @@ static inline void hybrid_config_default(HybridConfig* c) {
 
 // The flags as a table, one row per HybridConfig field. The trainer's command-line parser
 // (llmc/args.h through llmc/config.h) reads this table, so hybrid mode has no parser of its own.
-typedef enum { HYBRID_FLAG_INT, HYBRID_FLAG_FLOAT, HYBRID_FLAG_CHOICE } HybridFlagType;
+typedef enum { HYBRID_FLAG_INT, HYBRID_FLAG_FLOAT } HybridFlagType;
 typedef struct {
     const char* flag;
     HybridFlagType type;
     size_t offset;          // into HybridConfig
     double min, max;        // valid range (numbers)
-    const char* choices;    // HYBRID_FLAG_CHOICE: "name0|name1|..."
     const char* bare;       // value of the flag given without one (a bare --hybrid), or NULL
     const char* help;
 } HybridFlag;
 
-#define HYBRID_FLAG(f, t, field, lo, hi, ch, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, ch, bare, h}
+#define HYBRID_FLAG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, bare, h}
 static const HybridFlag HYBRID_FLAGS[] = {
-    HYBRID_FLAG("--hybrid", HYBRID_FLAG_INT, enabled, 0, 1, NULL, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
-    HYBRID_FLAG("--lookahead", HYBRID_FLAG_FLOAT, lookahead, 0, 0.95, NULL, NULL, "hybrid: look-ahead along the drift, beta0 (0: off)"),
-    HYBRID_FLAG("--hybrid-warmup", HYBRID_FLAG_INT, warmup, -1, 1 << 30, NULL, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
-    HYBRID_FLAG("--hybrid-cooldown", HYBRID_FLAG_FLOAT, cooldown, 0, 1, NULL, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
-    HYBRID_FLAG("--predict-steps", HYBRID_FLAG_INT, predict_steps, 0, 16, NULL, NULL, "hybrid: steps of a Predict run along the drift (0: none)"),
-    HYBRID_FLAG("--full-steps", HYBRID_FLAG_INT, full_steps, 1, 1 << 20, NULL, NULL, "hybrid: min measured steps between Predict runs"),
-    HYBRID_FLAG("--divergence-threshold", HYBRID_FLAG_FLOAT, divergence_threshold, 0.1, 1000, NULL, NULL, "hybrid: z-score of a jump (grad norm backs beta off; Correct loss rolls back)"),
+    HYBRID_FLAG("--hybrid", HYBRID_FLAG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
+    HYBRID_FLAG("--lookahead", HYBRID_FLAG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off)"),
+    HYBRID_FLAG("--hybrid-warmup", HYBRID_FLAG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
+    HYBRID_FLAG("--hybrid-cooldown", HYBRID_FLAG_FLOAT, cooldown, 0, 1, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
+    HYBRID_FLAG("--predict-steps", HYBRID_FLAG_INT, predict_steps, 0, 16, NULL, "hybrid: steps of a Predict run along the drift (0: none)"),
+    HYBRID_FLAG("--full-steps", HYBRID_FLAG_INT, full_steps, 1, 1 << 20, NULL, "hybrid: min measured steps between Predict runs"),
+    HYBRID_FLAG("--divergence-threshold", HYBRID_FLAG_FLOAT, divergence_threshold, 0.1, 1000, NULL, "hybrid: z-score of a jump (grad norm backs beta off; Correct loss rolls back)"),
 };
 #define NUM_HYBRID_FLAGS ((int)(sizeof(HYBRID_FLAGS) / sizeof(HYBRID_FLAGS[0])))
 

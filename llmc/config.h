@@ -153,8 +153,8 @@ static inline const ArgSpec* config_hybrid_args(void) {
     static ArgSpec rows[NUM_HYBRID_FLAGS];
     for (int k = 0; k < NUM_HYBRID_FLAGS; k++) {
         const HybridFlag* f = &HYBRID_FLAGS[k];
-        ArgSpec a = {f->flag, f->type == HYBRID_FLAG_INT ? ARG_INT : f->type == HYBRID_FLAG_FLOAT ? ARG_FLOAT : ARG_CHOICE,
-                     offsetof(TrainConfig, hybrid) + f->offset, f->min, f->max, 0, f->help, f->choices, f->bare};
+        ArgSpec a = {f->flag, f->type == HYBRID_FLAG_INT ? ARG_INT : ARG_FLOAT,
+                     offsetof(TrainConfig, hybrid) + f->offset, f->min, f->max, 0, f->help, NULL, f->bare};
         rows[k] = a;
     }
     return rows;
