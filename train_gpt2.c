@@ -316,7 +316,7 @@ void matmul_forward_bf16(float* out, const float* inp, const bf16* weight16, con
 
 // matmul_backward in bf16: dout16 (N,OC) and inp16 (N,C) are scratch for dout and inp rounded to bf16
 // (inp is rounded again, not kept from the forward: no bf16 activations to store); dbias from fp32 dout.
-// dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_softmax_backward_bf16; no dbias).
+// dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_forward; no dbias).
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                           const bf16* weight16, int N, int C, int OC, Bf16Linear* lin, bf16* dout16, bf16* inp16) {
     double t0 = prof_begin();
@@ -355,6 +355,13 @@ void gelu_backward_inplace(float* d, const float* inp, size_t n) {
     }
 }
 
+// Causal attention computes only the lower triangle of each head's (T,T) square: the rows (or, for the
+// products with att^T, the columns) go in blocks of ATT_BLOCK, and a block's GEMMs stop at the diagonal
+// (all six of a head's GEMMs: at T = 128 they do 63% of the full squares' work, at T = 1024 52%). Each dot
+// product still runs over its keys in order, only without the masked zeros, so the results are those of
+// the full squares wherever a GEMM does not split its K range (T up to OpenBLAS's K block, a few hundred).
+#define ATT_BLOCK 32
+
 // causal self-attention. qkv: (B,T,3C) with q, k, v each (NH heads of hs = C/NH);
 // att: (B,NH,T,T) softmax probabilities, zero above the diagonal; out: (B,T,C).
 // Parallel over (b, h); within a head, the products are single-threaded GEMMs on strided views of qkv.
@@ -369,23 +376,30 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
             const float* k = q + C;
             const float* v = q + 2 * C;
             float* a = att + ((size_t)b * NH + h) * T * T;
-            // scores = scale * q @ k^T (T,T); the upper triangle is computed and then masked
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f, a, T);
-            for (int t = 0; t < T; t++) {
-                float* row = a + (size_t)t * T;
-                float maxval = -FLT_MAX;
-                for (int t2 = 0; t2 <= t; t2++) { maxval = row[t2] > maxval ? row[t2] : maxval; }
-                float sum = 0.0f;
-                #pragma omp simd reduction(+:sum)
-                for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
-                float inv = 1.0f / sum;
-                #pragma omp simd
-                for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; }
-                for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
+            float* o = out + (size_t)b * T * C + h * hs;
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                float* ab = a + (size_t)r0 * T;
+                // scores (rows r0..r1, keys 0..r1) = scale * q @ k^T; the block's upper corner is masked below
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
+                            k, C3, 0.0f, ab, T);
+                for (int t = r0; t < r1; t++) {
+                    float* row = a + (size_t)t * T;
+                    float maxval = -FLT_MAX;
+                    #pragma omp simd reduction(max:maxval)
+                    for (int t2 = 0; t2 <= t; t2++) { maxval = row[t2] > maxval ? row[t2] : maxval; }
+                    float sum = 0.0f;
+                    #pragma omp simd reduction(+:sum)
+                    for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
+                    float inv = 1.0f / sum;
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; }
+                    for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
+                }
+                // out (rows r0..r1) = att @ v over the keys 0..r1
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ab, T, v, C3, 0.0f,
+                            o + (size_t)r0 * C, C);
             }
-            // out = att @ v (T,hs)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, C3, 0.0f,
-                        out + (size_t)b * T * C + h * hs, C);
         }
     }
 }
@@ -409,73 +423,82 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             float* dv = dq + 2 * C;
             const float* d = dout + (size_t)b * T * C + h * hs;
             float* a = att + ((size_t)b * NH + h) * T * T;
-            // dv = att^T @ dout
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, d, C, 0.0f, dv, C3);
-            // datt = dout @ v^T (T,T) in one GEMM (its upper triangle is wasted work, but a GEMM does the
-            // lower one faster than T matrix-vector products), then row by row through the softmax, in place
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, d, C, v, C3, 0.0f, datt, T);
-            for (int t = 0; t < T; t++) {
-                float* row = a + (size_t)t * T;
-                const float* drow = datt + (size_t)t * T;
-                float dsum = 0.0f;
-                #pragma omp simd reduction(+:dsum)
-                for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
-                #pragma omp simd
-                for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (drow[t2] - dsum) * scale; }
+            // dv (keys c0..c1) = att^T @ dout over the queries c0..T (att is zero above the diagonal)
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
+                            d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
             }
-            // dq = dscores @ k, dk = dscores^T @ q (dscores is zero above the diagonal)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, k, C3, 0.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q, C3, 0.0f, dk, C3);
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                // datt (rows r0..r1, keys 0..r1) = dout @ v^T, then row by row through the softmax, in place
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C, C,
+                            v, C3, 0.0f, datt + (size_t)r0 * T, T);
+                for (int t = r0; t < r1; t++) {
+                    float* row = a + (size_t)t * T;
+                    const float* drow = datt + (size_t)t * T;
+                    float dsum = 0.0f;
+                    #pragma omp simd reduction(+:dsum)
+                    for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (drow[t2] - dsum) * scale; }
+                }
+                // dq (rows r0..r1) = dscores @ k over the keys 0..r1
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T, T,
+                            k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+            }
+            // dk (keys c0..c1) = dscores^T @ q over the queries c0..T
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
+                            q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
+            }
         }
     }
 }
 
-// the lm_head's loss, fused with the softmax: logits (N,Vp), only the first V columns are real.
-// Writes lse (N) = log sum exp of each row and losses (N) = lse - logit[target]; the probabilities are
-// never stored, the backward recomputes them in place as it turns logits into dlogits.
-void crossentropy_forward(float* losses, float* lse, const float* logits, const int* targets, int N, int V, int Vp) {
+// the lm_head's loss, fused with the softmax and, in training, with its backward: logits (N,Vp), only the
+// first V columns are real. Writes lse (N) = log sum exp of each row and losses (N) = lse - logit[target].
+// dloss != 0 (a training forward, or a backward whose forward did not do it): also dlogits =
+// (softmax - onehot(target)) * dloss, padded columns 0, each row while it is still in cache: each exp is
+// taken once, kept in the row for the sum and then scaled (one pass over the logits in all, where a
+// separate backward read them again and took every exp a second time). The dlogits go over the logits
+// (fp32), or to dlogits16 (N,Vp) in bf16 (--precision bf16: the lm head's backward GEMMs read nothing
+// else; the logits row then holds the exps). dloss 0: the logits stay as they are (eval, sampling).
+void crossentropy_forward(float* losses, float* lse, float* logits, const int* targets, int N, int V, int Vp,
+                          float dloss, bf16* dlogits16) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const float* x = logits + (size_t)n * Vp;
+        float* x = logits + (size_t)n * Vp;
+        int t = targets[n];
+        float xt = x[t];
         float maxval = -FLT_MAX;
         #pragma omp simd reduction(max:maxval)
         for (int i = 0; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
         float sum = 0.0f;
-        #pragma omp simd reduction(+:sum)
-        for (int i = 0; i < V; i++) { sum += expf_vec(x[i] - maxval); }
+        if (dloss == 0.0f) {
+            #pragma omp simd reduction(+:sum)
+            for (int i = 0; i < V; i++) { sum += expf_vec(x[i] - maxval); }
+        } else {
+            #pragma omp simd reduction(+:sum)
+            for (int i = 0; i < V; i++) { float e = expf_vec(x[i] - maxval); x[i] = e; sum += e; }
+        }
         lse[n] = maxval + logf(sum);
-        losses[n] = lse[n] - x[targets[n]];
-    }
-}
-
-// logits (N,Vp) -> dlogits in place: (softmax - onehot(target)) * dloss, padded columns 0
-void crossentropy_softmax_backward_inplace(float* logits, const float* lse, const int* targets, float dloss,
-                                           int N, int V, int Vp) {
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        float* x = logits + (size_t)n * Vp;
-        float l = lse[n];
-        #pragma omp simd
-        for (int i = 0; i < V; i++) { x[i] = expf_vec(x[i] - l) * dloss; }
-        for (int i = V; i < Vp; i++) { x[i] = 0.0f; }
-        x[targets[n]] -= dloss;
-    }
-}
-
-// the same, for --precision bf16: dlogits (N,Vp) go straight to bf16 (the lm head's backward GEMMs read
-// nothing else), rounded from the same fp32 values as above; logits stay as they are
-void crossentropy_softmax_backward_bf16(bf16* dlogits, const float* logits, const float* lse, const int* targets,
-                                        float dloss, int N, int V, int Vp) {
-    #pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
-        const float* x = logits + (size_t)n * Vp;
-        bf16* d = dlogits + (size_t)n * Vp;
-        float l = lse[n];
-        #pragma omp simd
-        for (int i = 0; i < V; i++) { d[i] = bf16_from_float(expf_vec(x[i] - l) * dloss); }
-        for (int i = V; i < Vp; i++) { d[i] = 0; }
-        int t = targets[n];
-        d[t] = bf16_from_float(expf_vec(x[t] - l) * dloss - dloss);
+        losses[n] = lse[n] - xt;
+        if (dloss == 0.0f) { continue; }
+        float k = dloss / sum;
+        if (dlogits16 != NULL) {
+            bf16* d = dlogits16 + (size_t)n * Vp;
+            #pragma omp simd
+            for (int i = 0; i < V; i++) { d[i] = bf16_from_float(x[i] * k); }
+            for (int i = V; i < Vp; i++) { d[i] = 0; }
+            d[t] = bf16_from_float(x[t] * k - dloss);
+        } else {
+            #pragma omp simd
+            for (int i = 0; i < V; i++) { x[i] *= k; }
+            for (int i = V; i < Vp; i++) { x[i] = 0.0f; }
+            x[t] -= dloss;
+        }
     }
 }
 
@@ -533,7 +556,7 @@ typedef struct {
     float* lnf;       // (B, T, C)
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, Vp); dlogits after an fp32 backward (a bf16 one leaves the logits)
+    float* logits;    // (B, T, Vp); dlogits after a training forward or a backward in fp32 (exps in bf16)
     float* lse;       // (B, T) log-sum-exp of each logits row
     float* losses;    // (B, T)
     float* dresidual; // (B, T, C) backward: gradient of the residual stream
@@ -564,6 +587,7 @@ typedef struct {
     int cur_B, cur_T; // of the last forward
     const int* targets; // of the last forward (NULL: no loss)
     float mean_loss;  // of the last forward with targets, -1 otherwise
+    float dlogits_scale; // the last forward also wrote the dlogits for this dloss_scale (0: it did not)
     int num_threads;
     // --precision bf16 (gpt2_set_precision): the linear layers' matmuls in bf16 at the allocated (B, T);
     // a forward at another shape (sampling) runs in fp32. NULL / 0 in fp32.
@@ -591,6 +615,7 @@ static void gpt2_setup_params(GPT2* model) {
     model->batch_size = 0;
     model->seq_len = 0;
     model->mean_loss = -1.0f;
+    model->dlogits_scale = 0.0f;
     model->bf16 = 0;
     model->bf16_fresh = 0;
     model->params_bf16 = NULL;
@@ -718,6 +743,14 @@ static void gpt2_bf16_sync(GPT2* model) {
     model->bf16_fresh = 1;
 }
 
+// after an update pass that also rounded params_bf16 (gpt2_update, hybrid mode's fused pass): the lm head's
+// transposed copy follows
+static void gpt2_bf16_updated(GPT2* model) {
+    if (model->params_bf16 == NULL) { return; }
+    gpt2_bf16_transpose_wte(model);
+    model->bf16_fresh = 1;
+}
+
 // bf16_on = 1: the linear layers' matmuls in bf16 from here on: the bf16 weight copy, the scratch and the
 // oneDNN primitives for the allocated (B, T), made once (after gpt2_allocate; exits when oneDNN is absent)
 void gpt2_set_precision(GPT2* model, int bf16_on) {
@@ -745,7 +778,9 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
 
 // inputs, targets: (B, T) token ids; targets may be NULL (logits only, mean_loss = -1).
 // After it: acts.logits (B,T,Vp) and, with targets, acts.losses (B,T) and mean_loss.
-void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+// dloss_scale != 0 (gpt2_forward_train): a training forward, which also turns the logits into the dlogits
+// of gpt2_backward with the same dloss_scale (fused with the loss, see crossentropy_forward).
+static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss_scale) {
     GPT2Config* c = &model->config;
     if (model->acts_memory == NULL) { fatal("model: gpt2_forward before gpt2_allocate"); }
     if (B <= 0 || T <= 0 || B > model->batch_size || T > model->seq_len || (size_t)B * T > (size_t)model->batch_size * model->seq_len) {
@@ -819,14 +854,29 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
     } else {
         PROF(PROF_GEMM, sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp));
     }
+    model->dlogits_scale = 0.0f;
     if (targets != NULL) {
-        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp));
+        float dloss = dloss_scale / (float)BT;
+        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
+                                                     lp ? model->bf16_a : NULL));
         double sum = 0.0;  // in order: deterministic
         for (size_t i = 0; i < BT; i++) { sum += a.losses[i]; }
         model->mean_loss = (float)(sum / BT);
+        model->dlogits_scale = dloss_scale;
     } else {
         model->mean_loss = -1.0f;
     }
+}
+
+void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int T) {
+    gpt2_forward_impl(model, inputs, targets, B, T, 0.0f);
+}
+
+// the forward of a training step: gpt2_forward, plus the dlogits that gpt2_backward(..., dloss_scale) starts
+// from (the logits are gone after it)
+void gpt2_forward_train(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss_scale) {
+    if (targets == NULL || dloss_scale == 0.0f) { fatal("model: gpt2_forward_train needs targets and a dloss_scale"); }
+    gpt2_forward_impl(model, inputs, targets, B, T, dloss_scale);
 }
 
 void gpt2_zero_grad(GPT2* model) {
@@ -838,9 +888,12 @@ void gpt2_zero_grad(GPT2* model) {
 // Accumulates (+=) into grads the gradient of dloss_scale * mean loss of the last forward, i.e. each
 // position's loss gets weight dloss_scale / (B*T). With gradient accumulation over k micro batches,
 // dloss_scale = 1/k gives the gradient of the mean loss over all of them. inputs and targets must be
-// those of the last forward. Overwrites acts.logits with dlogits (in fp32; bf16 writes them to its scratch).
+// those of the last forward. After gpt2_forward_train with the same dloss_scale the dlogits are there
+// already; after gpt2_forward they are made here (acts.logits become dlogits in fp32; bf16 writes them to
+// its scratch).
 void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dloss_scale) {
     if (model->targets == NULL || targets == NULL) { fatal("model: gpt2_backward needs a forward with targets"); }
+    if (dloss_scale == 0.0f) { fatal("model: gpt2_backward with dloss_scale 0"); }
     GPT2Config* c = &model->config;
     int B = model->cur_B, T = model->cur_T;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
@@ -848,17 +901,18 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ParameterTensors p = model->params;
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
-    // fused softmax + cross-entropy backward, then the lm_head
+    // the softmax + cross-entropy backward (unless the forward did it), then the lm_head
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
     const bf16* w16 = model->params_bf16;
     bf16 *s16a = model->bf16_a, *s16b = model->bf16_b;
-    if (lp) {  // dlogits in bf16 into s16a (acts.logits keep the logits)
-        PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_bf16(s16a, a.logits, a.lse, targets, dloss_scale / (float)BT,
-                                                                   BT, V, Vp));
+    if (model->dlogits_scale != dloss_scale) {  // dlogits into acts.logits (fp32) or s16a (bf16)
+        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss_scale / (float)BT,
+                                                     lp ? s16a : NULL));
+        model->dlogits_scale = dloss_scale;
+    }
+    if (lp) {
         matmul_backward_bf16(a.dbuf_c, g.wte, NULL, NULL, a.lnf, W16(wte), BT, C, Vp, &model->lin[LIN_LM], s16a, s16b);
     } else {
-        PROF(PROF_CROSSENTROPY, crossentropy_softmax_backward_inplace(a.logits, a.lse, targets, dloss_scale / (float)BT,
-                                                                      BT, V, Vp));
         PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
         PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
     }
@@ -974,10 +1028,7 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         }
         offset += n;
     }
-    if (model->params_bf16 != NULL) {
-        gpt2_bf16_transpose_wte(model);
-        model->bf16_fresh = 1;
-    }
+    gpt2_bf16_updated(model);
 }
 
 void gpt2_free(GPT2* model) {
@@ -1008,12 +1059,10 @@ void gpt2_free(GPT2* model) {
 // --precision bf16's: oneDNN's bf16 matmul 2048^3 per core on a 2-core Zen 4 (issue 20: 383.6 GFLOP/s on
 // 2 threads); `make bench` measures it (build/bench_sgemm 2048 5 bf16)
 #define CPU_BF16_PEAK_GFLOPS_PER_THREAD 192.0
-// --precision auto picks bf16 where the CPU multiplies bf16 natively only once a measurement shows bf16
-// trains as well as fp32 (docs/results.md, "bf16 on the CPU"); 0: auto is fp32 everywhere
-#define BF16_BY_DEFAULT 0
-
 // --precision's value for this run, with the reason, for the start-up table; exits with one line when
-// bf16 is asked for and cannot be had
+// bf16 is asked for and cannot be had. auto: bf16 where the CPU multiplies bf16 natively and oneDNN is in the
+// build (it trained the study model as well as fp32 and runs 1.6-2.7x faster: docs/results.md, "bf16 vs fp32",
+// docs/benchmark.md), fp32 elsewhere. fp32 stays the reference: the PyTorch and gradient checks run in it.
 static int resolve_precision(int flag, char* why, size_t size) {
     int native = cpu_has_native_bf16();
     if (flag == PRECISION_BF16) {
@@ -1025,8 +1074,7 @@ static int resolve_precision(int flag, char* why, size_t size) {
     if (flag == PRECISION_FP32) { snprintf(why, size, "fp32 (asked)"); return PRECISION_FP32; }
     if (!native) { snprintf(why, size, "fp32 (auto: the CPU has no native bf16)"); return PRECISION_FP32; }
     if (!dnnl_available()) { snprintf(why, size, "fp32 (auto: built without oneDNN)"); return PRECISION_FP32; }
-    if (!BF16_BY_DEFAULT) { snprintf(why, size, "fp32 (auto: bf16 is opt-in, docs/correctness.md)"); return PRECISION_FP32; }
-    snprintf(why, size, "bf16 (auto: native bf16, oneDNN on %s)", dnnl_isa_name());
+    snprintf(why, size, "bf16 (auto: native bf16, oneDNN %s)", dnnl_isa_name());
     return PRECISION_BF16;
 }
 
@@ -1066,14 +1114,15 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     double loss_sum = 0.0;
     for (int k = 0; k < tr->run.grad_accum; k++) {
         if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
-        gpt2_forward(model, loader->inputs, loader->targets, B, T);
+        float dloss_scale = 1.0f / tr->run.grad_accum;
+        gpt2_forward_train(model, loader->inputs, loader->targets, B, T, dloss_scale);
         if (k == 0 && plan->check && hybrid_check(&tr->run.hybrid, model->mean_loss)) {
             apply_rollback(model->params_memory, model->grads_memory, model->num_parameters);
             model->bf16_fresh = 0;
-            gpt2_forward(model, loader->inputs, loader->targets, B, T);
+            gpt2_forward_train(model, loader->inputs, loader->targets, B, T, dloss_scale);
         }
         if (k == 0 && correct) { gpt2_zero_grad(model); }
-        gpt2_backward(model, loader->inputs, loader->targets, 1.0f / tr->run.grad_accum);
+        gpt2_backward(model, loader->inputs, loader->targets, dloss_scale);
         loss_sum += model->mean_loss;
         // the first micro batch's gradient alone, for the gradient noise scale (llmc/run.h)
         if (k == 0 && tr->run.grad_accum > 1) { r.grad_norm_micro1 = gpt2_grad_norm(model) * tr->run.grad_accum; }
@@ -1090,7 +1139,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         if (hybrid) {
             hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->drift, grad_scale, tr->run.adam_steps);
-            model->bf16_fresh = 0;  // hybrid/apply.h writes the params: the next bf16 forward rounds them again
+            gpt2_bf16_updated(model);  // the fused pass rounded the bf16 copy too
         } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
         }
@@ -1204,6 +1253,7 @@ int main(int argc, char** argv) {
                     ADAM_EPS, block_wd);
         free(offsets);
         free(block_wd);
+        hybrid_set_bf16_copy(&run->hybrid, tr.model.params_bf16);
         tr.drift = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
     }
     if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint

@@ -792,7 +792,7 @@ static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
 static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     GPT2* model = &tr->model;
     HybridState* h = &tr->run.hybrid;
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->run.adam_steps, lr, grad_scale};
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->run.adam_steps, lr, grad_scale, NULL};
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
     uint32_t seed = gpt2_step_seed(model, tr->run.step + 1);
     // the look-ahead's betas, as hybrid_plan decided them (hybrid/lookahead.h)

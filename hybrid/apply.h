@@ -25,7 +25,9 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
+#include "hmath.h"
 
 // no contraction inside the loops that must round exactly as written (GCC: per function; clang: the
 // standard pragma at the top of the function body, so the includer's code is not affected)
@@ -116,6 +118,8 @@ typedef struct {
     int t;              // AdamW step count of this update (1-based)
     float lr;           // lr of the step
     float grad_scale;   // the clipping factor applied to the gradients
+    uint16_t* params16; // (P) or NULL: the trainer's bf16 copy of the weights, rounded (hmath_bf16) in the same
+                        // pass from the weights it writes, so that a bf16 trainer needs no pass of its own
 } ApplyAdamStep;
 
 #define APPLY_ADAMW_LOOP(DOLD, AFTER)                                                      \
@@ -146,6 +150,7 @@ static inline void apply_adamw_lookahead(float* params, const float* grads, floa
     const float beta1 = st->beta1, beta2 = st->beta2, eps = st->eps, lr = st->lr, grad_scale = st->grad_scale;
     const float bc1 = 1.0f - powf(beta1, (float)st->t), bc2 = 1.0f - powf(beta2, (float)st->t);
     const float omg = 1.0f - gamma;
+    uint16_t* const p16 = st->params16;
     #pragma omp parallel
     for (int b = 0; b < nblocks; b++) {
         const size_t n = offsets[b + 1] - offsets[b];
@@ -156,9 +161,17 @@ static inline void apply_adamw_lookahead(float* params, const float* grads, floa
             size_t lo, hi;
             apply_chunk(offsets, b, c, chunk, &lo, &hi);
             double dot = 0.0, dd = 0.0, uu = 0.0;
-            APPLY_ADAMW_LOOP(d[i], float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
-                                   d[i] = mn;
-                                   params[i] = fmaf(bn, mn, pn);)
+            if (p16 != NULL) {
+                APPLY_ADAMW_LOOP(d[i], float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
+                                       d[i] = mn;
+                                       float pf = fmaf(bn, mn, pn);
+                                       params[i] = pf;
+                                       p16[i] = hmath_bf16(pf);)
+            } else {
+                APPLY_ADAMW_LOOP(d[i], float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
+                                       d[i] = mn;
+                                       params[i] = fmaf(bn, mn, pn);)
+            }
             double* out = partial + ((size_t)b * APPLY_CHUNKS + c) * 3;
             out[0] = dot; out[1] = dd; out[2] = uu;
         }

@@ -1,6 +1,7 @@
 /*
  * hybrid/hmath.h — the project's one random number generator, xorshift* (llmc/rand.h builds the
- * trainers' streams on it, the tests their data), a Gaussian sampler, and the one monotonic clock.
+ * trainers' streams on it, the tests their data), a Gaussian sampler, the one monotonic clock, and the
+ * one fp32 -> bf16 rounding (the CPU trainer's bf16 weight copy, which hybrid mode's fused pass writes too).
  * It lives in hybrid/ because hybrid/ is the bottom of the dependencies (libc only).
  */
 #ifndef HYBRID_HMATH_H
@@ -33,6 +34,16 @@ static inline double hmath_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// fp32 -> bf16 (the upper half of an fp32), round to nearest even; NaN stays a (quiet) NaN, Inf stays Inf.
+// Written to vectorise.
+static inline uint16_t hmath_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t nan = (u >> 16) | 0x40u;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
 }
 
 #endif // HYBRID_HMATH_H

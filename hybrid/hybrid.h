@@ -103,6 +103,7 @@ typedef struct {
     float* coef;                // (nblocks) this Predict step: theta_b += coef_b m_b
     double* stats;              // (nblocks, 3) the last measured pass's <delta,m>, |m|^2, |delta|^2
     double* partial;            // (nblocks, APPLY_CHUNKS, 3) their per-chunk sums
+    uint16_t* params16;         // (P) the trainer's bf16 weight copy, rounded in the fused pass; NULL: none
     // the step in progress
     int step;                   // 0-based
     HybridPhase phase;
@@ -208,10 +209,14 @@ static inline int hybrid_check(HybridState* h, float loss) {
 // their clipping factor; drift: (P).
 static inline void hybrid_update(HybridState* h, float* params, const float* grads, float* m, float* v, float* drift,
                                  float grad_scale, int t) {
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale};
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, h->params16};
     apply_adamw_lookahead(params, grads, m, v, drift, &st, LOOKAHEAD_GAMMA, h->la.beta_prev, h->la.beta_next,
                           h->offsets, h->nblocks, h->partial, h->stats);
 }
+
+// the trainer keeps a bf16 copy of the weights (P values, NULL: none): hybrid_update rounds it as it writes
+// the weights, as the trainer's own AdamW pass does
+static inline void hybrid_set_bf16_copy(HybridState* h, uint16_t* params16) { h->params16 = params16; }
 
 // a measured step that was skipped (non-finite loss or norm): no update, so no statistics
 static inline void hybrid_skip_update(HybridState* h) {

@@ -22,20 +22,15 @@
 #include <string.h>
 #include "llmc/utils.h"
 #include "llmc/cpu_blas.h"  // cpu_features_detect
+#include "hybrid/hmath.h"    // hmath_bf16
 #ifdef LLMC_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
 typedef uint16_t bf16;  // the upper half of an fp32: 1 sign, 8 exponent, 7 mantissa bits
 
-// fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN, Inf stays Inf. Written to vectorise.
-static inline bf16 bf16_from_float(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    uint32_t nan = (u >> 16) | 0x40u;
-    return (bf16)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
-}
+// fp32 -> bf16, round to nearest even (hybrid/hmath.h: hybrid mode's fused pass rounds with it too)
+static inline bf16 bf16_from_float(float f) { return hmath_bf16(f); }
 static inline float bf16_to_float(bf16 h) {
     uint32_t u = (uint32_t)h << 16;
     float f;

@@ -39,8 +39,9 @@ ARMS = [("baseline", []), ("hybrid lookahead", ["--hybrid"]),
 TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
 
 
-def run_trainer(trainer, model, B, T, steps, flags, out, env):
-    cmd = [trainer, "-e", model, "-b", B, "-t", T, "-x", str(steps), "-v", "0", "-s", "0", "-l", "1e-3", "-o", out]
+def run_trainer(trainer, model, B, T, steps, flags, out, env, precision):
+    cmd = [trainer, "-e", model, "-b", B, "-t", T, "-x", str(steps), "-v", "0", "-s", "0", "-l", "1e-3", "-o", out,
+           "--precision", precision]
     cmd += flags + (TIMING_FLAGS if flags else [])
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
@@ -82,6 +83,7 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="runs per arm, interleaved")
     p.add_argument("--skip", type=int, default=3, help="steps left out of the medians (warm-up)")
     p.add_argument("--trainer", default="./train_gpt2")
+    p.add_argument("--precision", default="auto", help="the trainer's --precision (auto: what it picks here)")
     p.add_argument("--micro", default="build/bench_hybrid", help="the passes' bench ('' to skip)")
     a = p.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
@@ -95,7 +97,7 @@ def main():
             for rnd in range(a.rounds):
                 for name, flags in ARMS:
                     out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}_{rnd}")
-                    run_trainer(a.trainer, model, B, T, int(steps), flags, out, env)
+                    run_trainer(a.trainer, model, B, T, int(steps), flags, out, env, a.precision)
                     phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
             res = {name: medians(by) for name, by in times.items()}
             for name, flags in ARMS:
@@ -126,7 +128,7 @@ def main():
         print(f"| {cfg} | {name} | {fmt(base, nb)} | {fmt(full, nf)} | {ratio(full)} | {fmt(corr, nc)} | "
               f"{ratio(corr)} | {fmt(pred, npr)} | {frac(pred)} | {fmt(back, nback)} | {ratio(back)} |")
     print(f"\nmedian ms per step (steps counted in brackets) after step {a.skip} of each run, {a.rounds} interleaved "
-          f"runs per arm; {a.threads} threads; hybrid Full: its warm-up and Full steps (the fused AdamW + drift + "
+          f"runs per arm; {a.threads} threads; --precision {a.precision}; hybrid Full: its warm-up and Full steps (the fused AdamW + drift + "
           "look-ahead pass); Correct: those kept, rolled-back ones (a second forward) apart: "
           "targets: Full and Correct <= 1.03x (look-ahead: Full <= 1.02x), Predict <= 2% of a Full step at d6 B8 T256")
     for text in micro:

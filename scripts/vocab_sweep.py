@@ -62,7 +62,7 @@ def train(n, depth, steps, outdir, extra):
     """one single-thread run; returns its metrics.jsonl lines and the user+sys CPU seconds it took"""
     train_glob, tok = data_for(n)
     cmd = ["./train_gpt2", "-i", train_glob, "--tokenizer", tok, "-e", f"d{depth}", "-b", "8", "-t", "128",
-           "-x", str(steps), "-s", "0", "-o", outdir] + extra
+           "-x", str(steps), "-s", "0", "--precision", "fp32", "-o", outdir] + extra  # the sweep ran in fp32
     env = dict(os.environ, OMP_NUM_THREADS="1")
     with open(os.path.join(ROOT, outdir + ".log"), "w") as log:
         p = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -1,7 +1,7 @@
 // --precision bf16 (llmc/cpu_dnnl.h): the bf16 matmuls of the forward and of both backward GEMMs agree with
 // an fp64 reference within bf16's rounding on random data, odd shapes included; a bf16 training run is
 // deterministic and resumes bit for bit; on a CPU without bf16 (forced: LLMC_BF16_TEST_NO_BF16=1) nothing
-// changes; a resume with another precision is refused.
+// changes (auto is fp32) while where it has bf16 auto is bf16; a resume with another precision is refused.
 // The bf16 tests skip, saying why, when the build has no oneDNN or the CPU no native bf16.
 // Tolerance of one output element: rounding each operand to bf16 (8 significant bits, unit roundoff
 // u = 2^-8) changes each product a_k b_k by at most (2u + u^2) |a_k b_k|, and the fp32 accumulation of K
@@ -253,6 +253,23 @@ Test(bf16_train, resume_with_another_precision_is_refused) {
     cr_assert(r.exited && r.status != 0, "a resume in fp32 of a bf16 run was accepted");
     cr_assert_not_null(strstr(r.err, "flag --precision: fp32 differs from the checkpoint's bf16"), "%s", r.err);
     train_ok(0, "-x 12 -n 6 -y 1 --precision fp32 --allow-changed 1", a);
+}
+
+// where the CPU multiplies bf16 natively (and oneDNN is built in), auto is bf16: bit for bit the run that
+// --precision bf16 gives, and the config table says it chose it
+Test(bf16_train, auto_is_bf16_where_native) {
+    if (!bf16_ready()) { return; }
+    char a[512], b[512];
+    join_path(a, sizeof(a), dir, "auto");
+    join_path(b, sizeof(b), dir, "asked");
+    train_ok(0, "-x 6", a);
+    train_ok(0, "-x 6 --precision bf16", b);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb, "auto on a CPU with bf16 differs from --precision bf16");
+    char* out = stdout_of(a);
+    cr_assert_not_null(strstr(out, "| precision            | bf16 (auto: native bf16"), "the config table says why bf16");
+    free(ma); free(mb); free(out);
 }
 
 // a CPU without bf16 (forced): auto is fp32, bit for bit the same run as --precision fp32, and asking for

@@ -211,6 +211,84 @@ Test(gradcheck, attention) {
     check_input("attention", "qkv", c.a, dqkv, N_ * 3 * C_, 1e-2f, 1e-3, 5e-5, attention_f, &c);
 }
 
+// The blocked causal attention (ATT_BLOCK rows or columns at a time) against a plain double-precision
+// forward and backward, at a T that spans several blocks and ends in a partial one. Tolerance: fp32
+// accumulation over T terms of order 1 (|q.k| <= hs with entries in [-1, 1]): 1e-5 relative to the largest
+// |value| of each output.
+static void attention_reference(double* out, double* dqkv, const float* qkv, const float* dout, int B, int T, int C,
+                                int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    double scale = 1.0 / sqrt((double)hs);
+    double *p = (double*)mallocCheck((size_t)T * sizeof(double)), *dp = (double*)mallocCheck((size_t)T * sizeof(double));
+    memset(dqkv, 0, (size_t)B * T * C3 * sizeof(double));
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) {
+                const float* q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+                double mx = -1e300, sum = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    double s = 0.0;
+                    for (int i = 0; i < hs; i++) { s += (double)q[i] * k[i]; }
+                    p[t2] = s * scale;
+                    mx = fmax(mx, p[t2]);
+                }
+                for (int t2 = 0; t2 <= t; t2++) { p[t2] = exp(p[t2] - mx); sum += p[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) { p[t2] /= sum; }
+                const float* d = dout + ((size_t)b * T + t) * C + h * hs;
+                double* o = out + ((size_t)b * T + t) * C + h * hs;
+                double* dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+                double dsum = 0.0;
+                for (int i = 0; i < hs; i++) { o[i] = 0.0; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    double* dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+                    dp[t2] = 0.0;
+                    for (int i = 0; i < hs; i++) { o[i] += p[t2] * v[i]; dv[i] += p[t2] * d[i]; dp[t2] += (double)d[i] * v[i]; }
+                    dsum += p[t2] * dp[t2];
+                }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    double ds = p[t2] * (dp[t2] - dsum) * scale;
+                    const float* k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    double* dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+                    for (int i = 0; i < hs; i++) { dq[i] += ds * k[i]; dk[i] += ds * q[i]; }
+                }
+            }
+        }
+    }
+    free(p);
+    free(dp);
+}
+
+static double max_rel_err(const float* got, const double* want, size_t n) {
+    double mx = 0.0, err = 0.0;
+    for (size_t i = 0; i < n; i++) { mx = fmax(mx, fabs(want[i])); }
+    for (size_t i = 0; i < n; i++) { err = fmax(err, fabs(got[i] - want[i])); }
+    return err / mx;
+}
+
+Test(gradcheck, attention_blocks) {
+    enum { B = 2, T = 3 * ATT_BLOCK + 7, C = 32, NH = 2 };
+    size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
+    float* qkv = zeros(n3);
+    for (size_t i = 0; i < n3; i++) { qkv[i] = 2.0f * hmath_f32(&test_rng) - 1.0f; }
+    float *dout = randn_alloc(n, 0, 1), *out = zeros(n), *att = zeros((size_t)B * NH * T * T);
+    float *dqkv = zeros(n3), *scratch = zeros((size_t)omp_get_max_threads() * T * T);
+    double *out_ref = (double*)mallocCheck(n * sizeof(double)), *dqkv_ref = (double*)mallocCheck(n3 * sizeof(double));
+    attention_forward(out, att, qkv, B, T, C, NH);
+    for (int bh = 0; bh < B * NH; bh++) {  // probabilities exactly zero above the diagonal
+        for (int t = 0; t < T; t++) {
+            for (int t2 = t + 1; t2 < T; t2++) { cr_assert_eq(att[((size_t)bh * T + t) * T + t2], 0.0f, "att above the diagonal"); }
+        }
+    }
+    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    attention_reference(out_ref, dqkv_ref, qkv, dout, B, T, C, NH);
+    double e_out = max_rel_err(out, out_ref, n), e_d = max_rel_err(dqkv, dqkv_ref, n3);
+    fprintf(stderr, "attention T=%d (blocks of %d): forward rel err %.2e, backward %.2e\n", T, ATT_BLOCK, e_out, e_d);
+    cr_expect_leq(e_out, 1e-5, "blocked attention forward: rel err %.3e against double", e_out);
+    cr_expect_leq(e_d, 1e-5, "blocked attention backward: rel err %.3e against double", e_d);
+}
+
 // tanh GELU, elementwise
 static double gelu_f(void* p) {
     Ctx* c = (Ctx*)p;
@@ -232,7 +310,7 @@ Test(gradcheck, gelu) {
 // softmax over the first V of Vp logits + cross-entropy; f = mean loss over N rows
 static double softmax_ce_f(void* p) {
     Ctx* c = (Ctx*)p;
-    crossentropy_forward(c->out, c->s1, c->a, c->tok, N_, V_, VP_);
+    crossentropy_forward(c->out, c->s1, c->a, c->tok, N_, V_, VP_, 0.0f, NULL);
     double s = 0.0;
     for (int i = 0; i < N_; i++) { s += c->out[i]; }
     return s / N_;
@@ -245,9 +323,23 @@ Test(gradcheck, softmax_crossentropy) {
     c.out = zeros(N_); c.s1 = zeros(N_);
     c.a = randn_alloc(N_ * VP_, 0, 2);
     softmax_ce_f(&c);
+    // the training form of the same call: the same losses, bit for bit, and the logits become dlogits
     float* dlogits = (float*)mallocCheck(N_ * VP_ * sizeof(float));
     memcpy(dlogits, c.a, N_ * VP_ * sizeof(float));
-    crossentropy_softmax_backward_inplace(dlogits, c.s1, tok, 1.0f / N_, N_, V_, VP_);
+    float *losses2 = zeros(N_), *lse2 = zeros(N_);
+    crossentropy_forward(losses2, lse2, dlogits, tok, N_, V_, VP_, 1.0f / N_, NULL);
+    cr_assert_eq(memcmp(losses2, c.out, N_ * sizeof(float)), 0, "training cross-entropy: losses differ from the eval form");
+    cr_assert_eq(memcmp(lse2, c.s1, N_ * sizeof(float)), 0, "training cross-entropy: lse differs from the eval form");
+    // and in bf16: the same dlogits, rounded to nearest even
+    float* logits2 = (float*)mallocCheck(N_ * VP_ * sizeof(float));
+    memcpy(logits2, c.a, N_ * VP_ * sizeof(float));
+    bf16* d16 = (bf16*)mallocCheck(N_ * VP_ * sizeof(bf16));
+    crossentropy_forward(losses2, lse2, logits2, tok, N_, V_, VP_, 1.0f / N_, d16);
+    cr_assert_eq(memcmp(losses2, c.out, N_ * sizeof(float)), 0, "bf16 cross-entropy: losses differ from the eval form");
+    for (int i = 0; i < N_ * VP_; i++) {
+        cr_assert_eq(d16[i], bf16_from_float(dlogits[i]), "bf16 dlogit %d: 0x%04x, fp32 rounds to 0x%04x", i, d16[i],
+                     bf16_from_float(dlogits[i]));
+    }
     for (int i = 0; i < N_; i++) {
         for (int v = V_; v < VP_; v++) { cr_assert_eq(dlogits[i * VP_ + v], 0.0f, "padded dlogit (%d,%d) != 0", i, v); }
     }
