@@ -59,8 +59,8 @@ int main(int argc, char** argv) {
         if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); cpu0 = cpu_s(); }
         for (int i = 0; i <= B * T; i++) { x[i] = (int)(hmath_u32(&rng) % (uint32_t)V); }
         double t0 = hmath_seconds();
-        gpt2_forward(&model, x, x + 1, B, T);
         gpt2_zero_grad(&model);
+        gpt2_forward_train(&model, x, x + 1, B, T, 1.0f);  // as the trainer's step: dlogits made in the forward
         gpt2_backward(&model, x, x + 1, 1.0f);
         float norm;
         PROF(PROF_GRAD_NORM, norm = gpt2_grad_norm(&model));
