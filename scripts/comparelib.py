@@ -86,20 +86,19 @@ def validate_config(cfg, path="config"):
     for sec in ("baseline", "hybrid"):
         s = cfg.get(sec, {})
         _check(isinstance(s, dict), path, f"'{sec}' must be an object")
-        allowed = {"lr_mults", "args"} | (set() if sec == "hybrid" else {"matched_fractions", "matched_lr_mult"})
+        allowed = {"lr_mults", "args", "matched_fractions", "matched_lr_mult"}
         _check(not (set(s) - allowed), path, f"'{sec}': unknown key(s) {sorted(set(s) - allowed)}")
         mults = s.get("lr_mults", [])
         _check(isinstance(mults, list) and all(isinstance(m, (int, float)) and m > 0 for m in mults), path,
                f"'{sec}.lr_mults' must be a list of positive numbers")
         _check_args(s.get("args", {}), path, f"{sec}.args")
-        if sec == "baseline":
-            fr = s.get("matched_fractions", [])
-            _check(isinstance(fr, list) and all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1
-                                                for f in fr), path, "'baseline.matched_fractions' must be a list of numbers in (0, 1)")
-            _check(not fr or (isinstance(cfg["args"].get("-x"), int) and cfg["args"]["-x"] > 0), path,
-                   "'baseline.matched_fractions' needs the schedule length as an integer in args['-x']")
-            mm = s.get("matched_lr_mult", 1)
-            _check(not fr or mm in mults, path, "'baseline.matched_lr_mult' must be one of 'baseline.lr_mults'")
+        fr = s.get("matched_fractions", [])
+        _check(isinstance(fr, list) and all(isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < 1
+                                            for f in fr), path, f"'{sec}.matched_fractions' must be a list of numbers in (0, 1)")
+        _check(not fr or (isinstance(cfg["args"].get("-x"), int) and cfg["args"]["-x"] > 0), path,
+               f"'{sec}.matched_fractions' needs the schedule length as an integer in args['-x']")
+        mm = s.get("matched_lr_mult", 1)
+        _check(not fr or mm in mults, path, f"'{sec}.matched_lr_mult' must be one of '{sec}.lr_mults'")
     for i, a in enumerate(cfg.get("arms", [])):
         where = f"arms[{i}]"
         _check(isinstance(a, dict), path, f"{where} must be an object")
@@ -169,6 +168,13 @@ def build_arms(cfg):
     h = cfg.get("hybrid", {})
     for m in h.get("lr_mults", []):
         add(f"hybrid_lr{mult_tag(m)}", "hybrid", m, h.get("args", {}))
+    # hybrid mode at shorter schedules (each with its own warm-up, windows and full decay): with the
+    # matched baselines, the steps each needs to reach the target when it stops there (add_decayed_steps)
+    hm = h.get("matched_lr_mult", 1)
+    for f in h.get("matched_fractions", []):
+        steps = int(round(f * cfg["args"]["-x"]))
+        add(f"hybrid_lr{mult_tag(hm)}_x{int(round(100 * f))}", "hybrid", hm, dict(h.get("args", {}), **{"-x": steps}))
+        arms[-1]["full_arm"] = f"hybrid_lr{mult_tag(hm)}"
     for a in cfg.get("arms", []):
         extra = dict(cfg.get(a["kind"], {}).get("args", {}))
         extra.update(a.get("args", {}))
@@ -341,6 +347,7 @@ def analyze(arms, runs, fixed_target=None):
               and row["reached"] == row["n"] and bref["reached"] == bref["n"])
         row["speedup"] = bref["time_to_target_mean"] / row["time_to_target_mean"] if ok else None
     add_rho(arms, run_rows, arm_rows)
+    add_decayed_steps(arms, run_rows, arm_rows, target["value"])
     return target, run_rows, arm_rows
 
 
@@ -446,16 +453,68 @@ def add_rho(arms, run_rows, arm_rows):
 
 
 # ----------------------------------------------------------------------------
+# steps to the target, every run fully decayed
+#
+# "Time to target" reads the first evaluation at or below the target in the middle of a run; but a run
+# stopped there would not have decayed its learning rate, so a schedule that crosses the target late
+# in its own decay is not evidence that a shorter schedule would reach it. The fair question is how
+# long a schedule must be for its *final* val loss to reach the target. A family = a full-length arm and
+# its shorter, fully decayed runs (baseline.matched_fractions / hybrid.matched_fractions, same LR);
+# per seed, its points (Full steps, final val loss) give, through the same non-increasing fit and
+# log-step interpolation as rho, the schedule length that ends at the target (extended beyond the
+# lengths run, and flagged, when the target lies outside them).
+
+def add_decayed_steps(arms, run_rows, arm_rows, target):
+    """Per family (keyed by its full-length arm): schedule length to the target per seed, mean/std over
+    seeds, and for hybrid families the fraction of steps saved against the baseline family and Welch's p."""
+    fams = {}
+    for a in arms:
+        if a.get("full_arm"):
+            fams.setdefault(a["full_arm"], {a["full_arm"]}).add(a["name"])
+    if target is None or not fams:
+        return
+    per_fam = {}
+    for full, names in fams.items():
+        pts = {}
+        for r in run_rows:
+            if r["arm"] in names and r["backward"]:
+                pts.setdefault(r["seed"], []).append((full_steps_of(r)[0], r["final_val_loss"]))
+        for r in run_rows:
+            if r["arm"] == full:
+                need, extra = steps_for_loss(pts.get(r["seed"], []), target)
+                r["decayed_steps_to_target"], r["decayed_extrapolated"] = need, extra
+        per_fam[full] = [r for r in run_rows if r["arm"] == full and r.get("decayed_steps_to_target") is not None]
+    base = next((f for f in per_fam for a in arms if a["name"] == f and a["kind"] == "baseline"), None)
+    for row in arm_rows:
+        if row["arm"] not in per_fam:
+            continue
+        rs = per_fam[row["arm"]]
+        xs = [r["decayed_steps_to_target"] for r in rs]
+        row["decayed_steps_mean"], row["decayed_steps_std"], row["decayed_n"] = mean_std(xs)
+        row["decayed_extrapolated"] = sum(1 for r in rs if r["decayed_extrapolated"])
+        row["decayed_vs"], row["decayed_fewer_steps"], row["p_decayed"] = None, None, None
+        if base is not None and row["arm"] != base and per_fam[base]:
+            bx = [r["decayed_steps_to_target"] for r in per_fam[base]]
+            bm, _, _ = mean_std(bx)
+            row["decayed_vs"] = base
+            row["decayed_fewer_steps"] = 1.0 - row["decayed_steps_mean"] / bm if xs and bm else None
+            row["p_decayed"] = welch_p(xs, bx)
+
+
+# ----------------------------------------------------------------------------
 # report: CSV, JSON, Markdown
 
 RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "steps", "final_val_loss", "final_val_step",
                 "time_to_target_s", "step_to_target", "backward_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps",
-                "rho", "rho_steps_needed", "rho_extrapolated", "break_even_rho"]
+                "rho", "rho_steps_needed", "rho_extrapolated", "break_even_rho",
+                "decayed_steps_to_target", "decayed_extrapolated"]
 ARM_CSV_COLS = ["arm", "kind", "lr", "n", "best_baseline", "final_val_loss_mean", "final_val_loss_std",
                 "reached", "time_to_target_mean", "time_to_target_std", "backward_to_target_mean", "backward_to_target_std", "speedup", "p_final_val", "p_time_to_target",
                 "backward_mean", "backward_std", "tokens_mean", "tokens_std", "train_time_s_mean", "train_time_s_std",
                 "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean",
-                "rho_mean", "rho_ci95", "rho_n", "rho_extrapolated", "break_even_rho"]
+                "rho_mean", "rho_ci95", "rho_n", "rho_extrapolated", "break_even_rho",
+                "decayed_steps_mean", "decayed_steps_std", "decayed_n", "decayed_extrapolated", "decayed_vs",
+                "decayed_fewer_steps", "p_decayed"]
 
 
 def _csv_val(v):
@@ -563,6 +622,30 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
                      f"{fmt_ms(r['final_val_loss_mean'], r['final_val_loss_std'], 4)} | {fmt_p(r['p_final_val'])} | "
                      f"{fmt_ms(r['time_to_target_mean'], r['time_to_target_std'], 2)} ({r['reached']}/{r['n']}) | "
                      f"{fmt_speedup(r['speedup'])} |")
+        L.append("")
+    dec_rows = [r for r in arm_rows if "decayed_steps_mean" in r]
+    if dec_rows:
+        L.append("## Steps to the target, every run fully decayed")
+        L.append("")
+        L.append("Time to target above reads a run's first evaluation at or below the target, often late in its own "
+                 "LR decay; a run stopped there would not have decayed, so that is not the length of a schedule that "
+                 "reaches the target. Here each family (a full-length arm and its shorter schedules at the same LR, "
+                 "each with its own warm-up and full decay) gives, per seed, final val loss against Full steps; through "
+                 "the same non-increasing fit and log-step interpolation as rho, the schedule length whose final val "
+                 "loss is the target. Extrapolated: the target lies outside the lengths run (the end segment extended). "
+                 "Fewer steps = 1 − the family's mean / the baseline family's; p = two-sided Welch t-test of the per-seed lengths.")
+        L.append("")
+        L.append("| family (full-length arm) | kind | lengths (steps) | steps to the target | seeds | extrapolated | "
+                 "fewer steps than | p |")
+        L.append("|" + "---|" * 8)
+        for r in dec_rows:
+            names = {r["arm"]} | {a["name"] for a in cfg["_arms"] if a.get("full_arm") == r["arm"]}
+            lens = sorted({x["steps"] for x in run_rows if x["arm"] in names})
+            vs = "—" if r["decayed_vs"] is None else (
+                "—" if r["decayed_fewer_steps"] is None else f"{100 * r['decayed_fewer_steps']:+.1f}% ({r['decayed_vs']})")
+            L.append(f"| {r['arm']} | {r['kind']} | {', '.join(map(str, lens))} | "
+                     f"{fmt_ms(r['decayed_steps_mean'], r['decayed_steps_std'], 0)} | {r['decayed_n']} | "
+                     f"{r['decayed_extrapolated']} | {vs} | {fmt_p(r['p_decayed'])} |")
         L.append("")
     for title, p in plots:
         L.append(f"![{title}]({p})")

@@ -6,7 +6,8 @@ test/test_compare.py — tests of scripts/compare_hybrid and scripts/compare_pyt
   re-running finished runs, re-runs a run whose command changed, reports failures, and rejects bad configs;
   compare_pytorch passes on equal losses and fails past --tol.
 - rho (the value of a Predict step, from the matched-length baselines) is recomputed here from the
-  metrics.jsonl files with a small implementation of its own, and checked on a case with a known answer.
+  metrics.jsonl files with a small implementation of its own, and checked on a case with a known answer;
+  so is the schedule length that ends at the target (every run fully decayed, baseline and hybrid families).
 - The report's and CSV's numbers are recomputed here from the metrics.jsonl files with code of its own
   (not comparelib's): final val loss, target, time to target, backward passes, tokens, train time,
   mean/std, Welch p-values (formula + scipy's t distribution).
@@ -438,6 +439,67 @@ def rho_in_report_equals_recomputation_from_jsonl():
     check(ext == {1: "False", 2: "False", 3: "True"}, f"extrapolation flags {ext}")
 
 
+DECAYED_STUDY = dict(FAKE_STUDY, baseline={"lr_mults": [1, 2], "matched_fractions": [0.8, 0.9], "matched_lr_mult": 2},
+                     hybrid={"lr_mults": [1], "matched_fractions": [0.8, 0.9]}, arms=[])
+
+
+@test
+def decayed_steps_to_target_have_a_known_answer():
+    """Steps to the target with every run fully decayed: per seed, final val = c - ln(steps) on each family
+    (exactly linear in log-steps), so the schedule length that ends at the target is exp(c - target)."""
+    cfg = write_config("decayed.json", DECAYED_STUDY)
+    res = os.path.join(TMP, "decayed")
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
+    check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "hybrid_lr1x", "hybrid_lr1x_x80",
+          "hybrid_lr1x_x90", "matched_lr2x_x80", "matched_lr2x_x90"], f"arms: {sorted(os.listdir(os.path.join(res, 'runs')))}")
+    cmd = open(os.path.join(res, "runs", "hybrid_lr1x_x90", "seed1", "cmd.txt")).read()
+    check("-x 27 " in cmd and "--hybrid 1" in cmd and "-l 0.001 " in cmd, f"hybrid at 90% of 30 steps: {cmd}")
+    # baseline family (LR x2) c = 5, 5.01, 5.02 by seed; the hybrid family 0.05 lower, seed 3 0.3 lower (its
+    # length to the target then lies below the shortest run: extrapolated); LR x1 ends worse (not the best)
+    base_c = {1: 5.0, 2: 5.01, 3: 5.02}
+    hyb_c = {1: 4.95, 2: 4.96, 3: 4.72}
+    for s in (1, 2, 3):
+        write_run(os.path.join(res, "runs", "baseline_lr1x", f"seed{s}"), 30, set(), 5.0, 1)
+        for arm, n, c in (("baseline_lr2x", 30, base_c[s]), ("matched_lr2x_x80", 24, base_c[s]), ("matched_lr2x_x90", 27, base_c[s]),
+                          ("hybrid_lr1x", 30, hyb_c[s]), ("hybrid_lr1x_x80", 24, hyb_c[s]), ("hybrid_lr1x_x90", 27, hyb_c[s])):
+            write_run(os.path.join(res, "runs", arm, f"seed{s}"), n, set(), c - math.log(n), 1)
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
+    check(rc == 0, f"--report-only failed: {err}")
+    target, best, _ = check_study(res, expect_runs=21)
+    check(best == "baseline_lr2x" and math.isclose(target, 5.02 - math.log(30)), f"best {best}, target {target}")
+    b = [math.exp(base_c[s] - target) for s in (1, 2, 3)]
+    h = [math.exp(hyb_c[s] - target) for s in (1, 2, 3)]
+    check(math.isclose(b[2], 30.0) and h[2] < 24 < min(h[:2]), "the known answer is not the case it is meant to be")
+    with open(os.path.join(res, "runs.csv")) as f:
+        runs = {(r["arm"], int(r["seed"])): r for r in csv.DictReader(f)}
+    for arm, want in (("baseline_lr2x", b), ("hybrid_lr1x", h)):
+        for s in (1, 2, 3):
+            got = float(runs[(arm, s)]["decayed_steps_to_target"])
+            check(math.isclose(got, want[s - 1], rel_tol=1e-9), f"{arm} seed {s}: {got} steps, known answer {want[s - 1]}")
+            ext = runs[(arm, s)]["decayed_extrapolated"]
+            check(ext == ("True" if (arm, s) == ("hybrid_lr1x", 3) else "False"), f"{arm} seed {s}: extrapolated {ext}")
+    with open(os.path.join(res, "summary.csv")) as f:
+        arms = {r["arm"]: r for r in csv.DictReader(f)}
+    fewer = 1 - statistics.mean(h) / statistics.mean(b)
+    p = welch(h, b)
+    c = arms["hybrid_lr1x"]
+    check(math.isclose(float(c["decayed_steps_mean"]), statistics.mean(h), rel_tol=1e-9), "csv decayed_steps_mean")
+    check(math.isclose(float(c["decayed_fewer_steps"]), fewer, rel_tol=1e-9), f"csv fewer steps {c['decayed_fewer_steps']} != {fewer}")
+    check(math.isclose(float(c["p_decayed"]), p, rel_tol=1e-6), f"csv p {c['p_decayed']} != {p}")
+    check(c["decayed_vs"] == "baseline_lr2x" and c["decayed_extrapolated"] == "1", "csv: vs / extrapolated count")
+    check(arms["baseline_lr1x"]["decayed_steps_mean"] == "", "a baseline without shorter runs has no decayed length")
+    md = open(os.path.join(res, "report.md")).read()
+    table = parse_table(md[md.index("## Steps to the target, every run fully decayed"):], "| family")
+    check(set(table) == {"baseline_lr2x", "hybrid_lr1x"}, f"families {sorted(table)}")
+    row = table["hybrid_lr1x"]
+    check(row["lengths (steps)"] == "24, 27, 30", f"lengths {row['lengths (steps)']}")
+    close_to_cell(row["steps to the target"].split(" ± ")[0], statistics.mean(h), "hybrid steps to the target")
+    close_to_cell(row["steps to the target"].split(" ± ")[1], statistics.stdev(h), "hybrid steps std")
+    close_to_cell(row["fewer steps than"].split("%")[0].lstrip("+"), 100 * fewer, "fewer steps %")
+    close_to_cell(row["p"], p, "p decayed")
+
+
 @test
 def bad_configs_give_one_line_errors():
     cases = [(dict(FAKE_STUDY, colour="red"), "unknown key"),
@@ -445,7 +507,9 @@ def bad_configs_give_one_line_errors():
              (dict(FAKE_STUDY, args={"-x": 3, "-l": 0.1}), "-l is set by compare_hybrid"),
              (dict(FAKE_STUDY, lr="fast"), "'lr'"),
              (dict(FAKE_STUDY, baseline={"lr_mults": [1], "matched_fractions": [0.8, 1.2]}), "matched_fractions"),
-             (dict(FAKE_STUDY, baseline={"lr_mults": [1], "matched_fractions": [0.8], "matched_lr_mult": 3}), "matched_lr_mult")]
+             (dict(FAKE_STUDY, baseline={"lr_mults": [1], "matched_fractions": [0.8], "matched_lr_mult": 3}), "matched_lr_mult"),
+             (dict(FAKE_STUDY, hybrid={"lr_mults": [1], "matched_fractions": [0.9], "matched_lr_mult": 2}), "hybrid.matched_lr_mult"),
+             (dict(FAKE_STUDY, hybrid={"lr_mults": [1], "matched_fractions": [1.5]}), "hybrid.matched_fractions")]
     for i, (c, want) in enumerate(cases):
         rc, out, err = sh([HYBRID, write_config(f"bad{i}.json", c), "--results", os.path.join(TMP, "bad")])
         check(rc == 1 and err.startswith("error: ") and want in err and err.count("\n") == 1,
