@@ -11,7 +11,10 @@
  * [4] master weights, [5] shuffle, [10] step, [20..21] sampling rng, [30..31] shard index,
  * [32..33] batch index in that shard; ours: [40..41] num parameters, [42..43] loader blob bytes,
  * [44..45] tokens consumed, [46..47] backward passes, [48..49] training seconds (double),
- * [50..51] init seed, [52..53] AdamW updates applied (its bias-correction step). After the header: m (P fp32), v (P fp32), loader blob (llmc/dataloader.h).
+ * [50..51] init seed, [52..53] AdamW updates applied (its bias-correction step), [60..101] the flags a
+ * resume must not change (below), [102..105] the gradient noise scale's two sums (doubles), [106] the
+ * steps in them, [107] 1 when 102..106 are set. After the header: m (P fp32), v (P fp32), loader blob
+ * (llmc/dataloader.h).
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -187,6 +190,8 @@ typedef struct {
     float beta1, beta2;       // --beta1, --beta2 (slots 98-100; files without them had 0.9 and 0.95)
     int precision;            // train_gpt2's --precision as run, PRECISION_FP32 or _BF16 (slot 101; 0: not
                               // recorded: older files and train_gpt2cu's)
+    double gns_s_sum, gns_g2_sum; // the gradient noise scale's sums over the run so far (slots 102-107;
+    int gns_steps;                // files without them: 0, so a resumed summary covers the steps since)
 } TrainState;
 
 static inline void put_u64(int* h, int slot, uint64_t v) { memcpy(h + slot, &v, 8); }
@@ -226,6 +231,10 @@ static inline void state_write(const char* path, const TrainState* s, const floa
         header[100] = 1;
         header[101] = s->precision;
     }
+    memcpy(header + 102, &s->gns_s_sum, 8);
+    memcpy(header + 104, &s->gns_g2_sum, 8);
+    header[106] = s->gns_steps;
+    header[107] = 1;
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, header, sizeof(int), 256);
@@ -282,6 +291,15 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
             memcpy(&s->beta2, header + 99, 4);
         }
         s->precision = header[101];
+    }
+    if (header[107] == 1) {
+        memcpy(&s->gns_s_sum, header + 102, 8);
+        memcpy(&s->gns_g2_sum, header + 104, 8);
+        s->gns_steps = header[106];
+        if (!isfinite(s->gns_s_sum) || !isfinite(s->gns_g2_sum) || s->gns_steps < 0 || s->gns_steps > header[10]) {
+            fatal("%s: corrupt state (gradient noise scale sums %g, %g over %d steps)", path, s->gns_s_sum,
+                  s->gns_g2_sum, s->gns_steps);
+        }
     }
     if (s->num_parameters != num_parameters) {
         fatal("%s: state is for %zu parameters, the model has %zu", path, s->num_parameters, num_parameters);

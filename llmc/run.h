@@ -49,7 +49,7 @@ typedef struct {
     unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
     double flops_per_token;
     double peak_flops;        // all processes; 0: unknown, no MFU
-    double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the steps (not saved)
+    double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the steps (saved)
     int gns_steps;
     double val_bytes;         // text bytes of the val targets one evaluation sees (0: unknown, no bits per byte)
     double val_tokens;        // and their number

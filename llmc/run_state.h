@@ -62,6 +62,9 @@ static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num
     s->beta1 = c->beta1;
     s->beta2 = c->beta2;
     s->precision = c->precision;  // resolved by the CPU trainer before any checkpoint; 0 in train_gpt2cu
+    s->gns_s_sum = run->gns_s_sum;
+    s->gns_g2_sum = run->gns_g2_sum;
+    s->gns_steps = run->gns_steps;
 }
 
 // a resume with another schedule or init would silently change the run: refused, one line per the
@@ -109,6 +112,9 @@ static inline void run_state_load(TrainRun* run, int step, size_t num_parameters
     run->tokens = s.tokens;
     run->backward = s.backward;
     run->train_time_s = s.train_time_s;
+    run->gns_s_sum = s.gns_s_sum;
+    run->gns_g2_sum = s.gns_g2_sum;
+    run->gns_steps = s.gns_steps;
 }
 
 // the open hybrid state file of checkpoint `step` (caller: hybrid_load, then fcloseCheck)

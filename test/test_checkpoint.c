@@ -56,7 +56,8 @@ Test(checkpoint, state_round_trip_is_exact) {
     for (int i = 0; i < 77; i++) { blob[i] = (unsigned char)(i * 13); }
     TrainState s = {.step = 42, .shuffle = 1, .sample_rng = 0x123456789abcdefull, .shard_index = 3,
                     .batch_index = 9, .num_parameters = n, .tokens = 1ull << 40, .backward = 99,
-                    .train_time_s = 12.625, .init_seed = 1337, .adam_steps = 41};
+                    .train_time_s = 12.625, .init_seed = 1337, .adam_steps = 41,
+                    .gns_s_sum = 123.25, .gns_g2_sum = 0.5, .gns_steps = 40};
     char path[512];
     join_path(path, sizeof(path), dir, "state.bin");
     state_write(path, &s, m, v, blob, sizeof(blob));

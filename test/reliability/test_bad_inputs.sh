@@ -69,7 +69,7 @@ bad "model: -t above the model's max" "-t" $TRAINER -i "$D/train_*.bin" -e "$WOR
 C=$WORK/ckpt
 $TRAINER -i "$D/train_*.bin" -e d1 $ARGS -o "$C.good" -n 1 > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "checkpoint run failed"; }
 resume_case() {   # resume_case LABEL FILE_IN_ERROR: $C was prepared from $C.good and damaged
-    bad "resume: $1" "$2" $TRAINER -i "$D/train_*.bin" -e d1 $ARGS -o "$C" -y 1 -x 2
+    bad "resume: $1" "$2" $TRAINER -i "$D/train_*.bin" -e d1 $ARGS -o "$C" -y 1 -x 2 --allow-changed 1
 }
 fresh() { rm -rf "$C"; cp -r "$C.good" "$C"; }
 ST=$(state_of "$C" 1)
@@ -82,6 +82,8 @@ fresh; mkf set-int32 "$ST" 40 12345; resume_case "state for another model size" 
 fresh; mkf set-f32 "$ST" 2000 nan; resume_case "NaN in AdamW m" "$ST"
 fresh; mkf set-f32 "$ST" $(( $(stat -c %s "$ST") - 200 )) -1; resume_case "corrupt loader position" "$ST"
 fresh; mkf set-int32 "$ST" 52 -1; resume_case "more AdamW steps than steps (bias correction 1/0)" "$ST"
+fresh; mkf set-int32 "$ST" 106 5; resume_case "noise-scale sums over more steps than run" "$ST"
+fresh; mkf set-int32 "$ST" 103 2146959360; resume_case "NaN noise-scale sum (high word 0x7ff80000)" "$ST"
 fresh; B0=$($PY "$HERE/mkfiles.py" blob-index "$ST")
 mkf set-int32 "$ST" $((B0 + 9)) 0; mkf set-int32 "$ST" $((B0 + 8)) 0; resume_case "shard order not a permutation" "$ST"
 fresh; mkf set-int32 "$ST" $((B0 + 10)) 5; mkf set-int32 "$ST" $((B0 + 11)) 5; resume_case "batch order not a permutation" "$ST"
