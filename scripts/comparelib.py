@@ -97,8 +97,9 @@ def validate_config(cfg, path="config"):
                                             for f in fr), path, f"'{sec}.matched_fractions' must be a list of numbers in (0, 1)")
         _check(not fr or (isinstance(cfg["args"].get("-x"), int) and cfg["args"]["-x"] > 0), path,
                f"'{sec}.matched_fractions' needs the schedule length as an integer in args['-x']")
-        mm = s.get("matched_lr_mult", 1)
-        _check(not fr or mm in mults, path, f"'{sec}.matched_lr_mult' must be one of '{sec}.lr_mults'")
+        mm = matched_mults(s)
+        _check(not fr or (mm and all(isinstance(m, (int, float)) and not isinstance(m, bool) and m in mults for m in mm)),
+               path, f"'{sec}.matched_lr_mult' must be one of '{sec}.lr_mults', or a list of them")
     for i, a in enumerate(cfg.get("arms", [])):
         where = f"arms[{i}]"
         _check(isinstance(a, dict), path, f"{where} must be an object")
@@ -141,6 +142,12 @@ def mult_tag(m):
     return f"{m:g}x"
 
 
+def matched_mults(sec):
+    """The LR multiples of a section's shorter schedules: matched_lr_mult, a number or a list (default 1)."""
+    mm = sec.get("matched_lr_mult", 1)
+    return list(mm) if isinstance(mm, list) else [mm]
+
+
 def build_arms(cfg):
     """The study's arms, each {name, kind, lr_mult, lr, argv}; argv lacks -o and --seed."""
     arms = []
@@ -160,21 +167,21 @@ def build_arms(cfg):
         add(f"baseline_lr{mult_tag(m)}", "baseline", m, b.get("args", {}))
     # matched-length baselines: the same schedule shape (own warm-up and full decay) over fewer steps,
     # the points of the curve "final val loss vs backward passes" that rho is read from
-    mm = b.get("matched_lr_mult", 1)
-    for f in b.get("matched_fractions", []):
-        steps = int(round(f * cfg["args"]["-x"]))
-        add(f"matched_lr{mult_tag(mm)}_x{int(round(100 * f))}", "matched", mm, dict(b.get("args", {}), **{"-x": steps}))
-        arms[-1]["full_arm"] = f"baseline_lr{mult_tag(mm)}"
+    for mm in matched_mults(b) if b.get("matched_fractions") else []:
+        for f in b["matched_fractions"]:
+            steps = int(round(f * cfg["args"]["-x"]))
+            add(f"matched_lr{mult_tag(mm)}_x{int(round(100 * f))}", "matched", mm, dict(b.get("args", {}), **{"-x": steps}))
+            arms[-1]["full_arm"] = f"baseline_lr{mult_tag(mm)}"
     h = cfg.get("hybrid", {})
     for m in h.get("lr_mults", []):
         add(f"hybrid_lr{mult_tag(m)}", "hybrid", m, h.get("args", {}))
     # hybrid mode at shorter schedules (each with its own warm-up, windows and full decay): with the
     # matched baselines, the steps each needs to reach the target when it stops there (add_decayed_steps)
-    hm = h.get("matched_lr_mult", 1)
-    for f in h.get("matched_fractions", []):
-        steps = int(round(f * cfg["args"]["-x"]))
-        add(f"hybrid_lr{mult_tag(hm)}_x{int(round(100 * f))}", "hybrid", hm, dict(h.get("args", {}), **{"-x": steps}))
-        arms[-1]["full_arm"] = f"hybrid_lr{mult_tag(hm)}"
+    for hm in matched_mults(h) if h.get("matched_fractions") else []:
+        for f in h["matched_fractions"]:
+            steps = int(round(f * cfg["args"]["-x"]))
+            add(f"hybrid_lr{mult_tag(hm)}_x{int(round(100 * f))}", "hybrid", hm, dict(h.get("args", {}), **{"-x": steps}))
+            arms[-1]["full_arm"] = f"hybrid_lr{mult_tag(hm)}"
     for a in cfg.get("arms", []):
         extra = dict(cfg.get(a["kind"], {}).get("args", {}))
         extra.update(a.get("args", {}))
@@ -428,7 +435,8 @@ def add_rho(arms, run_rows, arm_rows):
     matched = [a for a in arms if a["kind"] == "matched"]
     if not matched:
         return
-    names = {a["name"] for a in matched} | {matched[0]["full_arm"]}
+    full = matched[0]["full_arm"]  # with several matched LRs, the first listed one's family
+    names = {a["name"] for a in matched if a["full_arm"] == full} | {full}
     curve = {}  # seed -> [(steps, final val loss)]
     for r in run_rows:
         if r["arm"] in names and r["backward"]:
@@ -484,7 +492,10 @@ def add_decayed_steps(arms, run_rows, arm_rows, target):
                 need, extra = steps_for_loss(pts.get(r["seed"], []), target)
                 r["decayed_steps_to_target"], r["decayed_extrapolated"] = need, extra
         per_fam[full] = [r for r in run_rows if r["arm"] == full and r.get("decayed_steps_to_target") is not None]
-    base = next((f for f in per_fam for a in arms if a["name"] == f and a["kind"] == "baseline"), None)
+    # the reference: the best baseline's family where it has shorter runs, else the first baseline family
+    base_fams = [f for f in per_fam for a in arms if a["name"] == f and a["kind"] == "baseline"]
+    best = next((r["arm"] for r in arm_rows if r["best_baseline"]), None)
+    base = best if best in base_fams else (base_fams[0] if base_fams else None)
     for row in arm_rows:
         if row["arm"] not in per_fam:
             continue

@@ -439,7 +439,7 @@ def rho_in_report_equals_recomputation_from_jsonl():
     check(ext == {1: "False", 2: "False", 3: "True"}, f"extrapolation flags {ext}")
 
 
-DECAYED_STUDY = dict(FAKE_STUDY, baseline={"lr_mults": [1, 2], "matched_fractions": [0.8, 0.9], "matched_lr_mult": 2},
+DECAYED_STUDY = dict(FAKE_STUDY, baseline={"lr_mults": [1, 2], "matched_fractions": [0.8, 0.9], "matched_lr_mult": [1, 2]},
                      hybrid={"lr_mults": [1], "matched_fractions": [0.8, 0.9]}, arms=[])
 
 
@@ -452,21 +452,23 @@ def decayed_steps_to_target_have_a_known_answer():
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
     check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
     check(sorted(os.listdir(os.path.join(res, "runs"))) == ["baseline_lr1x", "baseline_lr2x", "hybrid_lr1x", "hybrid_lr1x_x80",
-          "hybrid_lr1x_x90", "matched_lr2x_x80", "matched_lr2x_x90"], f"arms: {sorted(os.listdir(os.path.join(res, 'runs')))}")
+          "hybrid_lr1x_x90", "matched_lr1x_x80", "matched_lr1x_x90", "matched_lr2x_x80", "matched_lr2x_x90"],
+          f"arms: {sorted(os.listdir(os.path.join(res, 'runs')))}")
     cmd = open(os.path.join(res, "runs", "hybrid_lr1x_x90", "seed1", "cmd.txt")).read()
     check("-x 27 " in cmd and "--hybrid 1" in cmd and "-l 0.001 " in cmd, f"hybrid at 90% of 30 steps: {cmd}")
     # baseline family (LR x2) c = 5, 5.01, 5.02 by seed; the hybrid family 0.05 lower, seed 3 0.3 lower (its
-    # length to the target then lies below the shortest run: extrapolated); LR x1 ends worse (not the best)
+    # length to the target then lies below the shortest run: extrapolated); the LR x1 family ends worse (not
+    # the best baseline, though listed first: the reference must be the best baseline's family)
     base_c = {1: 5.0, 2: 5.01, 3: 5.02}
     hyb_c = {1: 4.95, 2: 4.96, 3: 4.72}
     for s in (1, 2, 3):
-        write_run(os.path.join(res, "runs", "baseline_lr1x", f"seed{s}"), 30, set(), 5.0, 1)
-        for arm, n, c in (("baseline_lr2x", 30, base_c[s]), ("matched_lr2x_x80", 24, base_c[s]), ("matched_lr2x_x90", 27, base_c[s]),
+        for arm, n, c in (("baseline_lr1x", 30, 5.1), ("matched_lr1x_x80", 24, 5.1), ("matched_lr1x_x90", 27, 5.1),
+                          ("baseline_lr2x", 30, base_c[s]), ("matched_lr2x_x80", 24, base_c[s]), ("matched_lr2x_x90", 27, base_c[s]),
                           ("hybrid_lr1x", 30, hyb_c[s]), ("hybrid_lr1x_x80", 24, hyb_c[s]), ("hybrid_lr1x_x90", 27, hyb_c[s])):
             write_run(os.path.join(res, "runs", arm, f"seed{s}"), n, set(), c - math.log(n), 1)
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
     check(rc == 0, f"--report-only failed: {err}")
-    target, best, _ = check_study(res, expect_runs=21)
+    target, best, _ = check_study(res, expect_runs=27)
     check(best == "baseline_lr2x" and math.isclose(target, 5.02 - math.log(30)), f"best {best}, target {target}")
     b = [math.exp(base_c[s] - target) for s in (1, 2, 3)]
     h = [math.exp(hyb_c[s] - target) for s in (1, 2, 3)]
@@ -488,10 +490,13 @@ def decayed_steps_to_target_have_a_known_answer():
     check(math.isclose(float(c["decayed_fewer_steps"]), fewer, rel_tol=1e-9), f"csv fewer steps {c['decayed_fewer_steps']} != {fewer}")
     check(math.isclose(float(c["p_decayed"]), p, rel_tol=1e-6), f"csv p {c['p_decayed']} != {p}")
     check(c["decayed_vs"] == "baseline_lr2x" and c["decayed_extrapolated"] == "1", "csv: vs / extrapolated count")
-    check(arms["baseline_lr1x"]["decayed_steps_mean"] == "", "a baseline without shorter runs has no decayed length")
+    lr1 = arms["baseline_lr1x"]  # the other baseline family, against the best one: 30 e^0.08 > 30 steps (extrapolated)
+    check(math.isclose(float(lr1["decayed_steps_mean"]), 30 * math.exp(5.1 - 5.02), rel_tol=1e-9), f"lr x1 family: {lr1['decayed_steps_mean']}")
+    check(lr1["decayed_vs"] == "baseline_lr2x" and lr1["decayed_extrapolated"] == "3", "lr x1 family against the best baseline's")
+    check(arms["baseline_lr2x"]["decayed_vs"] == "", "the reference family is not compared with itself")
     md = open(os.path.join(res, "report.md")).read()
     table = parse_table(md[md.index("## Steps to the target, every run fully decayed"):], "| family")
-    check(set(table) == {"baseline_lr2x", "hybrid_lr1x"}, f"families {sorted(table)}")
+    check(set(table) == {"baseline_lr1x", "baseline_lr2x", "hybrid_lr1x"}, f"families {sorted(table)}")
     row = table["hybrid_lr1x"]
     check(row["lengths (steps)"] == "24, 27, 30", f"lengths {row['lengths (steps)']}")
     close_to_cell(row["steps to the target"].split(" ± ")[0], statistics.mean(h), "hybrid steps to the target")
