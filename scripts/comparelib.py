@@ -607,7 +607,7 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     L.append("")
     L.append("The best baseline is in **bold**.")
     L.append("")
-    rho_rows = [r for r in arm_rows if "rho_mean" in r]
+    rho_rows = [r for r in arm_rows if "rho_mean" in r and r["predict_steps_mean"]]  # arms with Predict steps
     if rho_rows:
         lens = sorted({r["steps"] for r in run_rows if r["kind"] == "matched"})
         L.append("## Value of a Predict step (rho)")
