@@ -296,7 +296,7 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
         memcpy(&s->gns_s_sum, header + 102, 8);
         memcpy(&s->gns_g2_sum, header + 104, 8);
         s->gns_steps = header[106];
-        if (!isfinite(s->gns_s_sum) || !isfinite(s->gns_g2_sum) || s->gns_steps < 0 || s->gns_steps > header[10]) {
+        if (!isfinite(s->gns_s_sum) || !isfinite(s->gns_g2_sum) || s->gns_steps < 0 || s->gns_steps > s->step) {
             fatal("%s: corrupt state (gradient noise scale sums %g, %g over %d steps)", path, s->gns_s_sum,
                   s->gns_g2_sum, s->gns_steps);
         }

@@ -165,23 +165,20 @@ def build_arms(cfg):
     b = cfg.get("baseline", {})
     for m in b.get("lr_mults", []):
         add(f"baseline_lr{mult_tag(m)}", "baseline", m, b.get("args", {}))
-    # matched-length baselines: the same schedule shape (own warm-up and full decay) over fewer steps,
-    # the points of the curve "final val loss vs backward passes" that rho is read from
-    for mm in matched_mults(b) if b.get("matched_fractions") else []:
-        for f in b["matched_fractions"]:
-            steps = int(round(f * cfg["args"]["-x"]))
-            add(f"matched_lr{mult_tag(mm)}_x{int(round(100 * f))}", "matched", mm, dict(b.get("args", {}), **{"-x": steps}))
-            arms[-1]["full_arm"] = f"baseline_lr{mult_tag(mm)}"
+    def add_shorter(sec, prefix, kind, full_prefix):
+        # the same schedule shape (own warm-up, windows and full decay) over fewer steps: the points of
+        # the curve "final val loss vs steps" that rho and the decayed steps to target are read from
+        for mm in matched_mults(sec) if sec.get("matched_fractions") else []:
+            for f in sec["matched_fractions"]:
+                steps = int(round(f * cfg["args"]["-x"]))
+                add(f"{prefix}{mult_tag(mm)}_x{int(round(100 * f))}", kind, mm, dict(sec.get("args", {}), **{"-x": steps}))
+                arms[-1]["full_arm"] = f"{full_prefix}{mult_tag(mm)}"
+
+    add_shorter(b, "matched_lr", "matched", "baseline_lr")
     h = cfg.get("hybrid", {})
     for m in h.get("lr_mults", []):
         add(f"hybrid_lr{mult_tag(m)}", "hybrid", m, h.get("args", {}))
-    # hybrid mode at shorter schedules (each with its own warm-up, windows and full decay): with the
-    # matched baselines, the steps each needs to reach the target when it stops there (add_decayed_steps)
-    for hm in matched_mults(h) if h.get("matched_fractions") else []:
-        for f in h["matched_fractions"]:
-            steps = int(round(f * cfg["args"]["-x"]))
-            add(f"hybrid_lr{mult_tag(hm)}_x{int(round(100 * f))}", "hybrid", hm, dict(h.get("args", {}), **{"-x": steps}))
-            arms[-1]["full_arm"] = f"hybrid_lr{mult_tag(hm)}"
+    add_shorter(h, "hybrid_lr", "hybrid", "hybrid_lr")
     for a in cfg.get("arms", []):
         extra = dict(cfg.get(a["kind"], {}).get("args", {}))
         extra.update(a.get("args", {}))
@@ -430,18 +427,22 @@ def break_even(run):
     return (t.get("predict", 0.0) + max(extra, 0.0)) / steps["predict"] / full if full > 0 else None
 
 
+def family_curves(run_rows, names):
+    """{seed: [(Full steps, final val loss)]} of the runs of the arms `names` (a family of schedule lengths)."""
+    curves = {}
+    for r in run_rows:
+        if r["arm"] in names and r["backward"]:
+            curves.setdefault(r["seed"], []).append((full_steps_of(r)[0], r["final_val_loss"]))
+    return curves
+
+
 def add_rho(arms, run_rows, arm_rows):
     """rho per hybrid run and per arm (mean, 95% CI over seeds), and the break-even rho of the arm."""
     matched = [a for a in arms if a["kind"] == "matched"]
     if not matched:
         return
     full = matched[0]["full_arm"]  # with several matched LRs, the first listed one's family
-    names = {a["name"] for a in matched if a["full_arm"] == full} | {full}
-    curve = {}  # seed -> [(steps, final val loss)]
-    for r in run_rows:
-        if r["arm"] in names and r["backward"]:
-            _, accum = full_steps_of(r)
-            curve.setdefault(r["seed"], []).append((r["backward"] / accum, r["final_val_loss"]))
+    curve = family_curves(run_rows, {a["name"] for a in matched if a["full_arm"] == full} | {full})
     for r in run_rows:
         if r["kind"] == "hybrid":
             measured, accum = full_steps_of(r)
@@ -483,10 +484,7 @@ def add_decayed_steps(arms, run_rows, arm_rows, target):
         return
     per_fam = {}
     for full, names in fams.items():
-        pts = {}
-        for r in run_rows:
-            if r["arm"] in names and r["backward"]:
-                pts.setdefault(r["seed"], []).append((full_steps_of(r)[0], r["final_val_loss"]))
+        pts = family_curves(run_rows, names)
         for r in run_rows:
             if r["arm"] == full:
                 need, extra = steps_for_loss(pts.get(r["seed"], []), target)
