@@ -800,7 +800,7 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
     cudaCheck(cudaMemcpyAsync(tr->la_beta + tr->nblocks, h->la.beta_next, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
     hybrid_adamw_lookahead_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
                                   model->grads_memory, model->m_memory, model->v_memory, tr->drift, &st,
-                                  LOOKAHEAD_GAMMA, tr->la_beta, tr->block_offsets, tr->nblocks, lo, hi, seed, model->stream);
+                                  h->la.gamma, tr->la_beta, tr->block_offsets, tr->nblocks, lo, hi, seed, model->stream);
     size_t pad = h->num_params > lo ? h->num_params : lo;
     if (pad < hi) {
         adamw_update(model->master_weights + pad, model->params_memory + pad, model->grads_memory + pad,

@@ -34,7 +34,7 @@
 #include "hybrid/metrics.h"
 
 #define HYBRID_MAGIC 20261122
-#define HYBRID_VERSION 5
+#define HYBRID_VERSION 6  // 6: the drift's decay
 #define HYBRID_PREFILL 0.1f   // the drift's default prefill, a fraction of the schedule
 
 // ----------------------------------------------------------------------------
@@ -43,6 +43,7 @@
 typedef struct {
     int enabled;                 // --hybrid [0|1]
     float lookahead;             // --lookahead: beta0 of the look-ahead (0: off)
+    float drift_decay;           // --drift-decay: gamma of the drift's EMA (-1: from the schedule)
     int warmup;                  // --hybrid-warmup: the drift's prefill in steps (-1: 10% of the schedule)
     float cooldown;              // --hybrid-cooldown: nothing predicted in this last fraction of the schedule
     int predict_steps;           // --predict-steps: H of a Predict run (0: none)
@@ -55,6 +56,7 @@ typedef struct {
 static inline void hybrid_config_default(HybridConfig* c) {
     c->enabled = 0;
     c->lookahead = 0.5f;
+    c->drift_decay = -1.0f;
     c->warmup = -1;
     c->cooldown = 0.3f;
     c->predict_steps = 0;
@@ -78,6 +80,7 @@ typedef struct {
 static const HybridFlag HYBRID_FLAGS[] = {
     HYBRID_FLAG("--hybrid", HYBRID_FLAG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
     HYBRID_FLAG("--lookahead", HYBRID_FLAG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off)"),
+    HYBRID_FLAG("--drift-decay", HYBRID_FLAG_FLOAT, drift_decay, -1, 0.9999, NULL, "hybrid: EMA decay of the drift (-1: a memory of 10% of the schedule, at most 100 steps: 0.99)"),
     HYBRID_FLAG("--hybrid-warmup", HYBRID_FLAG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
     HYBRID_FLAG("--hybrid-cooldown", HYBRID_FLAG_FLOAT, cooldown, 0, 1, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
     HYBRID_FLAG("--predict-steps", HYBRID_FLAG_INT, predict_steps, 0, 16, NULL, "hybrid: steps of a Predict run along the drift (0: none)"),
@@ -150,7 +153,8 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     // the window: after the drift's prefill, before the cool-down
     int start = cfg->warmup >= 0 ? cfg->warmup : (int)(HYBRID_PREFILL * (float)total_steps + 0.5f);
     int stop = (int)((1.0f - cfg->cooldown) * (float)total_steps);
-    lookahead_init(&h->la, cfg->lookahead, cfg->divergence_threshold, start, stop, nblocks);
+    float gamma = cfg->drift_decay >= 0.0f ? cfg->drift_decay : lookahead_default_gamma(total_steps);
+    lookahead_init(&h->la, cfg->lookahead, gamma, cfg->divergence_threshold, start, stop, nblocks);
     predict_init(&h->pr, cfg->predict_steps, cfg->full_steps, cfg->divergence_threshold, start, stop);
     metrics_init(&h->metrics);
     h->phase = PHASE_WARMUP;
@@ -210,7 +214,7 @@ static inline int hybrid_check(HybridState* h, float loss) {
 static inline void hybrid_update(HybridState* h, float* params, const float* grads, float* m, float* v, float* drift,
                                  float grad_scale, int t) {
     ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, h->params16};
-    apply_adamw_lookahead(params, grads, m, v, drift, &st, LOOKAHEAD_GAMMA, h->la.beta_prev, h->la.beta_next,
+    apply_adamw_lookahead(params, grads, m, v, drift, &st, h->la.gamma, h->la.beta_prev, h->la.beta_next,
                           h->offsets, h->nblocks, h->partial, h->stats);
 }
 
@@ -263,8 +267,8 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     metrics_print_table(&h->metrics, f);
     const Lookahead* la = &h->la;
-    fprintf(f, "look-ahead: beta0 %.3g, %d steps with a look-ahead (mean beta %.3f), %d grad-norm jumps backed it off, "
-               "%d block caps; mean cos(update, drift) %.3f\n", la->beta0, la->active_steps, lookahead_mean_beta(la),
+    fprintf(f, "look-ahead: beta0 %.3g, drift decay %.4g, %d steps with a look-ahead (mean beta %.3f), %d grad-norm jumps backed it off, "
+               "%d block caps; mean cos(update, drift) %.3f\n", la->beta0, la->gamma, la->active_steps, lookahead_mean_beta(la),
             la->jumps, la->capped, la->n_cos ? la->cos_sum / la->n_cos : 0.0);
     if (h->pr.horizon > 0) {
         fprintf(f, "predict runs: %d of %d steps (%d Predict steps), %d rolled back\n", h->pr.runs, h->pr.horizon,

@@ -2,7 +2,7 @@
  * hybrid/lookahead.h — hybrid mode's second design: predict the slow drift, not the last step.
  * A single AdamW update is mostly noise and the bounce across sharp directions; repeating it (the
  * first design's Predict step) repeats the bounce. What is predictable is the drift: m, an EMA
- * (decay gamma) of the weights' displacement. Before each step the weights move ahead along it,
+ * (decay gamma, a memory of 10% of the schedule up to 100 steps) of the weights' displacement. Before each step the weights move ahead along it,
  * theta += beta_t m, and the step's gradient is taken at that point (EMA-Nesterov). The look-ahead
  * costs no forward, no backward and no pass of its own: it is fused into AdamW's pass
  * (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in llmc/hybrid_apply.cuh). It takes no slot
@@ -29,7 +29,8 @@
 #include <string.h>
 #include "hybrid/hio.h"
 
-#define LOOKAHEAD_GAMMA 0.99f   // EMA decay of the displacement (its noise is ~7% of one update's)
+#define LOOKAHEAD_MEMORY 100.0 // the drift's longest memory in steps, 1/(1-gamma): gamma 0.99, whose
+                               // noise is ~7% of one update's
 #define LOOKAHEAD_CAP 2.0f      // |beta m_b| <= this many of the block's last update
 #define LOOKAHEAD_GN_ALPHA 0.05 // EMA weight of the gradient-norm mean and variance
 #define LOOKAHEAD_GN_MIN 10     // steps of gradient norms before a jump can be judged
@@ -37,6 +38,7 @@
 
 typedef struct {
     float beta0;                // --lookahead (0: off)
+    float gamma;                // the drift's EMA decay (--drift-decay, or from the schedule)
     float zmax;                 // --divergence-threshold
     int start, stop;            // the window, in steps: [start, stop)
     int nblocks;
@@ -51,10 +53,22 @@ typedef struct {
     int n_cos;
 } Lookahead;
 
-// start, stop: the window, in steps (0-based, [start, stop))
-static inline void lookahead_init(Lookahead* la, float beta0, float zmax, int start, int stop, int nblocks) {
+// The drift's decay when --drift-decay is not given: a memory of 10% of the schedule, at most
+// LOOKAHEAD_MEMORY steps. A fixed 0.99 (EMA-Nesterov's, for runs of thousands of steps) would leave a
+// 172-step run's drift at a sixth of its length after the prefill, lagging the trajectory it should lead;
+// from 1,000 steps on this is 0.99 exactly.
+static inline float lookahead_default_gamma(int total_steps) {
+    double mem = 0.1 * (double)total_steps;
+    mem = mem > LOOKAHEAD_MEMORY ? LOOKAHEAD_MEMORY : mem < 1.0 ? 1.0 : mem;
+    return (float)(1.0 - 1.0 / mem);
+}
+
+// start, stop: the window, in steps (0-based, [start, stop)); gamma: the drift's EMA decay
+static inline void lookahead_init(Lookahead* la, float beta0, float gamma, float zmax, int start, int stop,
+                                  int nblocks) {
     memset(la, 0, sizeof(*la));
     la->beta0 = beta0;
+    la->gamma = gamma;
     la->zmax = zmax;
     la->start = start;
     la->stop = stop;
@@ -133,6 +147,7 @@ static inline float lookahead_mean_beta(const Lookahead* la) {
 
 static inline void lookahead_io(HybridIO* io, Lookahead* la) {
     hio_expect_f32(io, la->beta0, "--lookahead");
+    hio_expect_f32(io, la->gamma, "--drift-decay");
     hio_f32s(io, la->beta_prev, (size_t)la->nblocks);
     hio_f32s(io, la->beta_next, (size_t)la->nblocks);
     hio_f32(io, &la->backoff);

@@ -232,6 +232,7 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         hybrid_config_default(&d);
         if (c->hybrid.lookahead != d.lookahead) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
         if (c->hybrid.predict_steps != d.predict_steps) { fatal("flag --predict-steps: needs hybrid mode (--hybrid)"); }
+        if (c->hybrid.drift_decay != d.drift_decay) { fatal("flag --drift-decay: needs hybrid mode (--hybrid)"); }
     }
     if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
     if ((long long)c->B * c->T > TRAIN_MAX_BT) {

@@ -124,13 +124,16 @@ static void fused_state(FusedState* s, const size_t* off, uint64_t seed) {
     for (size_t i = 0; i < off[NB]; i++) { s->g[i] = (i % 13 == 0) ? 0.0f : 0.05f * hmath_normal(&rng); }
 }
 
+// a short schedule's drift decay (172 steps: 0.942), not the long runs' 0.99
+#define GAMMA (lookahead_default_gamma(172))
+
 static void fused_free(FusedState* s) { free(s->p); free(s->g); free(s->m); free(s->v); free(s->d); }
 
 static void fused_run(FusedState* s, const size_t* off, const ApplyAdamStep* st, const float* bp, const float* bn,
                       int threads) {
     double partial[NB * APPLY_CHUNKS * 3];
     omp_set_num_threads(threads);
-    apply_adamw_lookahead(s->p, s->g, s->m, s->v, s->d, st, LOOKAHEAD_GAMMA, bp, bn, off, NB, partial, s->stats);
+    apply_adamw_lookahead(s->p, s->g, s->m, s->v, s->d, st, GAMMA, bp, bn, off, NB, partial, s->stats);
 }
 
 static void same_bits(const float* a, const float* b, size_t n, const char* what, int threads) {
@@ -261,9 +264,9 @@ Test(apply, lookahead_pass_equals_the_reference_loop_over_steps) {
     for (int t = 1; t <= 4; t++) {  // the betas change between steps, as the schedule and the caps change them
         for (int b = 0; b < NB; b++) { bn[b] = t == 1 ? 0.0f : 0.1f * t + 0.05f * b; }
         ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL};
-        reference_lookahead(ref.p, ref.g, ref.m, ref.v, ref.d, off, &st, LOOKAHEAD_GAMMA, bp, bn);
+        reference_lookahead(ref.p, ref.g, ref.m, ref.v, ref.d, off, &st, GAMMA, bp, bn);
         omp_set_num_threads(2);
-        apply_adamw_lookahead(fused.p, fused.g, fused.m, fused.v, fused.d, &st, LOOKAHEAD_GAMMA, bp, bn, off, NB,
+        apply_adamw_lookahead(fused.p, fused.g, fused.m, fused.v, fused.d, &st, GAMMA, bp, bn, off, NB,
                               partial, stats);
         same_bits(fused.p, ref.p, P, "params", 2);
         same_bits(fused.d, ref.d, P, "drift", 2);
@@ -288,10 +291,10 @@ Test(apply, lookahead_pass_rounds_the_bf16_copy) {
     for (int t = 1; t <= 3; t++) {
         for (int b = 0; b < NB; b++) { bn[b] = 0.2f * t; }
         ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL};
-        apply_adamw_lookahead(plain.p, plain.g, plain.m, plain.v, plain.d, &st, LOOKAHEAD_GAMMA, bp, bn, off, NB,
+        apply_adamw_lookahead(plain.p, plain.g, plain.m, plain.v, plain.d, &st, GAMMA, bp, bn, off, NB,
                               partial, stats);
         st.params16 = p16;
-        apply_adamw_lookahead(with16.p, with16.g, with16.m, with16.v, with16.d, &st, LOOKAHEAD_GAMMA, bp, bn, off, NB,
+        apply_adamw_lookahead(with16.p, with16.g, with16.m, with16.v, with16.d, &st, GAMMA, bp, bn, off, NB,
                               partial, stats16);
         same_bits(with16.p, plain.p, P, "params", 2);
         same_bits(with16.d, plain.d, P, "drift", 2);
@@ -308,7 +311,7 @@ Test(apply, lookahead_pass_rounds_the_bf16_copy) {
 
 Test(lookahead, window_schedule_cap_and_backoff) {
     Lookahead la;
-    lookahead_init(&la, 0.5f, 3.0f, 10, 80, 2);
+    lookahead_init(&la, 0.5f, 0.99f, 3.0f, 10, 80, 2);
     double stats[6] = {0};
     lookahead_plan(&la, 9, 1e-3f, 1e-3f, stats);  // the prefill: no look-ahead
     cr_assert_eq(la.beta_next[0], 0.0f);
@@ -340,4 +343,15 @@ Test(lookahead, window_schedule_cap_and_backoff) {
     lookahead_observe(&la, NAN, stats);
     cr_assert_float_eq(la.beta_prev[0], 0.125f, 0.0f);
     lookahead_free(&la);
+}
+
+// the drift's default decay: a memory of 10% of the schedule, capped at 100 steps, so that every run of
+// 1,000 steps or more keeps EMA-Nesterov's 0.99 bit for bit (the studies of long runs depend on it)
+Test(lookahead, default_decay_follows_the_schedule) {
+    cr_assert_eq(lookahead_default_gamma(2767), 0.99f, "%a", lookahead_default_gamma(2767));
+    cr_assert_eq(lookahead_default_gamma(1000), 0.99f, "%a", lookahead_default_gamma(1000));
+    cr_assert_float_eq(lookahead_default_gamma(172), 1.0f - 1.0f / 17.2f, 1e-7f);
+    cr_assert_float_eq(lookahead_default_gamma(691), 1.0f - 1.0f / 69.1f, 1e-7f);
+    cr_assert_eq(lookahead_default_gamma(5), 0.0f, "a memory below one step is one step");
+    cr_assert(lookahead_default_gamma(300) < lookahead_default_gamma(600), "longer schedules remember longer");
 }

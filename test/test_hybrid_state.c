@@ -600,6 +600,8 @@ Test(state, file_round_trip_and_refusals) {
     refused(&c2, STEPS, &s, bytes, size, "--full-steps");
     c2 = c; c2.lookahead = 0.3f;
     refused(&c2, STEPS, &s, bytes, size, "--lookahead");
+    c2 = c; c2.drift_decay = 0.9f;
+    refused(&c2, STEPS, &s, bytes, size, "--drift-decay");
     c2 = c; c2.warmup = 6;
     refused(&c2, STEPS, &s, bytes, size, "--hybrid-warmup");
     c2 = c; c2.cooldown = 0.2f;
@@ -672,6 +674,7 @@ static void expect_exit1(void (*fn)(int, char**), int argc, char** argv) {
 static const struct { const char* flag; size_t offset; } FLAG_FIELDS[] = {
     {"--hybrid", offsetof(HybridConfig, enabled)},
     {"--lookahead", offsetof(HybridConfig, lookahead)},
+    {"--drift-decay", offsetof(HybridConfig, drift_decay)},
     {"--hybrid-warmup", offsetof(HybridConfig, warmup)},
     {"--hybrid-cooldown", offsetof(HybridConfig, cooldown)},
     {"--predict-steps", offsetof(HybridConfig, predict_steps)},

@@ -148,6 +148,7 @@ Test(cli, nan_loss_never_reaches_the_weights_and_stops_after_five) {
 Test(cli, checkpoints_without_output_dir) { expect_error("-n 5", "flag -n: checkpoints need an output dir (-o)"); }
 Test(cli, lookahead_needs_hybrid_mode) { expect_error("--lookahead 0.3", "flag --lookahead: needs hybrid mode"); }
 Test(cli, predict_steps_need_hybrid_mode) { expect_error("--predict-steps 2", "flag --predict-steps: needs hybrid mode"); }
+Test(cli, drift_decay_needs_hybrid_mode) { expect_error("--drift-decay 0.9", "flag --drift-decay: needs hybrid mode"); }
 Test(cli, removed_hybrid_flag_is_refused) { expect_error("--hybrid --predictor rssm", "unknown flag '--predictor'"); }
 Test(cli, temperature_zero) { expect_error("--temperature 0", "flag --temperature"); }
 Test(cli, temperature_not_a_number) { expect_error("--temperature hot", "flag --temperature"); }

@@ -6,7 +6,10 @@
 // make dev/cuda/hybrid_apply && ./dev/cuda/hybrid_apply
 #include "dev/cuda/dev_common.cuh"
 #include "llmc/hybrid_apply.cuh"
-#include "hybrid/lookahead.h"  // LOOKAHEAD_GAMMA
+#include "hybrid/lookahead.h"  // lookahead_default_gamma
+
+// a short schedule's drift decay (172 steps: 0.942), not 0.99, so that a kernel ignoring gamma shows
+static const float GAMMA = lookahead_default_gamma(172);
 
 int main(void) {
     int ok = 1;
@@ -78,13 +81,13 @@ int main(void) {
         float* dref = (float*)mallocCheck(P * 4);
         memcpy(pr, theta, P * 4); memcpy(mr, m, P * 4); memcpy(vr, v, P * 4); memcpy(dref, d, P * 4);
         double stats_ref[nblocks * 3], part_ref[nblocks * APPLY_CHUNKS * 3];
-        apply_adamw_lookahead(pr, g, mr, vr, dref, &st, LOOKAHEAD_GAMMA, zeros, zeros + nblocks, offsets, nblocks,
+        apply_adamw_lookahead(pr, g, mr, vr, dref, &st, GAMMA, zeros, zeros + nblocks, offsets, nblocks,
                               part_ref, stats_ref);
         cudaCheck(cudaMemcpy(d_d, d, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_theta, theta, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m, m, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_v, v, P * 4, cudaMemcpyHostToDevice));
-        hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, LOOKAHEAD_GAMMA, d_zeros,
+        hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, GAMMA, d_zeros,
                                       d_off, nblocks, 0, P, 42u, 0);
         // the plain kernel, one launch per block as the trainer's gpt2_update (one per tensor)
         cudaCheck(cudaMemcpy(d_p2, theta, P * 4, cudaMemcpyHostToDevice));
@@ -132,13 +135,13 @@ int main(void) {
         float* dref = (float*)mallocCheck(P * 4);
         memcpy(pr, theta, P * 4); memcpy(mr, m, P * 4); memcpy(vr, v, P * 4); memcpy(dref, d, P * 4);
         double stats_ref[nblocks * 3], part_ref[nblocks * APPLY_CHUNKS * 3];
-        apply_adamw_lookahead(pr, g, mr, vr, dref, &st, LOOKAHEAD_GAMMA, betas, betas + nblocks, offsets, nblocks,
+        apply_adamw_lookahead(pr, g, mr, vr, dref, &st, GAMMA, betas, betas + nblocks, offsets, nblocks,
                               part_ref, stats_ref);
         cudaCheck(cudaMemcpy(d_d, d, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_theta, theta, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_m, m, P * 4, cudaMemcpyHostToDevice));
         cudaCheck(cudaMemcpy(d_v, v, P * 4, cudaMemcpyHostToDevice));
-        hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, LOOKAHEAD_GAMMA, d_betas,
+        hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, GAMMA, d_betas,
                                       d_off, nblocks, 0, P, 42u, 0);
         ok &= check_close("look-ahead weights vs CPU", from_device_f(d_theta, P), pr, P, 1e-7f, 1e-6f);
         ok &= check_close("look-ahead drift vs CPU", from_device_f(d_d, P), dref, P, 1e-8f, 1e-5f);
@@ -152,7 +155,7 @@ int main(void) {
         for (int b = 0; b < 2 * nblocks; b++) { betas[b] = 0.3f; }
         float* d_betas = to_device_f(betas, 2 * nblocks);
         float ms_fused = time_ms([&] {
-            hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, LOOKAHEAD_GAMMA,
+            hybrid_adamw_lookahead_device(d_stats, d_part, d_theta, d_x, d_g, d_m, d_v, d_d, &dst, GAMMA,
                                           d_betas, d_off, nblocks, 0, P, 1u, 0); }, 20);
         float ms_plain = time_ms([&] {
             adamw_update(d_p2, d_x2, d_g, d_m2, d_v2, P, 0, 2e-4f, 0.9f, 0.95f, 5, 1e-8f, 0.1f, 0.7f, 1u, 0); }, 20);
