@@ -84,7 +84,7 @@ static inline void report_summary(TrainRun* run, const char* extra) {
     printf("done: %d steps, %.2f s training time, %llu backward passes\n", run->step, run->train_time_s,
            (unsigned long long)run->backward);
     if (isfinite(run_gns(run))) {
-        printf("gradient noise scale over the run: %.0f tokens (%d tokens per step)\n", run_gns(run),
+        printf("gradient noise scale over the second half of the run: %.0f tokens (%d tokens per step)\n", run_gns(run),
                run->grad_accum * run->num_processes * run->cfg.B * run->cfg.T);
     }
 }

@@ -49,7 +49,7 @@ typedef struct {
     unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
     double flops_per_token;
     double peak_flops;        // all processes; 0: unknown, no MFU
-    double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the steps (saved)
+    double gns_s_sum, gns_g2_sum; // the gradient noise scale's two estimates, summed over the run's second half (saved)
     int gns_steps;
     double val_bytes;         // text bytes of the val targets one evaluation sees (0: unknown, no bits per byte)
     double val_tokens;        // and their number
@@ -224,16 +224,21 @@ static inline size_t run_val_begin(TrainRun* run) {
 // batch's gradient (b tokens) and of the step's accumulated one (Bb tokens), unbiased estimates of the
 // true gradient's squared norm G2 = (Bb |G_Bb|^2 - b |G_b|^2) / (Bb - b) and of the noise's trace
 // S = (|G_b|^2 - |G_Bb|^2) / (1/b - 1/Bb); B_noise = S / G2. One step's estimate is noisy (it can be
-// negative); the ratio of the sums over the run is the stable one (the summary's). Steps with more
-// tokens than B_noise gain little per token from a larger batch: the regime a study must know.
+// negative); a ratio of sums is the stable one. The summary's sums cover the second half of the run
+// (steps past total/2): B_noise grows as the loss falls (5k to 20k tokens over the study model's
+// large-batch runs), and over the whole run the first steps' large G2 would dominate the sum (the same
+// runs gave 217 tokens). Steps with more tokens than B_noise gain little per token from a larger batch:
+// the regime a study must know.
 static inline double run_gns_step(TrainRun* run, const StepResult* r) {
     if (!isfinite(r->grad_norm_micro1) || !isfinite(r->grad_norm) || run->grad_accum < 2) { return NAN; }
     double b = (double)run->cfg.B * run->cfg.T, bb = b * run->grad_accum;
     double gb2 = (double)r->grad_norm_micro1 * r->grad_norm_micro1, gbb2 = (double)r->grad_norm * r->grad_norm;
     double g2 = (bb * gbb2 - b * gb2) / (bb - b), s = (gb2 - gbb2) / (1.0 / b - 1.0 / bb);
-    run->gns_s_sum += s;
-    run->gns_g2_sum += g2;
-    run->gns_steps++;
+    if (run->step > run->total_steps / 2) {
+        run->gns_s_sum += s;
+        run->gns_g2_sum += g2;
+        run->gns_steps++;
+    }
     return s / g2;
 }
 

@@ -251,18 +251,19 @@ Test(resume, gradient_noise_scale_from_the_first_micro_batch) {
     cr_assert(isnan(metric_at(b, 1, "gns")), "one micro batch per step: no noise scale");
 }
 
-// summary.json's gradient_noise_scale is the ratio of sums over the whole run: the checkpoint carries the
-// sums, so a run resumed from its middle reports the uninterrupted run's value, not that of its second half
+// summary.json's gradient_noise_scale is the ratio of sums over the second half of the run (steps 7-12 of
+// 12, recomputed here from the per-step norms): the checkpoint carries the sums, so a run resumed at step 9
+// reports the uninterrupted run's value, not that of steps 10-12 alone
 Test(resume, gradient_noise_scale_survives_a_resume) {
     char a[512], b[512], path[700];
     join_path(a, sizeof(a), dir, "gns_straight");
     join_path(b, sizeof(b), dir, "gns_resumed");
-    train("-x 12 -n 6", a);
-    train("-x 12 -n 6", b);
-    join_path(path, sizeof(path), b, "DONE_00000012");  // b resumes from step 6 and rewrites its summary
+    train("-x 12 -n 9", a);
+    train("-x 12 -n 9", b);
+    join_path(path, sizeof(path), b, "DONE_00000012");  // b resumes from step 9 and rewrites its summary
     cr_assert_eq(unlink(path), 0);
-    train("-x 12 -n 6 -y 1", b);
-    double want = NAN, got = NAN, half = NAN;
+    train("-x 12 -n 9 -y 1", b);
+    double want = NAN, got = NAN;
     join_path(path, sizeof(path), a, "summary.json");
     char* sa = read_text(path);
     join_path(path, sizeof(path), b, "summary.json");
@@ -274,17 +275,22 @@ Test(resume, gradient_noise_scale_survives_a_resume) {
     cr_assert(pa != NULL && pb != NULL, "summary.json has gradient_noise_scale");
     want = strtod(pa + 24, NULL);
     got = strtod(pb + 24, NULL);
-    // the second half alone, from the per-step records: what a resume without the sums would report
-    double s_sum = 0, g2_sum = 0, bs = 128, bb = 256;
-    for (int step = 7; step <= 12; step++) {
+    // from the per-step records: the second half (the summary's), the last three steps (what a resume
+    // without the sums would report), the whole run (what the summary reported before)
+    double s_half = 0, g2_half = 0, s_tail = 0, g2_tail = 0, s_all = 0, g2_all = 0, bs = 128, bb = 256;
+    for (int step = 1; step <= 12; step++) {
         double g1 = metric_at(a, step, "grad_norm_micro1"), g = metric_at(a, step, "grad_norm");
-        s_sum += (g1 * g1 - g * g) / (1 / bs - 1 / bb);
-        g2_sum += (bb * g * g - bs * g1 * g1) / (bb - bs);
+        double s = (g1 * g1 - g * g) / (1 / bs - 1 / bb), g2 = (bb * g * g - bs * g1 * g1) / (bb - bs);
+        s_all += s; g2_all += g2;
+        if (step >= 7) { s_half += s; g2_half += g2; }
+        if (step >= 10) { s_tail += s; g2_tail += g2; }
     }
-    half = s_sum / g2_sum;
+    double half = s_half / g2_half, tail = s_tail / g2_tail, all = s_all / g2_all;
     cr_assert(isfinite(want) && want != 0.0, "a finite noise scale: %s", sa);
+    cr_assert(fabs(want - half) <= 1e-4 * fabs(half), "summary %.9g, second half by hand %.9g", want, half);
     cr_assert(fabs(got - want) <= 1e-5 * fabs(want), "resumed run's noise scale %.9g, uninterrupted %.9g", got, want);
-    cr_assert(fabs(half - want) > 1e-3 * fabs(want), "the test cannot tell: second half alone %.9g, whole %.9g", half, want);
+    cr_assert(fabs(tail - want) > 1e-3 * fabs(want), "the test cannot tell: last steps alone %.9g, half %.9g", tail, want);
+    cr_assert(fabs(all - want) > 1e-3 * fabs(want), "the test cannot tell: whole run %.9g, half %.9g", all, want);
     free(sa);
     free(sb);
 }
