@@ -226,6 +226,36 @@ def val_points(recs):
     return pts
 
 
+def gns_second_half(steps):
+    """(gradient noise scale in tokens, tokens per step) of a run from its per-step records: the ratio of
+    the two unbiased estimates (the noise's trace S and the true gradient's squared norm G2, from the
+    first micro batch's gradient norm and the step's) summed over the steps past half the run, as the
+    trainer's summary does (docs/formats.md); (None, tokens per step) with one micro batch per step."""
+    last = max(r["step"] for r in steps)
+    full = [r for r in steps if r.get("phase") != "predict" and r.get("grad_norm_micro1") is not None
+            and r.get("grad_norm") is not None and not r.get("skipped")]
+    byk = {r["step"]: r for r in steps}
+    tps, micro = None, None
+    for r in steps:  # per-step tokens and micro batches from the cumulative counters of two neighbours
+        prev = byk.get(r["step"] - 1)
+        if prev is not None and r.get("phase") != "predict" and r.get("tokens") and prev.get("tokens") is not None \
+                and r.get("backward") and prev.get("backward") is not None and r["backward"] > prev["backward"]:
+            tps, micro = r["tokens"] - prev["tokens"], r["backward"] - prev["backward"]
+            break
+    if not full or tps is None or micro is None or micro < 2:
+        return None, tps
+    bb = float(tps)
+    b = bb / micro
+    ss = g2 = 0.0
+    for r in full:
+        if r["step"] <= last // 2:
+            continue
+        gb2, gbb2 = float(r["grad_norm_micro1"]) ** 2, float(r["grad_norm"]) ** 2
+        g2 += (bb * gbb2 - b * gb2) / (bb - b)
+        ss += (gb2 - gbb2) / (1.0 / b - 1.0 / bb)
+    return (ss / g2 if g2 > 0 else None), tps
+
+
 def summarize_run(recs, target=None):
     steps = [r for r in recs if r["step"] >= 1]
     if not steps:
@@ -254,6 +284,7 @@ def summarize_run(recs, target=None):
         "step_to_target": None,
         "backward_to_target": None,
     }
+    s["gns"], s["tokens_per_step"] = gns_second_half(steps)
     if target is not None:
         for st, t, v in pts:
             if v <= target:
@@ -334,7 +365,7 @@ def analyze(arms, runs, fixed_target=None):
         rs = by_arm[a["name"]]
         row = {"arm": a["name"], "kind": a["kind"], "lr": a["lr"], "n": len(rs),
                "seeds": [r["seed"] for r in rs], "best_baseline": a["name"] == best}
-        for key in ("final_val_loss", "train_time_s", "backward", "tokens", "wall_s", "predict_steps", "steps"):
+        for key in ("final_val_loss", "train_time_s", "backward", "tokens", "wall_s", "predict_steps", "steps", "gns"):
             row[key + "_mean"], row[key + "_std"], _ = mean_std([r[key] for r in rs])
         ttt = [r["time_to_target_s"] for r in rs if r["time_to_target_s"] is not None]
         row["time_to_target_mean"], row["time_to_target_std"], row["reached"] = mean_std(ttt)
@@ -516,11 +547,11 @@ def add_decayed_steps(arms, run_rows, arm_rows, target):
 RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "steps", "final_val_loss", "final_val_step",
                 "time_to_target_s", "step_to_target", "backward_to_target", "train_time_s", "wall_s", "backward", "tokens", "predict_steps",
                 "rho", "rho_steps_needed", "rho_extrapolated", "break_even_rho",
-                "decayed_steps_to_target", "decayed_extrapolated"]
+                "decayed_steps_to_target", "decayed_extrapolated", "gns", "tokens_per_step"]
 ARM_CSV_COLS = ["arm", "kind", "lr", "n", "best_baseline", "final_val_loss_mean", "final_val_loss_std",
                 "reached", "time_to_target_mean", "time_to_target_std", "backward_to_target_mean", "backward_to_target_std", "speedup", "p_final_val", "p_time_to_target",
                 "backward_mean", "backward_std", "tokens_mean", "tokens_std", "train_time_s_mean", "train_time_s_std",
-                "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean",
+                "wall_s_mean", "wall_s_std", "predict_steps_mean", "steps_mean", "gns_mean", "gns_std",
                 "rho_mean", "rho_ci95", "rho_n", "rho_extrapolated", "break_even_rho",
                 "decayed_steps_mean", "decayed_steps_std", "decayed_n", "decayed_extrapolated", "decayed_vs",
                 "decayed_fewer_steps", "p_decayed"]
@@ -605,6 +636,21 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     L.append("")
     L.append("The best baseline is in **bold**.")
     L.append("")
+    gns_rows = [r for r in arm_rows if r.get("gns_mean") is not None]
+    if gns_rows:
+        tps = sorted({rr["tokens_per_step"] for rr in run_rows if rr.get("tokens_per_step")})
+        L.append("## The regime: gradient noise scale")
+        L.append("")
+        L.append(f"Tokens per step: {', '.join(map(str, tps))}. The gradient noise scale B_noise of each run over its "
+                 "second half (the ratio of the two estimates summed over the steps past half the run, from each "
+                 "step's first-micro-batch and accumulated gradient norms in metrics.jsonl); a step of many more "
+                 "tokens than B_noise gains little per token from its size. mean ± std over seeds, in tokens:")
+        L.append("")
+        L.append("| arm | B_noise, second half (tokens) |")
+        L.append("|---|---|")
+        for r in gns_rows:
+            L.append(f"| {r['arm']} | {fmt_ms(r['gns_mean'], r['gns_std'], 0)} |")
+        L.append("")
     rho_rows = [r for r in arm_rows if "rho_mean" in r and r["predict_steps_mean"]]  # arms with Predict steps
     if rho_rows:
         lens = sorted({r["steps"] for r in run_rows if r["kind"] == "matched"})

@@ -386,8 +386,9 @@ RHO_STUDY = dict(FAKE_STUDY, baseline={"lr_mults": [1, 2], "matched_fractions": 
                  hybrid={"lr_mults": [2]}, arms=[])
 
 
-def write_run(d, steps, predict_at, final_val, accum):
-    """A synthetic metrics.jsonl: Full steps of 10 ms, Predict steps of 1 ms, `accum` backward passes per Full step."""
+def write_run(d, steps, predict_at, final_val, accum, norms=None):
+    """A synthetic metrics.jsonl: Full steps of 10 ms, Predict steps of 1 ms, `accum` backward passes per Full step;
+    norms(step) -> (first micro batch's gradient norm, the step's) adds those fields."""
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         f.write(json.dumps({"step": 0, "phase": "init", "val_loss": 10.0}) + "\n")
         backward, t = 0, 0.0
@@ -397,6 +398,8 @@ def write_run(d, steps, predict_at, final_val, accum):
             t += 0.001 if pred else 0.010
             r = {"step": s, "phase": "predict" if pred else "full", "ms": 1.0 if pred else 10.0, "train_time_s": t,
                  "backward": backward, "tokens": backward * 128, "loss": None if pred else 5.0}
+            if norms is not None and not pred:
+                r["grad_norm_micro1"], r["grad_norm"] = norms(s)
             if s == steps:
                 r["val_loss"] = final_val
             f.write(json.dumps(r) + "\n")
@@ -503,6 +506,47 @@ def decayed_steps_to_target_have_a_known_answer():
     close_to_cell(row["steps to the target"].split(" ± ")[1], statistics.stdev(h), "hybrid steps std")
     close_to_cell(row["fewer steps than"].split("%")[0].lstrip("+"), 100 * fewer, "fewer steps %")
     close_to_cell(row["p"], p, "p decayed")
+
+
+@test
+def noise_scale_of_the_second_half_has_a_known_answer():
+    """The report's B_noise: 4 micro batches of 128 tokens per step; each step's norms are the expected ones for
+    a true gradient G2 and a noise trace S (|G_b|^2 = G2 + S/b): S/G2 = 100 tokens over the first half, then
+    1000 (seed 1) or 2000 (seed 2) over the second; the whole run's sums would give neither."""
+    cfg = write_config("gns.json", FAKE_STUDY)
+    res = os.path.join(TMP, "gns")
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
+    b, bb = 128.0, 512.0
+
+    def norms(seed):
+        def f(step):
+            g2, S = (10.0, 1000.0) if step <= 15 else (1.0, 1000.0 * seed)
+            return math.sqrt(g2 + S / b), math.sqrt(g2 + S / bb)
+        return f
+    arms = sorted(os.listdir(os.path.join(res, "runs")))
+    for arm in arms:
+        for seed in sorted(os.listdir(os.path.join(res, "runs", arm))):
+            k = int(seed[4:])
+            write_run(os.path.join(res, "runs", arm, seed), 30, set(), 4.0, 4, norms(k) if k <= 2 else None)
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
+    check(rc == 0, f"--report-only failed: {err}")
+    with open(os.path.join(res, "runs.csv")) as f:
+        runs = {(r["arm"], int(r["seed"])): r for r in csv.DictReader(f)}
+    for (arm, seed), r in runs.items():
+        check(r["tokens_per_step"] == "512", f"{arm} seed {seed}: tokens per step {r['tokens_per_step']}")
+        if seed <= 2:
+            check(math.isclose(float(r["gns"]), 1000.0 * seed, rel_tol=1e-9), f"{arm} seed {seed}: gns {r['gns']}")
+        else:
+            check(r["gns"] == "", f"{arm} seed {seed}: no norms, no noise scale ({r['gns']})")
+    with open(os.path.join(res, "summary.csv")) as f:
+        summ = {r["arm"]: r for r in csv.DictReader(f)}
+    for arm in arms:
+        check(math.isclose(float(summ[arm]["gns_mean"]), 1500.0, rel_tol=1e-9), f"{arm}: gns_mean {summ[arm]['gns_mean']}")
+    md = open(os.path.join(res, "report.md")).read()
+    check("## The regime: gradient noise scale" in md and "Tokens per step: 512." in md, "the report's regime section")
+    table = parse_table(md[md.index("## The regime"):], "| arm | B_noise")
+    close_to_cell(table[arms[0]]["B_noise, second half (tokens)"].split(" ± ")[0], 1500.0, "report B_noise")
 
 
 @test
