@@ -135,7 +135,7 @@ typedef struct {
     int* bucket_count;            // host (Vp) scratch
     int num_buckets;
     float* scratch;               // device fp32: REDUCE_CHUNKS * 2 * 4C (column reductions), norm partials
-    float* norm_out;              // device, 1 float
+    float* norm_out;              // device (2): the step's squared gradient norm, the first micro batch's
     float* host_losses;           // (B,T) pinned host
     int micro_steps;              // micro batches accumulated since the last zero_grad
     MultiGpuConfig* multi_gpu;
@@ -313,7 +313,7 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     size_t scratch_floats = (size_t)REDUCE_CHUNKS * 2 * 4 * C;
     if (scratch_floats < NORM_BLOCKS) { scratch_floats = NORM_BLOCKS; }
     model->scratch = (float*)cudaMallocCheck(scratch_floats * sizeof(float));
-    model->norm_out = (float*)cudaMallocCheck(sizeof(float));
+    model->norm_out = (float*)cudaMallocCheck(2 * sizeof(float));
     cudaCheck(cudaMallocHost((void**)&model->host_losses, BT * sizeof(float)));
     cudaCheck(cudaMemset(a->losses, 0, BT * sizeof(float)));
     model->use_cudnn = 0;
@@ -535,6 +535,23 @@ float gpt2_grad_norm(GPT2* model) {
     cudaCheck(cudaMemcpyAsync(&sq, model->norm_out, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
     return sqrtf(sq);
+}
+
+// the first micro batch's gradient, queued right after its backward (this rank's whole buffer, before any
+// reduction): its squared norm goes to norm_out[1] and is read with the step's (gpt2_grad_norm_micro1), so
+// measuring it adds one pass over the gradients and no synchronisation. With the step's norm it gives the
+// gradient noise scale (llmc/run.h), as the CPU trainer measures it.
+void gpt2_queue_grad_norm_micro1(GPT2* model) {
+    global_norm_squared(model->norm_out + 1, model->grads_memory, model->num_parameters, model->scratch, model->stream);
+}
+
+// after gpt2_grad_norm: the queued norm, as the norm of that micro batch's mean gradient (its loss was
+// scaled by 1/grad_accum of a step's)
+float gpt2_grad_norm_micro1(GPT2* model, int grad_accum) {
+    float sq = 0.0f;
+    cudaCheck(cudaMemcpyAsync(&sq, model->norm_out + 1, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
+    cudaCheck(cudaStreamSynchronize(model->stream));
+    return sqrtf(sq) * (float)grad_accum;
 }
 
 // the seed of the stochastic rounding of the weights written by training step `step` (1-based; 0: the
@@ -831,13 +848,16 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
 static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
-    r.grad_norm_micro1 = NAN;  // the gradient noise scale is measured by the CPU trainer only
+    r.grad_norm_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
     HybridState* h = &tr->run.hybrid;
     int B = tr->run.cfg.B, T = tr->run.cfg.T, np = tr->multi_gpu.num_processes;
     int hybrid = tr->run.cfg.hybrid.enabled;
+    // the gradient noise scale's input: rank 0's first micro batch alone (the logging rank; its micro batch
+    // is the step's first on every process count), when a step has more than one
+    int micro1 = tr->multi_gpu.process_rank == 0 && tr->run.grad_accum * np > 1;
     if (plan->check) {
         if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
         // the first micro batch (rank 0's) is the check batch: one decision, the same on every rank
@@ -862,6 +882,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         }
         if (!rank0) { gpt2_forward(model, loader->inputs, NULL, B, T); }
         gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->run.grad_accum));
+        if (micro1) { gpt2_queue_grad_norm_micro1(model); }
         for (int k = tr->multi_gpu.process_rank + 1; k < tr->run.grad_accum * np; k++) {
             if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
             if (k % np != tr->multi_gpu.process_rank) { continue; }
@@ -875,11 +896,13 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
             if (k % np != tr->multi_gpu.process_rank) { continue; }
             gpt2_forward(model, loader->inputs, NULL, B, T);
             gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->run.grad_accum));
+            if (k == 0 && micro1) { gpt2_queue_grad_norm_micro1(model); }
         }
     }
     r.loss = gpt2_accumulated_loss(model);
     gpt2_reduce_grads(model);
     r.grad_norm = gpt2_grad_norm(model);
+    if (micro1) { r.grad_norm_micro1 = gpt2_grad_norm_micro1(model, tr->run.grad_accum); }
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
         gpt2_sync_floatX(model, tr->run.step + 1);  // keeps params == round(master, seed(step))

@@ -230,8 +230,9 @@ static inline size_t run_val_begin(TrainRun* run) {
 // runs gave 217 tokens). Steps with more tokens than B_noise gain little per token from a larger batch:
 // the regime a study must know.
 static inline double run_gns_step(TrainRun* run, const StepResult* r) {
-    if (!isfinite(r->grad_norm_micro1) || !isfinite(r->grad_norm) || run->grad_accum < 2) { return NAN; }
-    double b = (double)run->cfg.B * run->cfg.T, bb = b * run->grad_accum;
+    int micro = run->grad_accum * run->num_processes;  // micro batches per step, over every process
+    if (!isfinite(r->grad_norm_micro1) || !isfinite(r->grad_norm) || micro < 2) { return NAN; }
+    double b = (double)run->cfg.B * run->cfg.T, bb = b * micro;
     double gb2 = (double)r->grad_norm_micro1 * r->grad_norm_micro1, gbb2 = (double)r->grad_norm * r->grad_norm;
     double g2 = (bb * gbb2 - b * gb2) / (bb - b), s = (gb2 - gbb2) / (1.0 / b - 1.0 / bb);
     if (run->step > run->total_steps / 2) {
