@@ -539,7 +539,7 @@ float gpt2_grad_norm(GPT2* model) {
 
 // the first micro batch's gradient, queued right after its backward (this rank's whole buffer, before any
 // reduction): its squared norm goes to norm_out[1] and is read with the step's (gpt2_grad_norm_micro1), so
-// measuring it adds one pass over the gradients and no synchronisation. With the step's norm it gives the
+// measuring it adds one pass over the gradients and no wait in the middle of the step. With the step's norm it gives the
 // gradient noise scale (llmc/run.h), as the CPU trainer measures it.
 void gpt2_queue_grad_norm_micro1(GPT2* model) {
     global_norm_squared(model->norm_out + 1, model->grads_memory, model->num_parameters, model->scratch, model->stream);
