@@ -70,7 +70,12 @@ static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num
 // a resume with another schedule or init would silently change the run: refused, one line per the
 // first difference, unless --allow-changed 1
 static inline void run_state_check_flags(const TrainConfig* c, const TrainState* s, const char* path) {
-    if (!s->has_run_flags || c->allow_changed) { return; }
+    if (c->allow_changed) { return; }
+    if (!s->has_run_flags) {  // an older file: nothing to compare against, and the user should know
+        fprintf(stderr, "note: %s predates the record of the run's flags: -x -l -u -q -k -e --beta1 --beta2 are not "
+                        "checked against it\n", path);
+        return;
+    }
     char now[112], then[112];
     const char* flag = NULL;
     if (c->max_steps != s->max_steps) { flag = "-x"; snprintf(now, sizeof(now), "%d", c->max_steps); snprintf(then, sizeof(then), "%d", s->max_steps); }

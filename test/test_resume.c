@@ -167,6 +167,26 @@ Test(resume, changed_adam_betas_refused) {
     expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.99 -y 1", "refuse_b2", "flag --beta2: 0.99 differs from the checkpoint's 0.95");
 }
 
+// a state file from before the run's flags were recorded (slot 60 not set) cannot be checked: the resume
+// goes on, with one note on stderr naming the file, instead of passing silently
+Test(resume, older_state_without_flags_resumes_with_a_note) {
+    char out[512], path[700], cmd[4096];
+    join_path(out, sizeof(out), dir, "older_state");
+    train("-x 4 -n 2", out);
+    join_path(path, sizeof(path), out, "state_00000004_00000.bin");
+    FILE* f = fopen(path, "r+b");
+    cr_assert_not_null(f, "%s", path);
+    int32_t zero = 0;
+    cr_assert_eq(fseek(f, 60 * 4, SEEK_SET), 0);
+    cr_assert_eq(fwrite(&zero, 4, 1, f), 1);
+    fclose(f);
+    snprintf(cmd, sizeof(cmd), "%s -x 6 -y 1 -o %s", flags, out);
+    RunResult r = run_cmd(cmd, NULL);
+    cr_assert(r.exited && r.status == 0, "exit %d: %s", r.status, r.err);
+    cr_assert(strstr(r.err, "predates the record of the run's flags") != NULL && strstr(r.err, "state_00000004_00000.bin") != NULL,
+              "no note naming the file: %s", r.err);
+}
+
 // --beta1 reaches AdamW: another beta1 trains other weights (and the default is the old constant)
 Test(resume, beta1_flag_changes_the_run) {
     char a[512], b[512], c[512];
