@@ -243,8 +243,10 @@ static inline double run_gns_step(TrainRun* run, const StepResult* r) {
     return s / g2;
 }
 
+// NAN (not measured: null in summary.json, no line in the summary) unless both sums are positive: a
+// negative one means the noise was too small to see at this batch size, not a negative number of tokens
 static inline double run_gns(const TrainRun* run) {
-    return run->gns_steps > 0 && run->gns_g2_sum > 0.0 ? run->gns_s_sum / run->gns_g2_sum : NAN;
+    return run->gns_steps > 0 && run->gns_g2_sum > 0.0 && run->gns_s_sum > 0.0 ? run->gns_s_sum / run->gns_g2_sum : NAN;
 }
 
 // "val loss X" and, where known, its bits per byte

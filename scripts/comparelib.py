@@ -253,7 +253,7 @@ def gns_second_half(steps):
         gb2, gbb2 = float(r["grad_norm_micro1"]) ** 2, float(r["grad_norm"]) ** 2
         g2 += (bb * gbb2 - b * gb2) / (bb - b)
         ss += (gb2 - gbb2) / (1.0 / b - 1.0 / bb)
-    return (ss / g2 if g2 > 0 else None), tps
+    return (ss / g2 if g2 > 0 and ss > 0 else None), tps  # a sum <= 0: too little noise to measure
 
 
 def summarize_run(recs, target=None):

@@ -512,7 +512,8 @@ def decayed_steps_to_target_have_a_known_answer():
 def noise_scale_of_the_second_half_has_a_known_answer():
     """The report's B_noise: 4 micro batches of 128 tokens per step; each step's norms are the expected ones for
     a true gradient G2 and a noise trace S (|G_b|^2 = G2 + S/b): S/G2 = 100 tokens over the first half, then
-    1000 (seed 1) or 2000 (seed 2) over the second; the whole run's sums would give neither."""
+    1000 (seed 1) or 2000 (seed 2) over the second; the whole run's sums would give neither. A run whose noise sum
+    is negative has no noise scale (not a negative one)."""
     cfg = write_config("gns.json", FAKE_STUDY)
     res = os.path.join(TMP, "gns")
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
@@ -528,7 +529,9 @@ def noise_scale_of_the_second_half_has_a_known_answer():
     for arm in arms:
         for seed in sorted(os.listdir(os.path.join(res, "runs", arm))):
             k = int(seed[4:])
-            write_run(os.path.join(res, "runs", arm, seed), 30, set(), 4.0, 4, norms(k) if k <= 2 else None)
+            # seed 3: the first arm's step norms say less noise than none (|G_b| < |G_Bb|), the others' are absent
+            noiseless = (lambda s: (1.0, 1.1)) if arm == arms[0] else None
+            write_run(os.path.join(res, "runs", arm, seed), 30, set(), 4.0, 4, norms(k) if k <= 2 else noiseless)
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--report-only"])
     check(rc == 0, f"--report-only failed: {err}")
     with open(os.path.join(res, "runs.csv")) as f:
@@ -538,7 +541,7 @@ def noise_scale_of_the_second_half_has_a_known_answer():
         if seed <= 2:
             check(math.isclose(float(r["gns"]), 1000.0 * seed, rel_tol=1e-9), f"{arm} seed {seed}: gns {r['gns']}")
         else:
-            check(r["gns"] == "", f"{arm} seed {seed}: no norms, no noise scale ({r['gns']})")
+            check(r["gns"] == "", f"{arm} seed {seed}: no norms or a negative noise sum, no noise scale ({r['gns']})")
     with open(os.path.join(res, "summary.csv")) as f:
         summ = {r["arm"]: r for r in csv.DictReader(f)}
     for arm in arms:

@@ -121,3 +121,21 @@ Test(train_step, random_init_follows_llmc_and_is_deterministic) {
     gpt2_free(&b);
     gpt2_free(&c);
 }
+
+// the run's noise scale is a ratio of two sums of unbiased estimates: with either sum <= 0 the noise (or
+// the signal) was too small to measure at this batch size, and the summary says nothing rather than a
+// negative number of tokens
+Test(train_step, noise_scale_needs_both_sums_positive) {
+    TrainRun run;
+    memset(&run, 0, sizeof(run));
+    cr_assert(isnan(run_gns(&run)), "no steps: not measured");
+    run.gns_steps = 3;
+    run.gns_s_sum = 2000.0;
+    run.gns_g2_sum = 2.0;
+    cr_assert_float_eq(run_gns(&run), 1000.0, 1e-9);
+    run.gns_s_sum = -20.0;
+    cr_assert(isnan(run_gns(&run)), "negative noise sum: not measured, got %g", run_gns(&run));
+    run.gns_s_sum = 2000.0;
+    run.gns_g2_sum = -2.0;
+    cr_assert(isnan(run_gns(&run)), "negative signal sum: not measured, got %g", run_gns(&run));
+}
