@@ -22,9 +22,11 @@ baseline in the same run.
    (a += s*b) in the same run with the same threads.
 Prints the OpenBLAS core in use (set OPENBLAS_CORETYPE where Debian's OpenBLAS picks a slow kernel).
 usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:40,d6:8:256:16] [--rounds 3] [--skip 3]
+       [--args "more trainer flags"]
 """
 import argparse
 import json
+import shlex
 import os
 import shutil
 import statistics
@@ -39,9 +41,9 @@ ARMS = [("baseline", []), ("hybrid lookahead", ["--hybrid"]),
 TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
 
 
-def run_trainer(trainer, model, B, T, steps, flags, out, env, precision):
+def run_trainer(trainer, model, B, T, steps, flags, out, env, precision, extra):
     cmd = [trainer, "-e", model, "-b", B, "-t", T, "-x", str(steps), "-v", "0", "-s", "0", "-l", "1e-3", "-o", out,
-           "--precision", precision]
+           "--precision", precision] + extra
     cmd += flags + (TIMING_FLAGS if flags else [])
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
@@ -85,6 +87,8 @@ def main():
     p.add_argument("--trainer", default="./train_gpt2")
     p.add_argument("--precision", default="auto", help="the trainer's --precision (auto: what it picks here)")
     p.add_argument("--micro", default="build/bench_hybrid", help="the passes' bench ('' to skip)")
+    p.add_argument("--args", default="", help="more trainer flags for every run, e.g. the study model's data "
+                   "and vocabulary: \"-i 'data/small1024/train_*.bin' --vocab data/small1024/vocab\"")
     a = p.parse_args()
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
     env.setdefault("OMP_WAIT_POLICY", "passive")  # as the trainer runs itself
@@ -97,7 +101,7 @@ def main():
             for rnd in range(a.rounds):
                 for name, flags in ARMS:
                     out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}_{rnd}")
-                    run_trainer(a.trainer, model, B, T, int(steps), flags, out, env, a.precision)
+                    run_trainer(a.trainer, model, B, T, int(steps), flags, out, env, a.precision, shlex.split(a.args))
                     phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
             res = {name: medians(by) for name, by in times.items()}
             for name, flags in ARMS:
