@@ -2,11 +2,11 @@
  * hybrid/lookahead.h — hybrid mode's second design: predict the slow drift, not the last step.
  * A single AdamW update is mostly noise and the bounce across sharp directions; repeating it (the
  * first design's Predict step) repeats the bounce. What is predictable is the drift: m, an EMA
- * (decay gamma, a memory of 10% of the schedule up to 100 steps) of the weights' displacement. Before each step the weights move ahead along it,
- * theta += beta_t m, and the step's gradient is taken at that point (EMA-Nesterov). The look-ahead
- * costs no forward, no backward and no pass of its own: it is fused into AdamW's pass
- * (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in llmc/hybrid_apply.cuh). It takes no slot
- * of the schedule: `-x N` is still N backward passes.
+ * (decay gamma, a memory of 10% of the schedule up to 100 steps) of the weights' displacement. Before
+ * each step the weights move ahead along it, theta += beta_t m, and the step's gradient is taken at
+ * that point (EMA-Nesterov). The look-ahead costs no forward, no backward and no pass of its own: it
+ * is fused into AdamW's pass (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in
+ * llmc/hybrid_apply.cuh). It takes no slot of the schedule: `-x N` is still N backward passes.
  *
  * This header decides the per-block betas on the host:
  *   beta_t = --lookahead * lr_t / lr_peak * backoff, inside the window the facade sets ([the drift's
