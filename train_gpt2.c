@@ -1250,8 +1250,8 @@ int main(int argc, char** argv) {
         size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
         float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
         gpt2_param_blocks(mc, offsets, block_wd, cfg->weight_decay);
-        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, cfg->lr, cfg->beta1, cfg->beta2,
-                    ADAM_EPS, block_wd);
+        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, run_tokens_per_step(run), cfg->lr,
+                    cfg->beta1, cfg->beta2, ADAM_EPS, block_wd);
         free(offsets);
         free(block_wd);
         hybrid_set_bf16_copy(&run->hybrid, tr.model.params_bf16);

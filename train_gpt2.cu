@@ -762,8 +762,8 @@ static void hybrid_setup(Trainer* tr) {
     size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     tr->nblocks = gpt2_param_blocks(&model->config, offsets, block_wd, tr->run.cfg.weight_decay);
-    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, tr->run.cfg.lr, tr->run.cfg.beta1, tr->run.cfg.beta2,
-                ADAM_EPS, block_wd);
+    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, run_tokens_per_step(&tr->run),
+                tr->run.cfg.lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, block_wd);
     tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
     tr->block_wd = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
     cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));

@@ -70,7 +70,7 @@ int main(int argc, char** argv) {
     hc.enabled = 1;
     hc.predict_steps = 2;
     HybridState h;
-    hybrid_init(&h, &hc, offsets, nb, 1000, 1e-3f, 0.9f, 0.95f, 1e-8f, wd); // the trainer's AdamW
+    hybrid_init(&h, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd); // the trainer's AdamW
     h.lr = 1e-3f;
     float* coef = (float*)mallocCheck((size_t)nb * sizeof(float));
     for (int b = 0; b < nb; b++) { h.la.beta_prev[b] = 0.25f; h.la.beta_next[b] = 0.25f; coef[b] = 0.5f; }

@@ -12,7 +12,7 @@
  *     else:     forward the first micro batch; if p.check and hybrid_check(h, loss): apply_rollback
  *               (theta_0 from the keep buffer) and forward again; the other micro batches, backward, clip;
  *               then hybrid_update (the fused AdamW pass, filling h->stats) or its kernel
- *     hybrid_report(h, loss or NAN, grad_norm or NAN, ms);
+ *     hybrid_report(h, loss or NAN, grad_norm or NAN, noise_s, noise_g2 (or NAN: one micro batch), ms);
  * All bookkeeping lives here; the trainer runs only the per-element loops (hybrid/apply.h) or their
  * kernels. The keep buffer is any P-float buffer idle from a Predict run's first step to its Correct
  * step's backward (the gradients). Allocation happens in hybrid_init only. Depends on libc.
@@ -34,7 +34,7 @@
 #include "hybrid/metrics.h"
 
 #define HYBRID_MAGIC 20261122
-#define HYBRID_VERSION 6  // 6: the drift's decay
+#define HYBRID_VERSION 7  // 6: the drift's decay; 7: the noise gate
 #define HYBRID_PREFILL 0.1f   // the drift's default prefill, a fraction of the schedule
 
 // ----------------------------------------------------------------------------
@@ -49,10 +49,13 @@ typedef struct {
     int predict_steps;           // --predict-steps: H of a Predict run (0: none)
     int full_steps;              // --full-steps: measured steps between Predict runs (minimum)
     float divergence_threshold;  // --divergence-threshold: z-score of a jump (grad norm, Correct loss)
+    float noise_gate;            // --noise-gate: look-ahead only while B_noise >= this x tokens per step (0: always)
 } HybridConfig;
 
 // The defaults are EMA-Nesterov's (beta0 0.5, prefill 10%, off in the last 30%) and no Predict runs:
-// the look-ahead costs nothing measurable (make bench); Predict runs are for the study to size.
+// the look-ahead costs nothing measurable (make bench); Predict runs are for the study to size. The noise
+// gate's 4 lies between the two regimes measured (B_noise / tokens per step ~10-20: the look-ahead pays;
+// ~1: it costs); nothing in between was measured.
 static inline void hybrid_config_default(HybridConfig* c) {
     c->enabled = 0;
     c->lookahead = 0.5f;
@@ -62,6 +65,7 @@ static inline void hybrid_config_default(HybridConfig* c) {
     c->predict_steps = 0;
     c->full_steps = 4;
     c->divergence_threshold = 3.0f;
+    c->noise_gate = 4.0f;
 }
 
 // The flags as a table, one row per HybridConfig field. The trainer's command-line parser
@@ -86,6 +90,7 @@ static const HybridFlag HYBRID_FLAGS[] = {
     HYBRID_FLAG("--predict-steps", HYBRID_FLAG_INT, predict_steps, 0, 16, NULL, "hybrid: steps of a Predict run along the drift (0: none)"),
     HYBRID_FLAG("--full-steps", HYBRID_FLAG_INT, full_steps, 1, 1 << 20, NULL, "hybrid: min measured steps between Predict runs"),
     HYBRID_FLAG("--divergence-threshold", HYBRID_FLAG_FLOAT, divergence_threshold, 0.1, 1000, NULL, "hybrid: z-score of a jump (grad norm backs beta off; Correct loss rolls back)"),
+    HYBRID_FLAG("--noise-gate", HYBRID_FLAG_FLOAT, noise_gate, 0, 1e6, NULL, "hybrid: look-ahead only while the gradient noise scale >= this x tokens per step (0: always; needs 2+ micro batches to measure)"),
 };
 #define NUM_HYBRID_FLAGS ((int)(sizeof(HYBRID_FLAGS) / sizeof(HYBRID_FLAGS[0])))
 
@@ -129,10 +134,11 @@ static inline double hybrid_now_ms(void) { return hmath_seconds() * 1e3; }
 
 // offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
 // hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);
-// total_steps is the schedule length.
+// total_steps is the schedule length, tokens_per_step what one measured step trains on (all micro
+// batches of all processes).
 static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const size_t* offsets, int nblocks,
-                               int total_steps, float lr_peak, float beta1, float beta2, float eps,
-                               const float* weight_decay) {
+                               int total_steps, double tokens_per_step, float lr_peak, float beta1, float beta2,
+                               float eps, const float* weight_decay) {
     memset(h, 0, sizeof(*h));
     h->cfg = *cfg;
     h->nblocks = nblocks;
@@ -154,7 +160,8 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     int start = cfg->warmup >= 0 ? cfg->warmup : (int)(HYBRID_PREFILL * (float)total_steps + 0.5f);
     int stop = (int)((1.0f - cfg->cooldown) * (float)total_steps);
     float gamma = cfg->drift_decay >= 0.0f ? cfg->drift_decay : lookahead_default_gamma(total_steps);
-    lookahead_init(&h->la, cfg->lookahead, gamma, cfg->divergence_threshold, start, stop, nblocks);
+    lookahead_init(&h->la, cfg->lookahead, gamma, cfg->divergence_threshold, cfg->noise_gate, tokens_per_step, start,
+                   stop, nblocks);
     predict_init(&h->pr, cfg->predict_steps, cfg->full_steps, cfg->divergence_threshold, start, stop);
     metrics_init(&h->metrics);
     h->phase = PHASE_WARMUP;
@@ -227,12 +234,14 @@ static inline void hybrid_skip_update(HybridState* h) {
     memset(h->stats, 0, (size_t)h->nblocks * 3 * sizeof(double));
 }
 
-// end of every step: loss and grad_norm NAN on Predict steps and skipped steps; ms the step's wall time
-// (hybrid/'s own time for the step is added to it and returned)
-static inline double hybrid_report(HybridState* h, float loss, float grad_norm, double ms) {
+// end of every step: loss and grad_norm NAN on Predict steps and skipped steps; noise_s, noise_g2 the
+// step's estimates of the gradient noise scale's terms, the noise's trace S and |G|^2 (llmc/run.h), NAN
+// where not measured; ms the step's wall time (hybrid/'s own time for the step is added to it and returned)
+static inline double hybrid_report(HybridState* h, float loss, float grad_norm, double noise_s, double noise_g2, double ms) {
     double t0 = hybrid_now_ms();
     if (h->phase != PHASE_PREDICT) {
-        lookahead_observe(&h->la, isfinite(loss) ? grad_norm : NAN, h->stats);
+        int ok = isfinite(loss);
+        lookahead_observe(&h->la, ok ? grad_norm : NAN, ok ? noise_s : NAN, ok ? noise_g2 : NAN, h->stats);
         predict_measured(&h->pr, h->phase);
     }
     double own = h->decide_ms + (hybrid_now_ms() - t0);
@@ -254,11 +263,10 @@ static inline int hybrid_take_event(const HybridState* h, char* buf, size_t n) {
 static inline const char* hybrid_phase_name(const HybridState* h) { return phase_name(h->phase); }
 
 // the hybrid fields of this step's metrics.jsonl line: the look-ahead's beta (before the per-block caps;
-// null outside the window), the position in a Predict run, whether it was rolled back
+// null outside the window and while the noise gate is closed), the position in a Predict run, whether it was rolled back
 static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
     char beta[32], run[16];
-    int active = h->phase != PHASE_PREDICT && h->la.beta0 > 0.0f && h->step >= h->la.start && h->step < h->la.stop;
-    if (active) { snprintf(beta, sizeof(beta), "%.6g", h->la.beta0 * (h->lr / h->lr_peak) * h->la.backoff); }
+    if (h->phase != PHASE_PREDICT && h->la.active) { snprintf(beta, sizeof(beta), "%.6g", h->la.beta0 * (h->lr / h->lr_peak) * h->la.backoff); }
     else { snprintf(beta, sizeof(beta), "null"); }
     if (h->phase == PHASE_PREDICT) { snprintf(run, sizeof(run), "%d", h->pr.run_done); } else { snprintf(run, sizeof(run), "null"); }
     return snprintf(buf, n, "\"beta\": %s, \"predict_run_step\": %s, \"rollback\": %d", beta, run, h->rolled_back);
@@ -270,6 +278,14 @@ static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     fprintf(f, "look-ahead: beta0 %.3g, drift decay %.4g, %d steps with a look-ahead (mean beta %.3f), %d grad-norm jumps backed it off, "
                "%d block caps; mean cos(update, drift) %.3f\n", la->beta0, la->gamma, la->active_steps, lookahead_mean_beta(la),
             la->jumps, la->capped, la->n_cos ? la->cos_sum / la->n_cos : 0.0);
+    double bn = lookahead_noise_scale(la);
+    if (la->noise_gate > 0.0f && la->beta0 > 0.0f && la->noise_n > 0) {
+        fprintf(f, "noise gate: look-ahead only while B_noise >= %g x %.0f tokens per step: closed on %d of %d window steps; "
+                   "B_noise at the end %.0f tokens\n", la->noise_gate, la->tokens, la->gated_steps,
+                la->gated_steps + la->active_steps, bn);
+    } else if (la->noise_gate > 0.0f && la->beta0 > 0.0f) {
+        fprintf(f, "noise gate: open (one micro batch per step: B_noise not measured)\n");
+    }
     if (h->pr.horizon > 0) {
         fprintf(f, "predict runs: %d of %d steps (%d Predict steps), %d rolled back\n", h->pr.runs, h->pr.horizon,
                 h->pr.steps, h->pr.rollbacks);
@@ -281,6 +297,8 @@ static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t 
     size_t pos = metrics_summary_fields(&h->metrics, buf, n);
     const Lookahead* la = &h->la;
     metrics_field(buf, n, &pos, "lookahead_steps", la->active_steps, 1);
+    metrics_field(buf, n, &pos, "lookahead_gated_steps", la->gated_steps, 1);
+    metrics_field(buf, n, &pos, "noise_scale_running", lookahead_noise_scale(la), 0);
     metrics_field(buf, n, &pos, "lookahead_mean_beta", lookahead_mean_beta(la), 0);
     metrics_field(buf, n, &pos, "lookahead_jumps", la->jumps, 1);
     metrics_field(buf, n, &pos, "lookahead_caps", la->capped, 1);

@@ -157,6 +157,50 @@ static inline void run_free(TrainRun* run) {
     if (run->cfg.hybrid.enabled && run->cfg.max_steps != 0) { hybrid_free(&run->hybrid); }
 }
 
+// what one step trains on: every micro batch of every process
+static inline double run_tokens_per_step(const TrainRun* run) {
+    return (double)run->cfg.B * run->cfg.T * run->grad_accum * run->num_processes;
+}
+
+// The gradient noise scale B_simple (McCandlish et al. 2018), in tokens: from the norms of one micro
+// batch's gradient (b tokens) and of the step's accumulated one (Bb tokens), unbiased estimates of the
+// true gradient's squared norm G2 = (Bb |G_Bb|^2 - b |G_b|^2) / (Bb - b) and of the noise's trace
+// S = (|G_b|^2 - |G_Bb|^2) / (1/b - 1/Bb); B_noise = S / G2. One step's estimate is noisy (it can be
+// negative); a ratio of sums is the stable one. The summary's sums cover the second half of the run
+// (steps past total/2): B_noise grows as the loss falls (5k to 20k tokens over the study model's
+// large-batch runs), and over the whole run the first steps' large G2 would dominate the sum (the same
+// runs gave 217 tokens). Steps with more tokens than B_noise gain little per token from a larger batch:
+// the regime a study must know.
+// The step's S and G2 (NAN, NAN where not measured: one micro batch, a skipped step); hybrid mode's noise
+// gate keeps a running ratio of them (hybrid/lookahead.h).
+static inline void run_noise_terms(const TrainRun* run, const StepResult* r, double* s, double* g2) {
+    int micro = run->grad_accum * run->num_processes;  // micro batches per step, over every process
+    *s = *g2 = NAN;
+    if (r->skipped || !isfinite(r->grad_norm_micro1) || !isfinite(r->grad_norm) || micro < 2) { return; }
+    double b = (double)run->cfg.B * run->cfg.T, bb = b * micro;
+    double gb2 = (double)r->grad_norm_micro1 * r->grad_norm_micro1, gbb2 = (double)r->grad_norm * r->grad_norm;
+    *g2 = (bb * gbb2 - b * gb2) / (bb - b);
+    *s = (gb2 - gbb2) / (1.0 / b - 1.0 / bb);
+}
+
+static inline double run_gns_step(TrainRun* run, const StepResult* r) {
+    double s, g2;
+    run_noise_terms(run, r, &s, &g2);
+    if (!isfinite(s)) { return NAN; }
+    if (run->step > run->total_steps / 2) {
+        run->gns_s_sum += s;
+        run->gns_g2_sum += g2;
+        run->gns_steps++;
+    }
+    return s / g2;
+}
+
+// NAN (not measured: null in summary.json, no line in the summary) unless both sums are positive: a
+// negative one means the noise was too small to see at this batch size, not a negative number of tokens
+static inline double run_gns(const TrainRun* run) {
+    return run->gns_steps > 0 && run->gns_g2_sum > 0.0 && run->gns_s_sum > 0.0 ? run->gns_s_sum / run->gns_g2_sum : NAN;
+}
+
 // ----------------------------------------------------------------------------
 // around a step
 
@@ -178,7 +222,9 @@ static inline void run_step_end(TrainRun* run, StepResult* r) {
     run->phase = "full";
     run->hybrid_json[0] = '\0';
     if (run->cfg.hybrid.enabled) {
-        double own = hybrid_report(&run->hybrid, r->skipped ? NAN : r->loss, r->skipped ? NAN : r->grad_norm, r->ms);
+        double s, g2;
+        run_noise_terms(run, r, &s, &g2);
+        double own = hybrid_report(&run->hybrid, r->skipped ? NAN : r->loss, r->skipped ? NAN : r->grad_norm, s, g2, r->ms);
         r->ms += own;
         run->train_time_s += own / 1000.0;
         hybrid_step_json(&run->hybrid, run->hybrid_json, sizeof(run->hybrid_json));
@@ -218,35 +264,6 @@ static inline size_t run_val_begin(TrainRun* run) {
     dataloader_reset(val, (uint64_t)run->cfg.seed);
     return run->cfg.val_batches == -1 || (size_t)run->cfg.val_batches > val->total_batches
          ? val->total_batches : (size_t)run->cfg.val_batches;
-}
-
-// The gradient noise scale B_simple (McCandlish et al. 2018), in tokens: from the norms of one micro
-// batch's gradient (b tokens) and of the step's accumulated one (Bb tokens), unbiased estimates of the
-// true gradient's squared norm G2 = (Bb |G_Bb|^2 - b |G_b|^2) / (Bb - b) and of the noise's trace
-// S = (|G_b|^2 - |G_Bb|^2) / (1/b - 1/Bb); B_noise = S / G2. One step's estimate is noisy (it can be
-// negative); a ratio of sums is the stable one. The summary's sums cover the second half of the run
-// (steps past total/2): B_noise grows as the loss falls (5k to 20k tokens over the study model's
-// large-batch runs), and over the whole run the first steps' large G2 would dominate the sum (the same
-// runs gave 217 tokens). Steps with more tokens than B_noise gain little per token from a larger batch:
-// the regime a study must know.
-static inline double run_gns_step(TrainRun* run, const StepResult* r) {
-    int micro = run->grad_accum * run->num_processes;  // micro batches per step, over every process
-    if (!isfinite(r->grad_norm_micro1) || !isfinite(r->grad_norm) || micro < 2) { return NAN; }
-    double b = (double)run->cfg.B * run->cfg.T, bb = b * micro;
-    double gb2 = (double)r->grad_norm_micro1 * r->grad_norm_micro1, gbb2 = (double)r->grad_norm * r->grad_norm;
-    double g2 = (bb * gbb2 - b * gb2) / (bb - b), s = (gb2 - gbb2) / (1.0 / b - 1.0 / bb);
-    if (run->step > run->total_steps / 2) {
-        run->gns_s_sum += s;
-        run->gns_g2_sum += g2;
-        run->gns_steps++;
-    }
-    return s / g2;
-}
-
-// NAN (not measured: null in summary.json, no line in the summary) unless both sums are positive: a
-// negative one means the noise was too small to see at this batch size, not a negative number of tokens
-static inline double run_gns(const TrainRun* run) {
-    return run->gns_steps > 0 && run->gns_g2_sum > 0.0 && run->gns_s_sum > 0.0 ? run->gns_s_sum / run->gns_g2_sum : NAN;
 }
 
 // "val loss X" and, where known, its bits per byte

@@ -311,7 +311,7 @@ Test(apply, lookahead_pass_rounds_the_bf16_copy) {
 
 Test(lookahead, window_schedule_cap_and_backoff) {
     Lookahead la;
-    lookahead_init(&la, 0.5f, 0.99f, 3.0f, 10, 80, 2);
+    lookahead_init(&la, 0.5f, 0.99f, 3.0f, 0.0f, 1024.0, 10, 80, 2);
     double stats[6] = {0};
     lookahead_plan(&la, 9, 1e-3f, 1e-3f, stats);  // the prefill: no look-ahead
     cr_assert_eq(la.beta_next[0], 0.0f);
@@ -329,19 +329,62 @@ Test(lookahead, window_schedule_cap_and_backoff) {
     cr_assert_float_eq(la.beta_next[0], 0.5f, 1e-7f);
     cr_assert_float_eq(la.beta_next[1], LOOKAHEAD_CAP / 100.0f, 1e-7f);
     // steady gradient norms, then a jump: beta halves; quiet steps bring it back
-    for (int i = 0; i < 30; i++) { lookahead_observe(&la, 1.0f + 0.01f * (i % 3), stats); }
+    for (int i = 0; i < 30; i++) { lookahead_observe(&la, 1.0f + 0.01f * (i % 3), NAN, NAN, stats); }
     cr_assert_float_eq(la.backoff, 1.0f, 1e-7f);
-    lookahead_observe(&la, 5.0f, stats);
+    lookahead_observe(&la, 5.0f, NAN, NAN, stats);
     cr_assert_float_eq(la.backoff, 0.5f, 1e-7f);
     cr_assert_eq(la.jumps, 1);
     lookahead_plan(&la, 20, 1e-3f, 1e-3f, stats);
     cr_assert_float_eq(la.beta_next[0], 0.25f, 1e-7f);
-    for (int i = 0; i < 30; i++) { lookahead_observe(&la, 1.0f, stats); }
+    for (int i = 0; i < 30; i++) { lookahead_observe(&la, 1.0f, NAN, NAN, stats); }
     cr_assert_float_eq(la.backoff, 1.0f, 1e-7f);
     // a skipped step applied nothing: beta_prev stays what the weights hold
     la.beta_prev[0] = 0.125f; la.beta_next[0] = 0.5f;
-    lookahead_observe(&la, NAN, stats);
+    lookahead_observe(&la, NAN, NAN, NAN, stats);
     cr_assert_float_eq(la.beta_prev[0], 0.125f, 0.0f);
+    lookahead_free(&la);
+}
+
+// the noise gate: open before any measurement (one micro batch per step), closed while the running
+// B_noise = S / G2 is below noise_gate x tokens per step, open again once it grows past it; ratio 0 never closes
+Test(lookahead, noise_gate) {
+    Lookahead la;
+    lookahead_init(&la, 0.5f, 0.99f, 3.0f, 4.0f, 1000.0, 10, 80, 1);
+    double stats[3] = {0.0, 1.0, 1.0};
+    lookahead_plan(&la, 10, 1e-3f, 1e-3f, stats);
+    cr_assert_float_eq(la.beta_next[0], 0.5f, 1e-7f, "unmeasured: the gate stays open");
+    cr_assert(isnan(lookahead_noise_scale(&la)));
+    for (int i = 0; i < 5; i++) { lookahead_observe(&la, 1.0f, 2000.0, 1.0, stats); }  // B_noise 2,000 < 4 x 1,000
+    cr_assert_float_eq(lookahead_noise_scale(&la), 2000.0, 1e-9);
+    lookahead_plan(&la, 11, 1e-3f, 1e-3f, stats);
+    cr_assert_eq(la.beta_next[0], 0.0f, "B_noise 2k at 1k tokens per step: closed");
+    cr_assert_eq(la.gated_steps, 1);
+    cr_assert_eq(la.active_steps, 1);
+    lookahead_plan(&la, 5, 1e-3f, 1e-3f, stats);  // outside the window: not counted as gated
+    cr_assert_eq(la.gated_steps, 1);
+    // B_noise grows to 10k: the running estimate crosses 4k after a few steps and the gate opens
+    int opened = -1;
+    for (int i = 0; i < 60 && opened < 0; i++) {
+        lookahead_observe(&la, 1.0f, 10000.0, 1.0, stats);
+        lookahead_plan(&la, 12 + i, 1e-3f, 1e-3f, stats);
+        if (la.beta_next[0] > 0.0f) { opened = i; }
+    }
+    cr_assert(opened > 0 && opened < 20, "the gate opened after %d steps", opened);
+    cr_assert(lookahead_noise_scale(&la) >= 4000.0);
+    // a one-step estimate swamped by noise (G2 <= 0 < S) keeps it open; a skipped step's NANs change nothing
+    double s0 = la.noise_s;
+    lookahead_observe(&la, NAN, NAN, NAN, stats);
+    cr_assert_eq(la.noise_s, s0);
+    lookahead_observe(&la, 1.0f, 1e6, -50.0, stats);
+    lookahead_plan(&la, 70, 1e-3f, 1e-3f, stats);
+    cr_assert_gt(la.beta_next[0], 0.0f);
+    lookahead_free(&la);
+    // ratio 0: never gated, whatever B_noise
+    lookahead_init(&la, 0.5f, 0.99f, 3.0f, 0.0f, 1000.0, 10, 80, 1);
+    for (int i = 0; i < 5; i++) { lookahead_observe(&la, 1.0f, 10.0, 1.0, stats); }
+    lookahead_plan(&la, 11, 1e-3f, 1e-3f, stats);
+    cr_assert_float_eq(la.beta_next[0], 0.5f, 1e-7f);
+    cr_assert_eq(la.gated_steps, 0);
     lookahead_free(&la);
 }
 

@@ -95,7 +95,7 @@ static void config(HybridConfig* c, int H, int K, int warmup) {
 
 static void hybrid_for(HybridState* h, const HybridConfig* c, const Sim* s) {
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(h, c, s->off, NB, STEPS, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(h, c, s->off, NB, STEPS, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
 }
 
 typedef struct {
@@ -120,7 +120,7 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
             if (p.keep && snapshot != NULL) { memcpy(snapshot, s->p, s->P * 4); }
             apply_predict(s->p, s->g, s->d, h->offsets, h->nblocks, p.coef, p.keep);
             tr->loss[step] = NAN;
-            hybrid_report(h, NAN, NAN, 1.0);
+            hybrid_report(h, NAN, NAN, NAN, NAN, 1.0);
             continue;
         }
         float L = sim_loss(s, s->batch);
@@ -147,7 +147,7 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
             hybrid_skip_update(h);
         }
         tr->loss[step] = L;
-        hybrid_report(h, L, gn, 1.0);
+        hybrid_report(h, L, gn, NAN, NAN, 1.0);
     }
 }
 
@@ -455,7 +455,7 @@ Test(state, predict_cap_and_step) {
             cr_assert(memcmp(&s.p[i], &w, 4) == 0, "block %d elem %zu: %.9g, want %.9g", b, i, s.p[i], w);
         }
     }
-    hybrid_report(&h, NAN, NAN, 1.0);
+    hybrid_report(&h, NAN, NAN, NAN, NAN, 1.0);
     // the run's second step: keeps nothing
     p = hybrid_plan(&h, 11, lr_at(11));
     cr_assert_eq(p.phase, PHASE_PREDICT);
@@ -466,7 +466,7 @@ Test(state, predict_cap_and_step) {
     apply_predict(s.p, s.g, s.d, h.offsets, h.nblocks, p.coef, p.keep);
     same_bits(s.g, before, s.P, "the keep buffer after the second step");
     cr_assert(memcmp(s.p, mid, s.P * 4) != 0, "the second step moved nothing");
-    hybrid_report(&h, NAN, NAN, 1.0);
+    hybrid_report(&h, NAN, NAN, NAN, NAN, 1.0);
     p = hybrid_plan(&h, 12, lr_at(12));
     cr_assert_eq(p.phase, PHASE_CORRECT);
     cr_assert(p.check);
@@ -503,7 +503,7 @@ static int load_into(const HybridConfig* c, int total_steps, const Sim* s, const
                      char* err, size_t errn) {
     HybridState h;
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(&h, c, s->off, NB, total_steps, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(&h, c, s->off, NB, total_steps, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
     float* d = malloc(s->P * 4);
     float* keep = malloc(s->P * 4);
     err[0] = '\0';
@@ -680,6 +680,7 @@ static const struct { const char* flag; size_t offset; } FLAG_FIELDS[] = {
     {"--predict-steps", offsetof(HybridConfig, predict_steps)},
     {"--full-steps", offsetof(HybridConfig, full_steps)},
     {"--divergence-threshold", offsetof(HybridConfig, divergence_threshold)},
+    {"--noise-gate", offsetof(HybridConfig, noise_gate)},
 };
 #define NUM_FLAG_FIELDS ((int)(sizeof(FLAG_FIELDS) / sizeof(FLAG_FIELDS[0])))
 

@@ -120,7 +120,7 @@ static void tiny_init(Tiny* s) {
     HybridConfig c;
     hybrid_config_default(&c);
     c.enabled = 1; c.warmup = 3; c.predict_steps = 2; c.full_steps = 1;
-    hybrid_init(&s->h, &c, offsets, nb, 100, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
+    hybrid_init(&s->h, &c, offsets, nb, 100, 1024.0, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
     s->drift = calloc(s->model.num_parameters, sizeof(float));
     s->t = 0;
     s->x = malloc(32 * sizeof(int)); s->y = malloc(32 * sizeof(int));
@@ -140,7 +140,7 @@ static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     HybridPlan p = hybrid_plan(&s->h, step, lr);
     if (p.phase == PHASE_PREDICT) {
         apply_predict(m->params_memory, m->grads_memory, s->drift, s->h.offsets, s->h.nblocks, p.coef, p.keep);
-        hybrid_report(&s->h, NAN, NAN, 1.0);
+        hybrid_report(&s->h, NAN, NAN, NAN, NAN, 1.0);
         return p.phase;
     }
     gpt2_forward(m, s->x, s->y, 2, 16);
@@ -150,7 +150,7 @@ static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     float gn = gpt2_grad_norm(m);
     float scale = gn > 1.0f ? 1.0f / gn : 1.0f;
     hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, s->drift, scale, ++s->t);
-    hybrid_report(&s->h, m->mean_loss, gn, 1.0);
+    hybrid_report(&s->h, m->mean_loss, gn, NAN, NAN, 1.0);
     return p.phase;
 }
 
@@ -179,7 +179,7 @@ Test(hybrid_train, predict_moves_exactly_and_rollback_restores) {
                 cr_assert(m->params_memory[i] == want, "block %d elem %zu: %a != %a", b, i, m->params_memory[i], (float)want);
             }
         }
-        hybrid_report(&s.h, NAN, NAN, 1.0);
+        hybrid_report(&s.h, NAN, NAN, NAN, NAN, 1.0);
     }
     cr_assert(memcmp(m->grads_memory, before, P * 4) == 0, "the gradient buffer must hold theta_0");
     cr_assert(memcmp(m->params_memory, before, P * 4) != 0, "the Predict run must move the weights");
@@ -213,7 +213,7 @@ Test(hybrid_train, fused_update_equals_plain_adamw) {
         cr_assert(memcmp(a.model.m_memory, b.model.m_memory, P * 4) == 0, "step %d: m differs", t);
         cr_assert(memcmp(a.model.v_memory, b.model.v_memory, P * 4) == 0, "step %d: v differs", t);
         cr_assert_gt(b.h.stats[2], 0.0, "no update measured");
-        hybrid_report(&b.h, b.model.mean_loss, gn, 1.0);
+        hybrid_report(&b.h, b.model.mean_loss, gn, NAN, NAN, 1.0);
     }
     tiny_free(&a); tiny_free(&b);
 }
@@ -289,6 +289,46 @@ Test(hybrid_train, hybrid_with_nothing_predicted_equals_the_baseline) {
     }
     cr_assert_eq(lines, 30);
     free(a); free(b);
+}
+
+// the noise gate through the binary, at 2 micro batches per step (B_noise measured, ~1k tokens here at
+// 64 tokens per step): a ratio no run reaches keeps the look-ahead off the whole window, and the run is
+// the baseline's bit for bit; ratio 0 looks ahead; one micro batch cannot measure, so the gate stays open;
+// a resume inside the window continues the running estimate bit-exactly
+Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
+    corpus();
+    cr_assert_eq(trainer(DIR "/gate_base", "-x 30 -v 10 -m 2 -d 64"), 0);
+    cr_assert_eq(trainer(DIR "/gate_closed", "-x 30 -v 10 -m 2 -d 64 -n 1 --hybrid --noise-gate 1000000"), 0);
+    cr_assert_eq(trainer(DIR "/gate_none", "-x 30 -v 10 -m 2 -d 64 --hybrid --noise-gate 0"), 0);
+    cr_assert_eq(trainer(DIR "/gate_micro1", "-x 30 -v 10 -m 2 --hybrid --noise-gate 1000000"), 0);
+    cr_assert_eq(summary_number(DIR "/gate_closed", "lookahead_steps"), 0);
+    cr_assert_gt(summary_number(DIR "/gate_closed", "lookahead_gated_steps"), 15);  // the window: 18 steps
+    cr_assert_gt(summary_number(DIR "/gate_closed", "noise_scale_running"), 64);
+    cr_assert_gt(summary_number(DIR "/gate_none", "lookahead_steps"), 15);
+    cr_assert_eq(summary_number(DIR "/gate_none", "lookahead_gated_steps"), 0);
+    cr_assert_gt(summary_number(DIR "/gate_micro1", "lookahead_steps"), 15, "one micro batch: the gate must stay open");
+    char *base = loss_fields(DIR "/gate_base"), *closed = loss_fields(DIR "/gate_closed"), *none = loss_fields(DIR "/gate_none");
+    char *pa = base, *pb = closed;
+    int lines = 0;
+    while ((pa = strstr(pa, "\"loss\": ")) != NULL && (pb = strstr(pb, "\"loss\": ")) != NULL) {
+        cr_assert_eq(strncmp(pa, pb, strcspn(pa, ";")), 0, "gate closed: loss line %d differs from the baseline", lines);
+        pa++; pb++; lines++;
+    }
+    cr_assert_eq(lines, 30);
+    char* last_base = strrchr(base, 'v'), *last_none = strrchr(none, 'v');  // the final "val_loss" fields
+    cr_assert(strcmp(last_base, last_none) != 0, "ratio 0 must look ahead and train differently");
+    char* log = slurp(DIR "/gate_micro1.log");
+    cr_assert(strstr(log, "noise gate: open (one micro batch per step") != NULL);
+    free(log);
+    // resume from inside the window (the gate's estimate and counters come back with the hybrid state)
+    cr_assert_eq(system("rm -rf " DIR "/gate_resume && cp -r " DIR "/gate_closed " DIR "/gate_resume && cd " DIR "/gate_resume && "
+                        "for f in DONE_*; do s=$(echo $f | sed 's/DONE_0*//'); [ \"$s\" -gt 12 ] && rm $f; done; true"), 0);
+    cr_assert_eq(trainer(DIR "/gate_resume", "-x 30 -v 10 -m 2 -d 64 -n 1 --hybrid --noise-gate 1000000 -y 1"), 0);
+    char *want = loss_fields(DIR "/gate_closed"), *got = loss_fields(DIR "/gate_resume");
+    cr_assert_str_eq(got, want, "resume inside the window differs");
+    cr_assert_eq(summary_number(DIR "/gate_resume", "lookahead_gated_steps"), summary_number(DIR "/gate_closed", "lookahead_gated_steps"));
+    cr_assert_eq(summary_number(DIR "/gate_resume", "noise_scale_running"), summary_number(DIR "/gate_closed", "noise_scale_running"));
+    free(want); free(got); free(base); free(closed); free(none);
 }
 
 Test(hybrid_train, resume_is_bit_exact, .timeout = 600) {
