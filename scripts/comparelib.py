@@ -295,6 +295,7 @@ def summarize_run(recs, target=None):
 
 
 HYBRID_DIAG = (("pct_steps_without_backward", "% steps without backward", 1),
+               ("lookahead_steps", "look-ahead steps", 1), ("lookahead_gated_steps", "steps the noise gate closed", 1),
                ("lookahead_mean_beta", "mean look-ahead beta", 3), ("lookahead_jumps", "grad-norm jumps", 1),
                ("lookahead_caps", "block caps", 1), ("lookahead_cos", "cos(update, drift)", 3),
                ("predict_runs", "Predict runs", 1), ("rollbacks", "rollbacks", 1),

@@ -52,7 +52,7 @@ Test(cli, help_lists_every_flag_with_its_default) {
             default_lines += strstr(line, "(default ") != NULL;
         }
     }
-    cr_assert_eq(flag_lines, 30 + 1 + 8);  // the shared table, the CPU trainer's --precision, the 8 hybrid flags
+    cr_assert_eq(flag_lines, 30 + 1 + 9);  // the shared table, the CPU trainer's --precision, the 9 hybrid flags
     cr_assert_eq(default_lines, flag_lines);
     free(text);
 }
