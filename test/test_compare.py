@@ -658,6 +658,31 @@ def smoke_config_end_to_end():
         check(not a.startswith("baseline") or o["predict"][0] == 0, f"{a}: a baseline run took Predict steps")
 
 
+@test
+def noise_gate_replay_repeats_the_trainer():
+    """scripts/noise_gate_replay.py on a hybrid run (2 micro batches per step) gives the trainer's own
+    closed-step count and running noise scale, at ratios where the gate stays open, toggles, stays closed"""
+    need_trainer(hybrid=True)
+    tr, va = make_shards()
+    partial = 0
+    for ratio in ("0.5", "8", "64", "100000"):
+        d = os.path.join(TMP, f"gate_{ratio}")
+        rc, out, err = sh([TRAINER, "-i", tr, "-j", va, "-e", "d1", "-b", "2", "-t", "16", "-d", "64", "-x", "60",
+                           "-v", "0", "-s", "0", "-o", d, "--hybrid", "--noise-gate", ratio], env={"OMP_NUM_THREADS": "1"})
+        check(rc == 0, f"trainer failed ({rc}): {err[-1000:]}")
+        h = json.load(open(os.path.join(d, "summary.json")))["hybrid"]
+        rc, out, err = sh(["/usr/bin/python3", os.path.join(ROOT, "scripts", "noise_gate_replay.py"), d, "--ratio", ratio])
+        check(rc == 0, f"replay failed ({rc}): {err}")
+        m = re.search(r"closed on (\d+) of (\d+) steps; highest running B_noise in it \S+, at the end (\S+) tokens", out)
+        check(m is not None, f"replay output: {out}")
+        closed, window, end = int(m.group(1)), int(m.group(2)), float(m.group(3))
+        check(closed == h["lookahead_gated_steps"], f"ratio {ratio}: replay {closed} closed steps, trainer {h['lookahead_gated_steps']}")
+        check(window == h["lookahead_gated_steps"] + h["lookahead_steps"], f"ratio {ratio}: window {window} steps")
+        check(abs(end - h["noise_scale_running"]) <= 1.0, f"ratio {ratio}: replay B_noise {end}, trainer {h['noise_scale_running']}")
+        partial += 0 < closed < window
+    check(partial > 0, "no ratio toggled the gate: the comparison would not test the window's per-step decisions")
+
+
 def main():
     passed = failed = skipped = 0
     for fn in TESTS:

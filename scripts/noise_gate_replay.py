@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""
+noise_gate_replay — what hybrid mode's noise gate sees on a finished run: the running gradient noise scale
+(hybrid/lookahead.h: EMAs, weight 0.05, of the per-step estimates of the noise's trace S and of |G|^2 from
+the first micro batch's gradient norm and the step's, as the trainer logs them in metrics.jsonl) at each
+step of the look-ahead's window, and on how many of those steps a gate of --ratio would have been closed.
+
+    scripts/noise_gate_replay.py out/run                         # a baseline run: would the gate open?
+    scripts/noise_gate_replay.py out/run --ratio 2 --every 50    # another ratio, a line every 50 steps
+
+On a baseline run it says what a `--hybrid` run with the same flags would do for as long as its gate stays
+closed: until then the two runs are the same run, bit for bit. On a hybrid run it repeats the trainer's own
+numbers (`lookahead_gated_steps`, `noise_scale_running` in summary.json), which the tests check.
+The window is hybrid mode's default, [10%, 70%) of the schedule, unless --start/--stop say otherwise.
+Needs a run with two or more micro batches per step (with one nothing is measured and the gate stays open).
+"""
+import argparse
+import json
+import os
+import sys
+
+ALPHA = 0.05  # LOOKAHEAD_NOISE_ALPHA
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("run", help="a run's output folder (-o), with metrics.jsonl and summary.json")
+    p.add_argument("--ratio", type=float, default=4.0, help="the gate's ratio, --noise-gate (default 4)")
+    p.add_argument("--start", type=int, help="the window's first step, 0-based (default: 10%% of the schedule)")
+    p.add_argument("--stop", type=int, help="the step after the window (default: 70%% of the schedule)")
+    p.add_argument("--every", type=int, default=0, help="also print the running B_noise every N steps")
+    p.add_argument("--processes", type=int, default=1, help="processes (GPUs) of the run (default 1)")
+    a = p.parse_args()
+    mpath, spath = os.path.join(a.run, "metrics.jsonl"), os.path.join(a.run, "summary.json")
+    try:
+        total = json.load(open(spath))["steps"]
+    except (OSError, ValueError, KeyError) as e:
+        die(f"{spath}: not a finished run's summary ({e})")
+    try:  # tokens and backward passes of the first step: tokens per step and micro batches per step
+        first = next(r for r in map(json.loads, open(mpath)) if "grad_norm" in r)
+        bb, micro = float(first["tokens"]), int(first["backward"]) * a.processes
+    except (OSError, ValueError, KeyError, StopIteration) as e:
+        die(f"{mpath}: no step lines ({e})")
+    if micro < 2:
+        die(f"{mpath}: one micro batch per step: the noise scale is not measured, the gate stays open")
+    b = bb / micro
+    start = a.start if a.start is not None else int(0.1 * total + 0.5)
+    stop = a.stop if a.stop is not None else int((1.0 - 0.3) * total)
+    s_ema = g2_ema = 0.0
+    n = closed = window = 0
+    peak = 0.0
+    with open(mpath) as f:
+        for lineno, line in enumerate(f, 1):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                die(f"{mpath}:{lineno}: not a JSON line")
+            if "grad_norm" not in r:
+                continue  # the initial val line
+            k = r["step"] - 1  # 0-based: the step's plan sees the estimate of the steps before it
+            if start <= k < stop:
+                window += 1
+                gated = n > 0 and not s_ema >= a.ratio * bb * g2_ema
+                closed += gated
+                if n > 0:
+                    peak = max(peak, s_ema / g2_ema if g2_ema > 0 else float("inf"))
+            gb, gbb = r.get("grad_norm_micro1"), r.get("grad_norm")
+            if gb is None or gbb is None or r.get("skipped"):
+                continue
+            s = (gb * gb - gbb * gbb) / (1.0 / b - 1.0 / bb)
+            g2 = (bb * gbb * gbb - b * gb * gb) / (bb - b)
+            s_ema += ALPHA * (s - s_ema)
+            g2_ema += ALPHA * (g2 - g2_ema)
+            n += 1
+            if a.every and r["step"] % a.every == 0:
+                print(f"step {r['step']:6d}: running B_noise {s_ema / g2_ema:10.0f} tokens")
+    end = s_ema / g2_ema if n and g2_ema > 0 else float("nan")
+    print(f"{a.run}: {bb:.0f} tokens per step, gate at {a.ratio:g} x that = {a.ratio * bb:.0f} tokens; window "
+          f"[{start}, {stop}): closed on {closed} of {window} steps; highest running B_noise in it {peak:.0f}, "
+          f"at the end {end:.0f} tokens")
+
+
+if __name__ == "__main__":
+    main()
