@@ -9,7 +9,9 @@
  * Every round runs each pass once, in turn (medians over the rounds after warm-up), so that on a shared
  * machine all of them see the same moments. Run it as the trainer runs (OMP_WAIT_POLICY=passive).
  * Prints a table and one JSON line.
- * usage: bench_hybrid depth [reps=15]
+ * usage: bench_hybrid depth [reps=15] [vocab=50257] [bf16=0]
+ * (vocab 1024 is the hybrid study's model; bf16 1: the passes also round the bf16 weight copy, as a bf16
+ * run's do)
  */
 #define TESTING
 #include "../train_gpt2.c"
@@ -39,18 +41,23 @@ static void fill(float* x, size_t n, float scale, uint64_t seed) {
 
 int main(int argc, char** argv) {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s depth [reps=15]\n", argv[0]);
+        fprintf(stderr, "usage: %s depth [reps=15] [vocab=50257] [bf16=0]\n", argv[0]);
         return 1;
     }
     int depth = atoi(argv[1]);
     int reps = argc > 2 ? atoi(argv[2]) : 15;
-    if (depth <= 0 || depth > 48 || reps < 1 || reps > MAX_REPS) {
-        fprintf(stderr, "error: bad arguments (need 1 <= depth <= 48, 1 <= reps <= %d)\n", MAX_REPS);
+    int vocab = argc > 3 ? atoi(argv[3]) : 50257;
+    int bf16_on = argc > 4 ? atoi(argv[4]) : 0;
+    if (depth <= 0 || depth > 48 || reps < 1 || reps > MAX_REPS || vocab < 2 || vocab > 1000000 ||
+        (bf16_on != 0 && bf16_on != 1)) {
+        fprintf(stderr, "error: bad arguments (need 1 <= depth <= 48, 1 <= reps <= %d, 2 <= vocab <= 1000000, "
+                        "bf16 0 or 1)\n", MAX_REPS);
         return 1;
     }
     GPT2 model;
-    gpt2_build_from_random(&model, depth, 50257, 1337);
+    gpt2_build_from_random(&model, depth, vocab, 1337);
     gpt2_allocate(&model, 1, 64);
+    gpt2_set_precision(&model, bf16_on);
     const size_t P = model.num_parameters;
     fill(model.grads_memory, P, 0.02f, 1);
     fill(model.m_memory, P, 0.002f, 2);
@@ -72,6 +79,7 @@ int main(int argc, char** argv) {
     HybridState h;
     hybrid_init(&h, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd); // the trainer's AdamW
     h.lr = 1e-3f;
+    if (bf16_on) { hybrid_set_bf16_copy(&h, model.params_bf16); }
     float* coef = (float*)mallocCheck((size_t)nb * sizeof(float));
     for (int b = 0; b < nb; b++) { h.la.beta_prev[b] = 0.25f; h.la.beta_next[b] = 0.25f; coef[b] = 0.5f; }
     // the probe over two buffers of >= 128 MiB each (far past any cache here), or the model's size
