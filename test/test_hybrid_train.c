@@ -91,6 +91,18 @@ static char* loss_fields(const char* dir) {
     return out;
 }
 
+// the "loss" fields of two loss_fields() records, in order: how many lines match before either ends
+// (asserting each is equal); phase names may differ (warmup/full against full)
+static int same_losses(const char* a, const char* b, const char* what) {
+    const char *pa = a, *pb = b;
+    int lines = 0;
+    while ((pa = strstr(pa, "\"loss\": ")) != NULL && (pb = strstr(pb, "\"loss\": ")) != NULL) {
+        cr_assert_eq(strncmp(pa, pb, strcspn(pa, ";")), 0, "%s: loss line %d differs", what, lines);
+        pa++; pb++; lines++;
+    }
+    return lines;
+}
+
 static double summary_number(const char* dir, const char* key) {
     char path[512];
     snprintf(path, sizeof(path), "%s/summary.json", dir);
@@ -280,14 +292,7 @@ Test(hybrid_train, hybrid_with_nothing_predicted_equals_the_baseline) {
     cr_assert_eq(trainer(DIR "/zero", "-x 30 -v 10 -m 2 --hybrid --lookahead 0"), 0);
     char *a = loss_fields(DIR "/base"), *b = loss_fields(DIR "/zero");
     cr_assert_gt(strlen(a), 100);
-    // the phase names differ (warmup/full against full): compare the losses only
-    char *pa = a, *pb = b;
-    int lines = 0;
-    while ((pa = strstr(pa, "\"loss\": ")) != NULL && (pb = strstr(pb, "\"loss\": ")) != NULL) {
-        cr_assert_eq(strncmp(pa, pb, strcspn(pa, ";")), 0, "loss line %d differs", lines);
-        pa++; pb++; lines++;
-    }
-    cr_assert_eq(lines, 30);
+    cr_assert_eq(same_losses(a, b, "--lookahead 0"), 30);
     free(a); free(b);
 }
 
@@ -308,13 +313,7 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     cr_assert_eq(summary_number(DIR "/gate_none", "lookahead_gated_steps"), 0);
     cr_assert_gt(summary_number(DIR "/gate_micro1", "lookahead_steps"), 15, "one micro batch: the gate must stay open");
     char *base = loss_fields(DIR "/gate_base"), *closed = loss_fields(DIR "/gate_closed"), *none = loss_fields(DIR "/gate_none");
-    char *pa = base, *pb = closed;
-    int lines = 0;
-    while ((pa = strstr(pa, "\"loss\": ")) != NULL && (pb = strstr(pb, "\"loss\": ")) != NULL) {
-        cr_assert_eq(strncmp(pa, pb, strcspn(pa, ";")), 0, "gate closed: loss line %d differs from the baseline", lines);
-        pa++; pb++; lines++;
-    }
-    cr_assert_eq(lines, 30);
+    cr_assert_eq(same_losses(base, closed, "gate closed against the baseline"), 30);
     char* last_base = strrchr(base, 'v'), *last_none = strrchr(none, 'v');  // the final "val_loss" fields
     cr_assert(strcmp(last_base, last_none) != 0, "ratio 0 must look ahead and train differently");
     char* log = slurp(DIR "/gate_micro1.log");
