@@ -226,23 +226,35 @@ def val_points(recs):
     return pts
 
 
-def gns_second_half(steps):
-    """(gradient noise scale in tokens, tokens per step) of a run from its per-step records: the ratio of
-    the two unbiased estimates (the noise's trace S and the true gradient's squared norm G2, from the
-    first micro batch's gradient norm and the step's) summed over the steps past half the run, as the
-    trainer's summary does (docs/formats.md); (None, tokens per step) with one micro batch per step."""
-    last = max(r["step"] for r in steps)
-    full = [r for r in steps if r.get("phase") != "predict" and r.get("grad_norm_micro1") is not None
-            and r.get("grad_norm") is not None and not r.get("skipped")]
+def noise_terms(gb, gbb, b, bb):
+    """One step's unbiased estimates (S, G2) of the noise's trace and of the true gradient's squared norm,
+    from the norms of one micro batch's gradient (gb, over b tokens) and of the step's (gbb, bb tokens),
+    as the trainer computes them (llmc/run.h run_noise_terms)."""
+    gb2, gbb2 = float(gb) ** 2, float(gbb) ** 2
+    return (gb2 - gbb2) / (1.0 / b - 1.0 / bb), (bb * gbb2 - b * gb2) / (bb - b)
+
+
+def step_shape(steps):
+    """(tokens per step, backward passes per step) of a run from the cumulative counters of two
+    neighbouring measured steps; (None, None) if no two are found."""
     byk = {r["step"]: r for r in steps}
-    tps, micro = None, None
-    for r in steps:  # per-step tokens and micro batches from the cumulative counters of two neighbours
+    for r in steps:
         prev = byk.get(r["step"] - 1)
         if prev is not None and r.get("phase") != "predict" and r.get("tokens") and prev.get("tokens") is not None \
                 and r.get("backward") and prev.get("backward") is not None and r["backward"] > prev["backward"]:
-            tps, micro = r["tokens"] - prev["tokens"], r["backward"] - prev["backward"]
-            break
-    if not full or tps is None or micro is None or micro < 2:
+            return r["tokens"] - prev["tokens"], r["backward"] - prev["backward"]
+    return None, None
+
+
+def gns_second_half(steps):
+    """(gradient noise scale in tokens, tokens per step) of a run from its per-step records: the ratio of
+    the two unbiased estimates (noise_terms) summed over the steps past half the run, as the trainer's
+    summary does (docs/formats.md); (None, tokens per step) with one micro batch per step."""
+    last = max(r["step"] for r in steps)
+    full = [r for r in steps if r.get("phase") != "predict" and r.get("grad_norm_micro1") is not None
+            and r.get("grad_norm") is not None and not r.get("skipped")]
+    tps, micro = step_shape(steps)
+    if not full or tps is None or micro < 2:
         return None, tps
     bb = float(tps)
     b = bb / micro
@@ -250,9 +262,9 @@ def gns_second_half(steps):
     for r in full:
         if r["step"] <= last // 2:
             continue
-        gb2, gbb2 = float(r["grad_norm_micro1"]) ** 2, float(r["grad_norm"]) ** 2
-        g2 += (bb * gbb2 - b * gb2) / (bb - b)
-        ss += (gb2 - gbb2) / (1.0 / b - 1.0 / bb)
+        s, g = noise_terms(r["grad_norm_micro1"], r["grad_norm"], b, bb)
+        ss += s
+        g2 += g
     return (ss / g2 if g2 > 0 and ss > 0 else None), tps  # a sum <= 0: too little noise to measure
 
 

@@ -19,12 +19,11 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import comparelib as cl  # noqa: E402
+from comparelib import die  # noqa: E402
+
 ALPHA = 0.05  # LOOKAHEAD_NOISE_ALPHA
-
-
-def die(msg):
-    print(f"error: {msg}", file=sys.stderr)
-    sys.exit(1)
 
 
 def main():
@@ -42,11 +41,14 @@ def main():
         total = json.load(open(spath))["steps"]
     except (OSError, ValueError, KeyError) as e:
         die(f"{spath}: not a finished run's summary ({e})")
-    try:  # tokens and backward passes of the first step: tokens per step and micro batches per step
-        first = next(r for r in map(json.loads, open(mpath)) if "grad_norm" in r)
-        bb, micro = float(first["tokens"]), int(first["backward"]) * a.processes
-    except (OSError, ValueError, KeyError, StopIteration) as e:
-        die(f"{mpath}: no step lines ({e})")
+    try:
+        recs = cl.read_metrics(mpath)
+    except cl.CompareError as e:
+        die(str(e))
+    tps, backward = cl.step_shape(recs)
+    if tps is None:
+        die(f"{mpath}: no two consecutive step lines")
+    bb, micro = float(tps), backward * a.processes
     if micro < 2:
         die(f"{mpath}: one micro batch per step: the noise scale is not measured, the gate stays open")
     b = bb / micro
@@ -55,31 +57,25 @@ def main():
     s_ema = g2_ema = 0.0
     n = closed = window = 0
     peak = 0.0
-    with open(mpath) as f:
-        for lineno, line in enumerate(f, 1):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                die(f"{mpath}:{lineno}: not a JSON line")
-            if "grad_norm" not in r:
-                continue  # the initial val line
-            k = r["step"] - 1  # 0-based: the step's plan sees the estimate of the steps before it
-            if start <= k < stop:
-                window += 1
-                gated = n > 0 and not s_ema >= a.ratio * bb * g2_ema
-                closed += gated
-                if n > 0:
-                    peak = max(peak, s_ema / g2_ema if g2_ema > 0 else float("inf"))
-            gb, gbb = r.get("grad_norm_micro1"), r.get("grad_norm")
-            if gb is None or gbb is None or r.get("skipped"):
-                continue
-            s = (gb * gb - gbb * gbb) / (1.0 / b - 1.0 / bb)
-            g2 = (bb * gbb * gbb - b * gb * gb) / (bb - b)
-            s_ema += ALPHA * (s - s_ema)
-            g2_ema += ALPHA * (g2 - g2_ema)
-            n += 1
-            if a.every and r["step"] % a.every == 0:
-                print(f"step {r['step']:6d}: running B_noise {s_ema / g2_ema:10.0f} tokens")
+    for r in recs:
+        if "grad_norm" not in r:
+            continue  # the initial val line
+        k = r["step"] - 1  # 0-based: the step's plan sees the estimate of the steps before it
+        if start <= k < stop:
+            window += 1
+            gated = n > 0 and not s_ema >= a.ratio * bb * g2_ema
+            closed += gated
+            if n > 0:
+                peak = max(peak, s_ema / g2_ema if g2_ema > 0 else float("inf"))
+        gb, gbb = r.get("grad_norm_micro1"), r.get("grad_norm")
+        if gb is None or gbb is None or r.get("skipped"):
+            continue
+        s, g2 = cl.noise_terms(gb, gbb, b, bb)
+        s_ema += ALPHA * (s - s_ema)
+        g2_ema += ALPHA * (g2 - g2_ema)
+        n += 1
+        if a.every and r["step"] % a.every == 0:
+            print(f"step {r['step']:6d}: running B_noise {s_ema / g2_ema:10.0f} tokens")
     end = s_ema / g2_ema if n and g2_ema > 0 else float("nan")
     print(f"{a.run}: {bb:.0f} tokens per step, gate at {a.ratio:g} x that = {a.ratio * bb:.0f} tokens; window "
           f"[{start}, {stop}): closed on {closed} of {window} steps; highest running B_noise in it {peak:.0f}, "
