@@ -259,6 +259,31 @@ def finished_runs_are_not_rerun_and_changed_ones_are():
 
 
 @test
+def copied_results_folder_is_reported_not_rerun():
+    # the recorded commands name the old -o folders; a copy elsewhere is the same runs
+    cfg = write_config("fake.json", FAKE_STUDY)
+    res = os.path.join(TMP, "fake")
+    if not os.path.exists(os.path.join(res, "report.md")):
+        sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    copy = os.path.join(TMP, "fake_copy")
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(res, copy)
+    for f in glob.glob(os.path.join(copy, "*.csv")) + glob.glob(os.path.join(copy, "report.md")):
+        os.remove(f)
+    rc, out, err = sh([HYBRID, cfg, "--results", copy, "--report-only"])
+    check(rc == 0 and "18 already finished, 0 to run" in out, f"copied folder not reported: {out} {err}")
+    check(open(os.path.join(copy, "summary.csv")).read() == open(os.path.join(res, "summary.csv")).read(),
+          "the copy's summary differs from the original's")
+    # any other flag still counts as another command
+    dpath = os.path.join(copy, "runs", "baseline_lr1x", "seed1", "DONE")
+    d = json.load(open(dpath))
+    d["cmd"][d["cmd"].index("-o") - 1] = "999"
+    json.dump(d, open(dpath, "w"))
+    rc, out, err = sh([HYBRID, cfg, "--results", copy, "--report-only"])
+    check(rc == 0 and "17 already finished, 1 to run" in out, f"a changed flag was not noticed: {out}")
+
+
+@test
 def failed_run_is_reported_and_exit_is_nonzero():
     cfg = write_config("fake.json", FAKE_STUDY)
     res = os.path.join(TMP, "fail")
