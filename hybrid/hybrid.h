@@ -65,7 +65,7 @@ static inline void hybrid_config_default(HybridConfig* c) {
     c->predict_steps = 0;
     c->full_steps = 4;
     c->divergence_threshold = 3.0f;
-    c->noise_gate = 4.0f;
+    c->noise_gate = 2.0f;
 }
 
 // The flags as a table, one row per HybridConfig field. The trainer's command-line parser

@@ -30,7 +30,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("run", help="a run's output folder (-o), with metrics.jsonl and summary.json")
-    p.add_argument("--ratio", type=float, default=4.0, help="the gate's ratio, --noise-gate (default 4)")
+    p.add_argument("--ratio", type=float, default=2.0, help="the gate's ratio, --noise-gate (default 2, the trainer's)")
     p.add_argument("--start", type=int, help="the window's first step, 0-based (default: 10%% of the schedule)")
     p.add_argument("--stop", type=int, help="the step after the window (default: 70%% of the schedule)")
     p.add_argument("--every", type=int, default=0, help="also print the running B_noise every N steps")
