@@ -232,12 +232,18 @@ def fake_study_runs_in_parallel_and_report_matches_jsonl():
     check(arms["hybrid_lr1x"]["predict"][0] > 0, "fake hybrid runs should have predict steps")
 
 
-@test
-def finished_runs_are_not_rerun_and_changed_ones_are():
+def finished_fake_study():
+    """The fake study's config and results folder, run here unless an earlier test ran it."""
     cfg = write_config("fake.json", FAKE_STUDY)
     res = os.path.join(TMP, "fake")
     if not os.path.exists(os.path.join(res, "report.md")):
         sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    return cfg, res
+
+
+@test
+def finished_runs_are_not_rerun_and_changed_ones_are():
+    cfg, res = finished_fake_study()
     done = sorted(glob.glob(os.path.join(res, "runs", "*", "seed*", "DONE")))
     check(len(done) == 18, f"{len(done)} DONE files")
     mt = {d: os.path.getmtime(d) for d in done}
@@ -261,10 +267,7 @@ def finished_runs_are_not_rerun_and_changed_ones_are():
 @test
 def copied_results_folder_is_reported_not_rerun():
     # the recorded commands name the old -o folders; a copy elsewhere is the same runs
-    cfg = write_config("fake.json", FAKE_STUDY)
-    res = os.path.join(TMP, "fake")
-    if not os.path.exists(os.path.join(res, "report.md")):
-        sh([HYBRID, cfg, "--results", res, "--jobs", "2"])
+    cfg, res = finished_fake_study()
     copy = os.path.join(TMP, "fake_copy")
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(res, copy)
