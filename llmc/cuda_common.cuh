@@ -50,6 +50,15 @@ typedef __nv_bfloat16 floatX;
 
 __device__ __forceinline__ float to_float(floatX x) { return (float)x; }
 
+// 16-byte packs of floatX (8 bf16 or 4 fp32): one load or store instruction per pack. The element-wise and
+// per-row kernels need them to come near the memory bandwidth (2-byte loads left them 2-16x short on an
+// H100); each has a scalar twin for sizes or addresses that do not split into aligned packs.
+constexpr int PACK = 16 / (int)sizeof(floatX);
+struct __align__(16) packX { floatX v[PACK]; };
+__device__ __forceinline__ packX load_pack(const floatX* p) { return *reinterpret_cast<const packX*>(p); }
+__device__ __forceinline__ void store_pack(floatX* p, const packX& x) { *reinterpret_cast<packX*>(p) = x; }
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
+
 // ----------------------------------------------------------------------------
 // stochastic rounding fp32 -> bf16: add 16 random bits below the bf16 mantissa, then truncate.
 // The random bits are a hash of (element index, seed): deterministic for a given step seed, and the same

@@ -163,15 +163,54 @@ __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floa
     dinp[i] = (floatX)(local_grad * to_float(dout[i]));
 }
 
+// the same two in 16-byte packs, one pack per thread (n % PACK == 0, aligned buffers)
+__global__ void gelu_forward_pack_kernel(floatX* out, const floatX* inp, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK;
+    if (i >= n) { return; }
+    packX px = load_pack(inp + i), po;
+    for (int k = 0; k < PACK; k++) {
+        float x = to_float(px.v[k]);
+        float cube = 0.044715f * x * x * x;
+        po.v[k] = (floatX)(0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
+    }
+    store_pack(out + i, po);
+}
+
+__global__ void gelu_backward_pack_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK;
+    if (i >= n) { return; }
+    packX px = load_pack(inp + i), pd = load_pack(dout + i), po;
+    for (int k = 0; k < PACK; k++) {
+        float x = to_float(px.v[k]);
+        float cube = 0.044715f * x * x * x;
+        float tanh_arg = GELU_SCALING_FACTOR * (x + cube);
+        float tanh_out = tanhf(tanh_arg);
+        float cosh_out = coshf(tanh_arg);
+        float sech2 = 1.0f / (cosh_out * cosh_out);
+        float local_grad = 0.5f * (1.0f + tanh_out) +
+                           x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+        po.v[k] = (floatX)(local_grad * to_float(pd.v[k]));
+    }
+    store_pack(dinp + i, po);
+}
+
 void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     const int block = 256;
-    gelu_forward_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(out, inp, n);
+    if (n % PACK == 0 && aligned16(out) && aligned16(inp)) {
+        gelu_forward_pack_kernel<<<ceil_div((long)(n / PACK), block), block, 0, stream>>>(out, inp, n);
+    } else {
+        gelu_forward_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(out, inp, n);
+    }
     cudaCheck(cudaGetLastError());
 }
 
 void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
     const int block = 256;
-    gelu_backward_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(dinp, inp, dout, n);
+    if (n % PACK == 0 && aligned16(dinp) && aligned16(inp) && aligned16(dout)) {
+        gelu_backward_pack_kernel<<<ceil_div((long)(n / PACK), block), block, 0, stream>>>(dinp, inp, dout, n);
+    } else {
+        gelu_backward_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(dinp, inp, dout, n);
+    }
     cudaCheck(cudaGetLastError());
 }
 

@@ -21,8 +21,10 @@
 # torch and numpy for the reference (the pytorch check is skipped without them). Each round builds in one
 # `make -k -j` (CHECK_JOBS, default nproc); every GPU run has a timeout (CHECK_TIMEOUT, default 300 s) so a
 # hung kernel fails its own check only. CHECK_ALL_FORCE=1 runs the GPU checks even where nvidia-smi lists
-# no GPU (to exercise the script: they then fail). CHECK_ROUNDS="ours" or "cudnn" runs one round only (the
-# whole script may take several minutes: a GPU session with a per-command limit can run the rounds apart).
+# no GPU (to exercise the script: they then fail). CHECK_CPU_METRICS=FILE takes the CPU trainer's metrics.jsonl
+# for cpu-vs-gpu from FILE (a run with FLAGS below on a machine with OpenBLAS) instead of running it here.
+# CHECK_ROUNDS="ours" or "cudnn" runs one round only (the whole script may take several minutes: a GPU
+# session with a per-command limit can run the rounds apart).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 LOG_DIR=${1:-docs/results/gpu}
@@ -125,7 +127,11 @@ if ! nvidia-smi -L > /dev/null 2>&1; then HAVE_GPU=0; fi
 echo
 echo "=== the CPU trainer (for cpu-vs-gpu)"
 CPU_OK=0
-if "${MK[@]}" train_gpt2 && rm -rf "$W/cpu_cmp" &&
+if [ -n "${CHECK_CPU_METRICS:-}" ]; then
+    # a GPU machine without OpenBLAS: the CPU run was made elsewhere with the same FLAGS
+    echo "using $CHECK_CPU_METRICS (CHECK_CPU_METRICS) instead of running the CPU trainer here"
+    rm -rf "$W/cpu_cmp" && mkdir -p "$W/cpu_cmp" && cp "$CHECK_CPU_METRICS" "$W/cpu_cmp/metrics.jsonl" && CPU_OK=1
+elif "${MK[@]}" train_gpt2 && rm -rf "$W/cpu_cmp" &&
    ./train_gpt2 "${FLAGS[@]}" -o "$W/cpu_cmp" > "$W/cpu_cmp.out" 2>&1; then
     CPU_OK=1
 else
