@@ -50,13 +50,18 @@ typedef __nv_bfloat16 floatX;
 
 __device__ __forceinline__ float to_float(floatX x) { return (float)x; }
 
-// 16-byte packs of floatX (8 bf16 or 4 fp32): one load or store instruction per pack. The element-wise and
-// per-row kernels need them to come near the memory bandwidth (2-byte loads left them 2-16x short on an
-// H100); each has a scalar twin for sizes or addresses that do not split into aligned packs.
+// W consecutive floatX moved by one load or store instruction: W = PACK is 16 bytes (8 bf16 or 4 fp32).
+// The element-wise and per-row kernels are templates on W: they come near the memory bandwidth only with
+// PACK (loads of one bf16 left them 1.6-12x short on an H100) and take W = 1 where a size or an address
+// does not split into aligned packs.
 constexpr int PACK = 16 / (int)sizeof(floatX);
-struct __align__(16) packX { floatX v[PACK]; };
-__device__ __forceinline__ packX load_pack(const floatX* p) { return *reinterpret_cast<const packX*>(p); }
-__device__ __forceinline__ void store_pack(floatX* p, const packX& x) { *reinterpret_cast<packX*>(p) = x; }
+template <int W> struct __align__(W * sizeof(floatX)) Vec { floatX v[W]; };
+template <int W> __device__ __forceinline__ Vec<W> load_vec(const floatX* p) {
+    return *reinterpret_cast<const Vec<W>*>(p);
+}
+template <int W> __device__ __forceinline__ void store_vec(floatX* p, const Vec<W>& x) {
+    *reinterpret_cast<Vec<W>*>(p) = x;
+}
 static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15u) == 0; }
 
 // ----------------------------------------------------------------------------

@@ -3,8 +3,8 @@
  * loss[row] = logsumexp(logits[row, :V]) - logits[row, target]; with dloss != 0 the logits row is then
  * overwritten in place by dlogits = (softmax - onehot(target)) * dloss, and the padded columns [V, Vp)
  * by 0. The probabilities are never stored: the backward recomputes them from the max and the sum.
- * One block per row; the max and the sum are block reductions in a fixed order. Rows that split into
- * aligned 16-byte packs (every padded vocabulary) take the packed kernel.
+ * One block per row; the max and the sum are block reductions in a fixed order. W values per load: PACK
+ * where the rows split into aligned packs (every padded vocabulary), else 1.
  */
 #ifndef LLMC_FUSED_CLASSIFIER_CUH
 #define LLMC_FUSED_CLASSIFIER_CUH
@@ -13,17 +13,21 @@
 
 #define CLASSIFIER_THREADS 512
 
+template <int W>
 __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int* targets, float dloss,
                                         int accumulate, int V, int Vp) {
     __shared__ float shared[32];
     size_t row = blockIdx.x;
     floatX* x = logits + row * Vp;
-    // online max/sum per thread, then combined across the block
+    // online max/sum per thread (a group of W values rescales the sum once), then combined across the block
     float m = -INFINITY, s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        float z = to_float(x[v]);
-        if (z > m) { s *= expf(m - z); m = z; }
-        s += expf(z - m);
+    for (int v0 = threadIdx.x * W; v0 < V; v0 += blockDim.x * W) {
+        Vec<W> vx = load_vec<W>(x + v0);
+        int nv = min(W, V - v0);
+        float vm = -INFINITY;
+        for (int k = 0; k < nv; k++) { vm = fmaxf(vm, to_float(vx.v[k])); }
+        if (vm > m) { s *= expf(m - vm); m = vm; }
+        for (int k = 0; k < nv; k++) { s += expf(to_float(vx.v[k]) - m); }
     }
     float row_max = block_max(m, shared);
     float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), shared);
@@ -35,53 +39,18 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
     }
     if (dloss == 0.0f) { return; }
     __syncthreads();  // x[target] is read above before anyone overwrites it
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-        float d = 0.0f;
-        if (v < V) {
-            float p = expf(to_float(x[v]) - lse);
-            d = (p - (v == target ? 1.0f : 0.0f)) * dloss;
-        }
-        x[v] = (floatX)d;
-    }
-}
-
-// the same in 16-byte packs (Vp % PACK == 0, aligned rows): a pack's max rescales the running sum once
-__global__ void fused_classifier_pack_kernel(floatX* logits, float* losses, const int* targets, float dloss,
-                                             int accumulate, int V, int Vp) {
-    __shared__ float shared[32];
-    size_t row = blockIdx.x;
-    floatX* x = logits + row * Vp;
-    float m = -INFINITY, s = 0.0f;
-    for (int v0 = threadIdx.x * PACK; v0 < V; v0 += blockDim.x * PACK) {
-        packX px = load_pack(x + v0);
-        int nv = min(PACK, V - v0);
-        float pm = -INFINITY;
-        for (int k = 0; k < nv; k++) { pm = fmaxf(pm, to_float(px.v[k])); }
-        if (pm > m) { s *= expf(m - pm); m = pm; }
-        for (int k = 0; k < nv; k++) { s += expf(to_float(px.v[k]) - m); }
-    }
-    float row_max = block_max(m, shared);
-    float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), shared);
-    int target = targets[row];
-    float lse = row_max + logf(sum);
-    if (threadIdx.x == 0) {
-        float loss = lse - to_float(x[target]);
-        losses[row] = accumulate ? losses[row] + loss : loss;
-    }
-    if (dloss == 0.0f) { return; }
-    __syncthreads();  // x[target] is read above before anyone overwrites it
-    for (int v0 = threadIdx.x * PACK; v0 < Vp; v0 += blockDim.x * PACK) {
-        packX px = load_pack(x + v0);
-        for (int k = 0; k < PACK; k++) {
+    for (int v0 = threadIdx.x * W; v0 < Vp; v0 += blockDim.x * W) {
+        Vec<W> vx = load_vec<W>(x + v0);
+        for (int k = 0; k < W; k++) {
             int v = v0 + k;
             float d = 0.0f;
             if (v < V) {
-                float p = expf(to_float(px.v[k]) - lse);
+                float p = expf(to_float(vx.v[k]) - lse);
                 d = (p - (v == target ? 1.0f : 0.0f)) * dloss;
             }
-            px.v[k] = (floatX)d;
+            vx.v[k] = (floatX)d;
         }
-        store_pack(x + v0, px);
+        store_vec<W>(x + v0, vx);
     }
 }
 
@@ -90,10 +59,11 @@ void fused_classifier(floatX* logits, float* losses, const int* targets, float d
     // logits: (N,Vp), overwritten by dlogits when dloss != 0; losses: (N) fp32, added to when accumulate;
     // targets: (N)
     if (Vp % PACK == 0 && aligned16(logits)) {
-        fused_classifier_pack_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, dloss, accumulate,
-                                                                           V, Vp);
+        fused_classifier_kernel<PACK><<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, dloss,
+                                                                            accumulate, V, Vp);
     } else {
-        fused_classifier_kernel<<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, dloss, accumulate, V, Vp);
+        fused_classifier_kernel<1><<<N, CLASSIFIER_THREADS, 0, stream>>>(logits, losses, targets, dloss, accumulate,
+                                                                         V, Vp);
     }
     cudaCheck(cudaGetLastError());
 }

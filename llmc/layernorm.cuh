@@ -3,7 +3,9 @@
  * Same math as the CPU path: mean, then var = mean((x-mean)^2), rstd = 1/sqrt(var + 1e-5),
  * y = (x-mean)*rstd*w + b; mean and rstd (fp32) are saved per row for the backward pass.
  * One warp per row; statistics in fp32. Weight/bias gradients use fixed-order chunk sums (reduce.cuh).
- * Rows that split into aligned 16-byte packs (every GPT-2 width) take the packed kernels.
+ * Each kernel moves W consecutive values per load: W = PACK (16 bytes) where the rows split into aligned
+ * packs (every GPT-2 width), else W = 1; a lane owns whole packs, so the fp32 sums of the two widths add
+ * in different orders (tolerances, not bits, tie them).
  */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
@@ -12,6 +14,7 @@
 #include "llmc/reduce.cuh"
 
 // residual_out = a + b (when a != NULL; else the input is `b` as is), then out = LN(residual)
+template <int W>
 __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, floatX* residual_out,
                                          const floatX* a, const floatX* b, const floatX* weight,
                                          const floatX* bias, int N, int C) {
@@ -23,19 +26,33 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
         // the sum is rounded to floatX first: the statistics describe the stored residual exactly
         const floatX* xa = a + (size_t)row * C;
         floatX* r = residual_out + (size_t)row * C;
-        for (int c = lane; c < C; c += 32) { r[c] = (floatX)(to_float(xa[c]) + to_float(x[c])); }
+        for (int c = lane * W; c < C; c += 32 * W) {
+            Vec<W> va = load_vec<W>(xa + c), vb = load_vec<W>(x + c), vr;
+            for (int k = 0; k < W; k++) { vr.v[k] = (floatX)(to_float(va.v[k]) + to_float(vb.v[k])); }
+            store_vec<W>(r + c, vr);
+        }
         __syncwarp();
         x = r;
     }
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) { sum += to_float(x[c]); }
+    for (int c = lane * W; c < C; c += 32 * W) {
+        Vec<W> vx = load_vec<W>(x + c);
+        for (int k = 0; k < W; k++) { sum += to_float(vx.v[k]); }
+    }
     float m = warp_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane; c < C; c += 32) { float d = to_float(x[c]) - m; var += d * d; }
+    for (int c = lane * W; c < C; c += 32 * W) {
+        Vec<W> vx = load_vec<W>(x + c);
+        for (int k = 0; k < W; k++) { float d = to_float(vx.v[k]) - m; var += d * d; }
+    }
     float s = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
     floatX* o = out + (size_t)row * C;
-    for (int c = lane; c < C; c += 32) {
-        o[c] = (floatX)((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
+    for (int c = lane * W; c < C; c += 32 * W) {
+        Vec<W> vx = load_vec<W>(x + c), vw = load_vec<W>(weight + c), vb = load_vec<W>(bias + c), vo;
+        for (int k = 0; k < W; k++) {
+            vo.v[k] = (floatX)((to_float(vx.v[k]) - m) * s * to_float(vw.v[k]) + to_float(vb.v[k]));
+        }
+        store_vec<W>(o + c, vo);
     }
     if (lane == 0) {
         if (mean != NULL) { mean[row] = m; }
@@ -43,70 +60,27 @@ __global__ void layernorm_forward_kernel(floatX* out, float* mean, float* rstd, 
     }
 }
 
-// the same in 16-byte packs (C % PACK == 0, every row 16-byte aligned): each lane owns whole packs, so the
-// fp32 sums add in another order than above (tolerances, not bits, tie the two)
-__global__ void layernorm_forward_pack_kernel(floatX* out, float* mean, float* rstd, floatX* residual_out,
-                                              const floatX* a, const floatX* b, const floatX* weight,
-                                              const floatX* bias, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N) { return; }
-    const floatX* x = b + (size_t)row * C;
-    if (a != NULL) {
-        const floatX* xa = a + (size_t)row * C;
-        floatX* r = residual_out + (size_t)row * C;
-        for (int c = lane * PACK; c < C; c += 32 * PACK) {
-            packX pa = load_pack(xa + c), pb = load_pack(x + c), pr;
-            for (int k = 0; k < PACK; k++) { pr.v[k] = (floatX)(to_float(pa.v[k]) + to_float(pb.v[k])); }
-            store_pack(r + c, pr);
-        }
-        __syncwarp();
-        x = r;
-    }
-    float sum = 0.0f;
-    for (int c = lane * PACK; c < C; c += 32 * PACK) {
-        packX px = load_pack(x + c);
-        for (int k = 0; k < PACK; k++) { sum += to_float(px.v[k]); }
-    }
-    float m = warp_sum(sum) / C;
-    float var = 0.0f;
-    for (int c = lane * PACK; c < C; c += 32 * PACK) {
-        packX px = load_pack(x + c);
-        for (int k = 0; k < PACK; k++) { float d = to_float(px.v[k]) - m; var += d * d; }
-    }
-    float s = 1.0f / sqrtf(warp_sum(var) / C + 1e-5f);
-    floatX* o = out + (size_t)row * C;
-    for (int c = lane * PACK; c < C; c += 32 * PACK) {
-        packX px = load_pack(x + c), pw = load_pack(weight + c), pb = load_pack(bias + c), po;
-        for (int k = 0; k < PACK; k++) {
-            po.v[k] = (floatX)((to_float(px.v[k]) - m) * s * to_float(pw.v[k]) + to_float(pb.v[k]));
-        }
-        store_pack(o + c, po);
-    }
-    if (lane == 0) {
-        if (mean != NULL) { mean[row] = m; }
-        rstd[row] = s;
-    }
-}
-
+// rows of width C at these addresses split into aligned packs (NULL: not used)
 static bool layernorm_packed(int C, const void* p0, const void* p1, const void* p2, const void* p3,
                              const void* p4, const void* p5) {
-    return C % PACK == 0 && aligned16(p0) && aligned16(p1) && aligned16(p2) && aligned16(p3) &&
-           aligned16(p4) && aligned16(p5);
+    const void* p[6] = {p0, p1, p2, p3, p4, p5};
+    if (C % PACK != 0) { return false; }
+    for (int i = 0; i < 6; i++) {
+        if (p[i] != NULL && !aligned16(p[i])) { return false; }
+    }
+    return true;
 }
 
 static void layernorm_forward_launch(floatX* out, float* mean, float* rstd, floatX* residual, const floatX* a,
                                      const floatX* b, const floatX* weight, const floatX* bias, int N, int C,
                                      cudaStream_t stream) {
     const int block = 256;
-    const void* r = residual != NULL ? (const void*)residual : (const void*)out;
-    const void* pa = a != NULL ? (const void*)a : (const void*)out;
-    if (layernorm_packed(C, out, r, pa, b, weight, bias)) {
-        layernorm_forward_pack_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, residual, a, b,
-                                                                                     weight, bias, N, C);
+    if (layernorm_packed(C, out, residual, a, b, weight, bias)) {
+        layernorm_forward_kernel<PACK><<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, residual, a, b,
+                                                                                      weight, bias, N, C);
     } else {
-        layernorm_forward_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, residual, a, b,
-                                                                                weight, bias, N, C);
+        layernorm_forward_kernel<1><<<ceil_div(N, block / 32), block, 0, stream>>>(out, mean, rstd, residual, a, b,
+                                                                                   weight, bias, N, C);
     }
     cudaCheck(cudaGetLastError());
 }
@@ -125,6 +99,7 @@ void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean
 }
 
 // dinp += (w*dout - mean(w*dout) - norm*mean(w*dout*norm)) * rstd, one warp per row
+template <int W>
 __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
                                                const float* mean, const float* rstd, const floatX* weight,
                                                int N, int C) {
@@ -136,54 +111,27 @@ __global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout,
     floatX* dx = dinp + (size_t)row * C;
     float m = mean[row], s = rstd[row];
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int c = lane; c < C; c += 32) {
-        float norm = (to_float(x[c]) - m) * s;
-        float dnorm = to_float(weight[c]) * to_float(dy[c]);
-        dnorm_mean += dnorm;
-        dnorm_norm_mean += dnorm * norm;
-    }
-    dnorm_mean = warp_sum(dnorm_mean) / C;
-    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
-    for (int c = lane; c < C; c += 32) {
-        float norm = (to_float(x[c]) - m) * s;
-        float dnorm = to_float(weight[c]) * to_float(dy[c]);
-        float d = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-        dx[c] = (floatX)(to_float(dx[c]) + d);
-    }
-}
-
-// the same in 16-byte packs (see layernorm_forward_pack_kernel)
-__global__ void layernorm_backward_dinp_pack_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                                    const float* mean, const float* rstd, const floatX* weight,
-                                                    int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N) { return; }
-    const floatX* x = inp + (size_t)row * C;
-    const floatX* dy = dout + (size_t)row * C;
-    floatX* dx = dinp + (size_t)row * C;
-    float m = mean[row], s = rstd[row];
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int c = lane * PACK; c < C; c += 32 * PACK) {
-        packX px = load_pack(x + c), pdy = load_pack(dy + c), pw = load_pack(weight + c);
-        for (int k = 0; k < PACK; k++) {
-            float norm = (to_float(px.v[k]) - m) * s;
-            float dnorm = to_float(pw.v[k]) * to_float(pdy.v[k]);
+    for (int c = lane * W; c < C; c += 32 * W) {
+        Vec<W> vx = load_vec<W>(x + c), vdy = load_vec<W>(dy + c), vw = load_vec<W>(weight + c);
+        for (int k = 0; k < W; k++) {
+            float norm = (to_float(vx.v[k]) - m) * s;
+            float dnorm = to_float(vw.v[k]) * to_float(vdy.v[k]);
             dnorm_mean += dnorm;
             dnorm_norm_mean += dnorm * norm;
         }
     }
     dnorm_mean = warp_sum(dnorm_mean) / C;
     dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
-    for (int c = lane * PACK; c < C; c += 32 * PACK) {
-        packX px = load_pack(x + c), pdy = load_pack(dy + c), pw = load_pack(weight + c), pdx = load_pack(dx + c);
-        for (int k = 0; k < PACK; k++) {
-            float norm = (to_float(px.v[k]) - m) * s;
-            float dnorm = to_float(pw.v[k]) * to_float(pdy.v[k]);
+    for (int c = lane * W; c < C; c += 32 * W) {
+        Vec<W> vx = load_vec<W>(x + c), vdy = load_vec<W>(dy + c), vw = load_vec<W>(weight + c);
+        Vec<W> vdx = load_vec<W>(dx + c);
+        for (int k = 0; k < W; k++) {
+            float norm = (to_float(vx.v[k]) - m) * s;
+            float dnorm = to_float(vw.v[k]) * to_float(vdy.v[k]);
             float d = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-            pdx.v[k] = (floatX)(to_float(pdx.v[k]) + d);
+            vdx.v[k] = (floatX)(to_float(vdx.v[k]) + d);
         }
-        store_pack(dx + c, pdx);
+        store_vec<W>(dx + c, vdx);
     }
 }
 
@@ -211,12 +159,12 @@ void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* scrat
                         int N, int C, cudaStream_t stream) {
     // dinp: (N,C) accumulated into, dweight/dbias: (C) fp32 accumulated into, scratch: REDUCE_CHUNKS*2*C
     const int block = 256;
-    if (layernorm_packed(C, dinp, dout, inp, weight, dinp, dinp)) {
-        layernorm_backward_dinp_pack_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean,
-                                                                                           rstd, weight, N, C);
+    if (layernorm_packed(C, dinp, dout, inp, weight, NULL, NULL)) {
+        layernorm_backward_dinp_kernel<PACK><<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean,
+                                                                                            rstd, weight, N, C);
     } else {
-        layernorm_backward_dinp_kernel<<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean, rstd,
-                                                                                      weight, N, C);
+        layernorm_backward_dinp_kernel<1><<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean, rstd,
+                                                                                         weight, N, C);
     }
     cudaCheck(cudaGetLastError());
     int rows_per_chunk = ceil_div(N, REDUCE_CHUNKS);

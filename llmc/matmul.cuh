@@ -140,48 +140,28 @@ void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* scratch,
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrtf(2/pi)
 
+// out = gelu(inp), W values per thread
+template <int W>
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
     if (i >= n) { return; }
-    float x = to_float(inp[i]);
-    float cube = 0.044715f * x * x * x;
-    out[i] = (floatX)(0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
+    Vec<W> vx = load_vec<W>(inp + i), vo;
+    for (int k = 0; k < W; k++) {
+        float x = to_float(vx.v[k]);
+        float cube = 0.044715f * x * x * x;
+        vo.v[k] = (floatX)(0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
+    }
+    store_vec<W>(out + i, vo);
 }
 
 // dinp = gelu'(inp) * dout; dinp may alias dout
+template <int W>
 __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * W;
     if (i >= n) { return; }
-    float x = to_float(inp[i]);
-    float cube = 0.044715f * x * x * x;
-    float tanh_arg = GELU_SCALING_FACTOR * (x + cube);
-    float tanh_out = tanhf(tanh_arg);
-    float cosh_out = coshf(tanh_arg);
-    float sech2 = 1.0f / (cosh_out * cosh_out);
-    float local_grad = 0.5f * (1.0f + tanh_out) +
-                       x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = (floatX)(local_grad * to_float(dout[i]));
-}
-
-// the same two in 16-byte packs, one pack per thread (n % PACK == 0, aligned buffers)
-__global__ void gelu_forward_pack_kernel(floatX* out, const floatX* inp, size_t n) {
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK;
-    if (i >= n) { return; }
-    packX px = load_pack(inp + i), po;
-    for (int k = 0; k < PACK; k++) {
-        float x = to_float(px.v[k]);
-        float cube = 0.044715f * x * x * x;
-        po.v[k] = (floatX)(0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
-    }
-    store_pack(out + i, po);
-}
-
-__global__ void gelu_backward_pack_kernel(floatX* dinp, const floatX* inp, const floatX* dout, size_t n) {
-    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * PACK;
-    if (i >= n) { return; }
-    packX px = load_pack(inp + i), pd = load_pack(dout + i), po;
-    for (int k = 0; k < PACK; k++) {
-        float x = to_float(px.v[k]);
+    Vec<W> vx = load_vec<W>(inp + i), vd = load_vec<W>(dout + i), vo;
+    for (int k = 0; k < W; k++) {
+        float x = to_float(vx.v[k]);
         float cube = 0.044715f * x * x * x;
         float tanh_arg = GELU_SCALING_FACTOR * (x + cube);
         float tanh_out = tanhf(tanh_arg);
@@ -189,17 +169,17 @@ __global__ void gelu_backward_pack_kernel(floatX* dinp, const floatX* inp, const
         float sech2 = 1.0f / (cosh_out * cosh_out);
         float local_grad = 0.5f * (1.0f + tanh_out) +
                            x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
-        po.v[k] = (floatX)(local_grad * to_float(pd.v[k]));
+        vo.v[k] = (floatX)(local_grad * to_float(vd.v[k]));
     }
-    store_pack(dinp + i, po);
+    store_vec<W>(dinp + i, vo);
 }
 
 void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream) {
     const int block = 256;
     if (n % PACK == 0 && aligned16(out) && aligned16(inp)) {
-        gelu_forward_pack_kernel<<<ceil_div((long)(n / PACK), block), block, 0, stream>>>(out, inp, n);
+        gelu_forward_kernel<PACK><<<ceil_div((long)(n / PACK), block), block, 0, stream>>>(out, inp, n);
     } else {
-        gelu_forward_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(out, inp, n);
+        gelu_forward_kernel<1><<<ceil_div((long)n, block), block, 0, stream>>>(out, inp, n);
     }
     cudaCheck(cudaGetLastError());
 }
@@ -207,9 +187,9 @@ void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream)
 void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
     const int block = 256;
     if (n % PACK == 0 && aligned16(dinp) && aligned16(inp) && aligned16(dout)) {
-        gelu_backward_pack_kernel<<<ceil_div((long)(n / PACK), block), block, 0, stream>>>(dinp, inp, dout, n);
+        gelu_backward_kernel<PACK><<<ceil_div((long)(n / PACK), block), block, 0, stream>>>(dinp, inp, dout, n);
     } else {
-        gelu_backward_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(dinp, inp, dout, n);
+        gelu_backward_kernel<1><<<ceil_div((long)n, block), block, 0, stream>>>(dinp, inp, dout, n);
     }
     cudaCheck(cudaGetLastError());
 }

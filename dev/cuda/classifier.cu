@@ -6,7 +6,7 @@
 // N rows of V logits (rows Vp apart) against the CPU loop
 static int check_classifier(int N, int V, int Vp) {
     int ok = 1;
-    printf("-- N %d, V %d, Vp %d (%s kernel)\n", N, V, Vp, Vp % PACK == 0 ? "packed" : "scalar");
+    printf("-- N %d, V %d, Vp %d (%s kernel)\n", N, V, Vp, Vp % PACK == 0 ? "packed" : "W = 1");
     float dloss = 1.0f / N;
     float* logits = make_random((size_t)N * Vp, 4.0f);
     int* targets = (int*)mallocCheck(N * sizeof(int));
@@ -42,7 +42,7 @@ static int check_classifier(int N, int V, int Vp) {
 
 int main(void) {
     int ok = check_classifier(64, 50257, 50304);
-    ok &= check_classifier(16, 1001, 1001);  // rows that do not split into packs: the scalar kernel
+    ok &= check_classifier(16, 1001, 1001);  // rows that do not split into packs: W = 1
     int V = 50257, Vp = 50304;
     int Nmax = 8192;
     floatX* x = (floatX*)cudaMallocCheck((size_t)Nmax * Vp * sizeof(floatX));

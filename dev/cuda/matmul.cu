@@ -66,13 +66,13 @@ int main(void) {
         dgelu_ref[i] = (0.5f * (1.0f + t) + x * 0.5f * sech * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x)) * x;
     }
     ok &= check_close("gelu forward", from_device_x(d_out, n), gelu_ref, n, DEV_ATOL, DEV_RTOL);
-    // one element in, the buffers are not 16-byte aligned: the scalar kernels
+    // one element in, the buffers are not 16-byte aligned: the W = 1 kernels
     gelu_forward(d_out + 1, d_dout + 1, n - 1, 0);
-    ok &= check_close("gelu forward (scalar)", from_device_x(d_out, n) + 1, gelu_ref + 1, n - 1, DEV_ATOL, DEV_RTOL);
+    ok &= check_close("gelu forward (W = 1)", from_device_x(d_out, n) + 1, gelu_ref + 1, n - 1, DEV_ATOL, DEV_RTOL);
     gelu_backward(d_out, d_dout, d_dout, n, 0);  // dout = x itself: local_grad(x) * x
     ok &= check_close("gelu backward", from_device_x(d_out, n), dgelu_ref, n, DEV_ATOL, DEV_RTOL);
     gelu_backward(d_out + 1, d_dout + 1, d_dout + 1, n - 1, 0);
-    ok &= check_close("gelu backward (scalar)", from_device_x(d_out, n) + 1, dgelu_ref + 1, n - 1, DEV_ATOL, DEV_RTOL);
+    ok &= check_close("gelu backward (W = 1)", from_device_x(d_out, n) + 1, dgelu_ref + 1, n - 1, DEV_ATOL, DEV_RTOL);
 
     // timing: GPT-2 124M shapes at B*T = 8192 tokens
     int BT = 8192, Cm = 768;
