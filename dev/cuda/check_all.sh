@@ -14,7 +14,8 @@
 #   recompute    -r 0, 1 and 2 log the same losses bit for bit (20 steps)
 #   resume       20 steps, then the same run resumed from its step-10 checkpoint logs the same steps 11..20
 #                bit for bit, baseline and hybrid
-#   cpu-vs-gpu   the largest |loss difference| to the CPU trainer over 20 steps, same flags (< 0.1)
+#   cpu-vs-gpu   the largest |loss difference| to the CPU trainer over 20 steps, same flags (< 0.1), and the
+#                largest relative difference of the gradient norm and the first micro batch's (< 0.1)
 # The cuDNN round also runs the host-only graph check and says whether cuDNN found an engine (if not, the
 # trainer falls back to our kernels and says so on stderr: that is a FAIL of the "cudnn engine" check).
 # Needs: nvcc and the CUDA libraries, make and a C compiler, OpenBLAS (the CPU trainer), and python3 with
@@ -46,7 +47,9 @@ TMO=${CHECK_TIMEOUT:-300}  # seconds for any one GPU run: a hung kernel fails it
 KERNELS=(layernorm matmul attention classifier adamw hybrid_apply)
 MK=(make --no-print-directory)
 [ -n "$ARCH" ] && MK+=("GPU_COMPUTE_CAPABILITY=$ARCH")
-FLAGS=(-e d4 -b 8 -t 128 -x 20 -n 10 -v 10 -m 4 -s 0 -l 1e-3 -u 5 -q 0.1)
+# two micro batches per step (-d 2048): gradient accumulation, the first micro batch's gradient norm and the
+# noise gate it feeds all run in every check
+FLAGS=(-e d4 -b 8 -t 128 -d 2048 -x 20 -n 10 -v 10 -m 4 -s 0 -l 1e-3 -u 5 -q 0.1)
 HYBRID=(--hybrid 1 --hybrid-warmup 4 --predict-steps 2 --full-steps 2)
 SUMMARY=()
 
@@ -109,15 +112,30 @@ run_cpu_vs_gpu() {
     timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -o "$W/gpu_cmp" > "$W/gpu_cmp.out" 2>&1 || { tail -n 5 "$W/gpu_cmp.out"; return 1; }
     "$PY" - "$W/cpu_cmp/metrics.jsonl" "$W/gpu_cmp/metrics.jsonl" <<'PYEOF'
 import json, sys
-def losses(p):
-    return {r["step"]: r["loss"] for r in map(json.loads, open(p)) if r.get("loss") is not None}
-a, b = losses(sys.argv[1]), losses(sys.argv[2])
+def field(p, k):
+    return {r["step"]: r[k] for r in map(json.loads, open(p)) if r.get(k) is not None}
+ok = True
+a, b = field(sys.argv[1], "loss"), field(sys.argv[2], "loss")
 common = sorted(set(a) & set(b))
 if not common:
     raise SystemExit("no common steps")
 d = max(abs(a[s] - b[s]) for s in common)
 print(f"max |loss(cpu) - loss(gpu)| over {len(common)} steps: {d:.4g} (bf16 vs fp32: expect order 1e-2, limit 0.1)")
-raise SystemExit(0 if d < 0.1 else 1)
+ok &= d < 0.1
+# the whole gradient's norm and the first micro batch's alone (the noise scale's two terms): a micro batch
+# mixed up or a norm taken at the wrong time is off by tens of percent, rounding by about one
+for k in ("grad_norm", "grad_norm_micro1"):
+    a, b = field(sys.argv[1], k), field(sys.argv[2], k)
+    common = sorted(set(a) & set(b))
+    if len(common) < 10:
+        print(f"{k}: logged on {len(common)} common steps (expected 20)")
+        ok = False
+        continue
+    r = max(abs(a[s] - b[s]) / abs(a[s]) for s in common)
+    print(f"max relative |{k}(cpu) - {k}(gpu)| over {len(common)} steps: {r:.4g} (limit 0.1); step 1: "
+          f"{a[common[0]]:.6g} vs {b[common[0]]:.6g}")
+    ok &= r < 0.1
+raise SystemExit(0 if ok else 1)
 PYEOF
 }
 
