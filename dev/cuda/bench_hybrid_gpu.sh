@@ -6,7 +6,9 @@
 # step time of each phase (metrics.jsonl's "ms"; steps after WARM), and the GPU's used memory as nvidia-smi
 # reports it, sampled every half second once the run has logged SETTLE steps: hybrid mode allocates nothing
 # after start-up, so min and max must agree (the line says "constant" or "GREW"). Environment:
-#   DEPTH [12]  B [16]  T [1024]  STEPS [1000]  WARM [10]  SETTLE [20]  H [4]  DATA [data/default]  TMO [400]
+#   DEPTH [12]  B [8]  T [1024]  STEPS [1000]  WARM [10]  SETTLE [20]  H [4]  DATA [data/default]  TMO [400]
+#   ORDER ["baseline lookahead predict"]: the order the runs are made in (a drift of the GPU's speed over
+#   the minutes of the benchmark shows as a difference between runs; another order tells it apart)
 # Exits 1 if a run failed or the memory of any run grew.
 set -u
 [ $# -ge 1 ] || { echo "usage: $0 OUT_DIR [BINARY]" >&2; exit 2; }
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/../.." || exit 1
 OUT=$1 BIN=${2:-./train_gpt2cu}
 mkdir -p "$OUT" || exit 1
 DEPTH=${DEPTH:-12} B=${B:-8} T=${T:-1024} STEPS=${STEPS:-1000} WARM=${WARM:-10} SETTLE=${SETTLE:-20}
-H=${H:-4} DATA=${DATA:-data/default} TMO=${TMO:-400}
+H=${H:-4} DATA=${DATA:-data/default} TMO=${TMO:-400} ORDER=${ORDER:-baseline lookahead predict}
 FLAGS=(-e "d$DEPTH" -b "$B" -t "$T" -x "$STEPS" -v 0 -s 0 -n 0 -l 6e-4 -u 100 -i "$DATA/train_*.bin")
 echo "bench_hybrid_gpu: $(date -u), GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
 echo "flags: ${FLAGS[*]}"
@@ -35,9 +37,14 @@ arm() {  # NAME FLAGS...
     done
     wait $pid || { FAILED=1; echo "$name: exit $?"; tail -n 5 "$OUT/$name.log"; }
 }
-arm baseline --hybrid 0
-arm lookahead --hybrid 1
-arm predict --hybrid 1 --predict-steps "$H"
+for name in $ORDER; do
+    case $name in
+        baseline) arm baseline --hybrid 0 ;;
+        lookahead) arm lookahead --hybrid 1 ;;
+        predict) arm predict --hybrid 1 --predict-steps "$H" ;;
+        *) echo "ORDER: unknown run '$name' (baseline, lookahead, predict)"; exit 2 ;;
+    esac
+done
 python3 - "$OUT" "$WARM" "$SETTLE" "$STEPS" <<'PYEOF'
 import json, os, re, statistics, sys
 out, warm, settle, steps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
