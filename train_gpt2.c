@@ -1105,7 +1105,7 @@ static const TrainCli CLI = {
 // after that); the update is AdamW fused with the drift and the look-ahead, one pass.
 static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr) {
     StepResult r = {0};
-    r.grad_norm_micro1 = NAN;
+    r.grad_norm_micro1 = r.loss_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
@@ -1117,6 +1117,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
         float dloss_scale = 1.0f / tr->run.grad_accum;
         gpt2_forward_train(model, loader->inputs, loader->targets, B, T, dloss_scale);
+        if (k == 0 && plan->observe) { r.loss_micro1 = model->mean_loss; }
         if (k == 0 && plan->check && hybrid_check(&tr->run.hybrid, model->mean_loss)) {
             apply_rollback(model->params_memory, model->grads_memory, model->num_parameters);
             model->bf16_fresh = 0;
@@ -1161,7 +1162,7 @@ static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     const HybridState* h = &tr->run.hybrid;
     apply_predict(tr->model.params_memory, tr->model.grads_memory, tr->drift, h->offsets, h->nblocks, plan->coef, plan->keep);
     tr->model.bf16_fresh = 0;
-    r.loss = r.grad_norm = r.grad_norm_micro1 = NAN;
+    r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
     r.ms = (hmath_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;

@@ -136,7 +136,7 @@ typedef struct {
     int num_buckets;
     float* scratch;               // device fp32: REDUCE_CHUNKS * 2 * 4C (column reductions), norm partials
     float* norm_out;              // device (2): the step's squared gradient norm, the first micro batch's
-    float* host_losses;           // (B,T) pinned host
+    float* host_losses;           // (2,B,T) pinned host: a forward's or the step's; the first micro batch's
     int micro_steps;              // micro batches accumulated since the last zero_grad
     MultiGpuConfig* multi_gpu;
     cudaStream_t stream;
@@ -314,7 +314,7 @@ void gpt2_allocate(GPT2* model, int B, int T, int recompute) {
     if (scratch_floats < NORM_BLOCKS) { scratch_floats = NORM_BLOCKS; }
     model->scratch = (float*)cudaMallocCheck(scratch_floats * sizeof(float));
     model->norm_out = (float*)cudaMallocCheck(2 * sizeof(float));
-    cudaCheck(cudaMallocHost((void**)&model->host_losses, BT * sizeof(float)));
+    cudaCheck(cudaMallocHost((void**)&model->host_losses, 2 * BT * sizeof(float)));
     cudaCheck(cudaMemset(a->losses, 0, BT * sizeof(float)));
     model->use_cudnn = 0;
 #ifdef ENABLE_CUDNN
@@ -535,6 +535,23 @@ float gpt2_grad_norm(GPT2* model) {
     cudaCheck(cudaMemcpyAsync(&sq, model->norm_out, sizeof(float), cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
     return sqrtf(sq);
+}
+
+// the first micro batch's loss, queued right after its backward (acts.losses then holds only its losses)
+// and summed after the step (gpt2_loss_micro1): the same value a forward with targets gives, without a
+// wait for the host in the middle of the step
+void gpt2_queue_loss_micro1(GPT2* model) {
+    size_t N = (size_t)model->batch_size * model->seq_len;
+    cudaCheck(cudaMemcpyAsync(model->host_losses + N, model->acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost,
+                              model->stream));
+}
+
+// after the step's last synchronization: the queued micro batch's mean loss (summed as gpt2_forward does)
+float gpt2_loss_micro1(const GPT2* model) {
+    int N = model->batch_size * model->seq_len;
+    float sum = 0.0f;
+    for (int i = 0; i < N; i++) { sum += model->host_losses[N + i]; }
+    return sum / N;
 }
 
 // the first micro batch's gradient, queued right after its backward (this rank's whole buffer, before any
@@ -797,7 +814,7 @@ static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
                              model->stream);
     }
     cudaCheck(cudaStreamSynchronize(model->stream));
-    r.loss = r.grad_norm = r.grad_norm_micro1 = NAN;
+    r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
     r.ms = (hmath_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
@@ -848,7 +865,7 @@ static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
 static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr) {
     StepResult r;
     memset(&r, 0, sizeof(r));
-    r.grad_norm_micro1 = NAN;
+    r.grad_norm_micro1 = r.loss_micro1 = NAN;
     double t0 = hmath_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
@@ -897,6 +914,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
             gpt2_forward(model, loader->inputs, NULL, B, T);
             gpt2_backward(model, loader->targets, 1.0f / ((float)B * T * tr->run.grad_accum));
             if (k == 0 && micro1) { gpt2_queue_grad_norm_micro1(model); }
+            if (k == 0 && plan->observe) { gpt2_queue_loss_micro1(model); }  // rank 0's
         }
     }
     r.loss = gpt2_accumulated_loss(model);
@@ -917,6 +935,10 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         }
     }
     cudaCheck(cudaStreamSynchronize(model->stream));
+    if (plan->observe) {  // rank 0's first micro batch, every rank's history (hybrid/predict.h)
+        float l = tr->multi_gpu.process_rank == 0 ? gpt2_loss_micro1(model) : 0.0f;
+        r.loss_micro1 = np > 1 ? gpt2_sum_over_ranks(model, l) : l;
+    }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * np * B * T;
     tr->run.backward += (uint64_t)tr->run.grad_accum * np;
     r.ms = (hmath_seconds() - t0) * 1000.0;

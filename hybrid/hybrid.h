@@ -12,7 +12,8 @@
  *     else:     forward the first micro batch; if p.check and hybrid_check(h, loss): apply_rollback
  *               (theta_0 from the keep buffer) and forward again; the other micro batches, backward, clip;
  *               then hybrid_update (the fused AdamW pass, filling h->stats) or its kernel
- *     hybrid_report(h, loss or NAN, grad_norm or NAN, noise_s, noise_g2 (or NAN: one micro batch), ms);
+ *     hybrid_report(h, loss or NAN, loss_micro1 (p.observe) or NAN, grad_norm or NAN, noise_s, noise_g2
+ *                   (or NAN: one micro batch), ms);
  * All bookkeeping lives here; the trainer runs only the per-element loops (hybrid/apply.h) or their
  * kernels. The keep buffer is any P-float buffer idle from a Predict run's first step to its Correct
  * step's backward (the gradients). Allocation happens in hybrid_init only. Depends on libc.
@@ -127,7 +128,9 @@ typedef struct {
     HybridPhase phase;
     const float* coef;          // Predict: (nblocks) coefficients along the drift
     int keep;                   // Predict: the run's first step, which keeps theta_0 in the keep buffer
-    int check;                  // measured steps: give the first micro batch's loss to hybrid_check
+    int check;                  // Correct steps: the first micro batch's loss to hybrid_check before the backward
+    int observe;                // other measured steps (with Predict runs): that loss to hybrid_report, after
+                                // the step (no wait in its middle: on a GPU the loss is a copy to the host)
 } HybridPlan;
 
 static inline double hybrid_now_ms(void) { return hmath_seconds() * 1e3; }
@@ -196,7 +199,8 @@ static inline HybridPlan hybrid_plan(HybridState* h, int step, float lr) {
         p.coef = h->coef;
     } else {
         lookahead_plan(&h->la, step, lr, h->lr_peak, h->stats);
-        p.check = h->pr.horizon > 0;
+        p.check = h->pr.horizon > 0 && h->phase == PHASE_CORRECT;
+        p.observe = h->pr.horizon > 0 && h->phase != PHASE_CORRECT;
     }
     h->decide_ms = hybrid_now_ms() - t0;
     return p;
@@ -234,11 +238,17 @@ static inline void hybrid_skip_update(HybridState* h) {
     memset(h->stats, 0, (size_t)h->nblocks * 3 * sizeof(double));
 }
 
-// end of every step: loss and grad_norm NAN on Predict steps and skipped steps; noise_s, noise_g2 the
-// step's estimates of the gradient noise scale's terms, the noise's trace S and |G|^2 (llmc/run.h), NAN
-// where not measured; ms the step's wall time (hybrid/'s own time for the step is added to it and returned)
-static inline double hybrid_report(HybridState* h, float loss, float grad_norm, double noise_s, double noise_g2, double ms) {
+// end of every step: loss and grad_norm NAN on Predict steps and skipped steps; loss_micro1 the first micro
+// batch's loss where the plan asked for it (observe; even if the step was then skipped), else NAN; noise_s,
+// noise_g2 the step's estimates of the gradient noise scale's terms, the noise's trace S and |G|^2
+// (llmc/run.h), NAN where not measured; ms the step's wall time (hybrid/'s own time for the step is added
+// to it and returned)
+static inline double hybrid_report(HybridState* h, float loss, float loss_micro1, float grad_norm, double noise_s,
+                                   double noise_g2, double ms) {
     double t0 = hybrid_now_ms();
+    if (h->phase != PHASE_PREDICT && h->phase != PHASE_CORRECT && h->pr.horizon > 0) {
+        predict_check(&h->pr, h->phase, loss_micro1);  // the loss history a Correct step is judged against
+    }
     if (h->phase != PHASE_PREDICT) {
         int ok = isfinite(loss);
         lookahead_observe(&h->la, ok ? grad_norm : NAN, ok ? noise_s : NAN, ok ? noise_g2 : NAN, h->stats);

@@ -65,6 +65,7 @@ typedef struct {
     float loss;       // mean over the step's micro batches (and processes)
     float grad_norm;  // before clipping
     float grad_norm_micro1; // the first micro batch's gradient alone (NAN: one micro batch, or not measured)
+    float loss_micro1;      // the first micro batch's loss (hybrid plan's observe; NAN: not measured)
     int skipped;      // non-finite loss or norm: no update
     double ms;
 } StepResult;
@@ -224,7 +225,8 @@ static inline void run_step_end(TrainRun* run, StepResult* r) {
     if (run->cfg.hybrid.enabled) {
         double s, g2;
         run_noise_terms(run, r, &s, &g2);
-        double own = hybrid_report(&run->hybrid, r->skipped ? NAN : r->loss, r->skipped ? NAN : r->grad_norm, s, g2, r->ms);
+        double own = hybrid_report(&run->hybrid, r->skipped ? NAN : r->loss, r->loss_micro1, r->skipped ? NAN : r->grad_norm,
+                                   s, g2, r->ms);
         r->ms += own;
         run->train_time_s += own / 1000.0;
         hybrid_step_json(&run->hybrid, run->hybrid_json, sizeof(run->hybrid_json));

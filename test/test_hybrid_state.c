@@ -113,6 +113,11 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
         float lr = lr_at(step);
         HybridPlan p = hybrid_plan(h, step, lr);
         if (g_probe != NULL) { g_probe(h, s, step, &p); }
+        // the loss a Correct step is judged on comes before its backward; the other measured steps' (its
+        // history) after their step, so that a GPU does not wait for it in the middle of a step
+        int runs = h->pr.horizon > 0, measured = p.phase != PHASE_PREDICT;
+        cr_assert_eq(p.check, runs && p.phase == PHASE_CORRECT, "step %d: check", step);
+        cr_assert_eq(p.observe, runs && measured && p.phase != PHASE_CORRECT, "step %d: observe", step);
         tr->phase[step] = p.phase;
         tr->keep[step] = p.keep;
         tr->rolled_back[step] = 0;
@@ -120,10 +125,11 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
             if (p.keep && snapshot != NULL) { memcpy(snapshot, s->p, s->P * 4); }
             apply_predict(s->p, s->g, s->d, h->offsets, h->nblocks, p.coef, p.keep);
             tr->loss[step] = NAN;
-            hybrid_report(h, NAN, NAN, NAN, NAN, 1.0);
+            hybrid_report(h, NAN, NAN, NAN, NAN, NAN, 1.0);
             continue;
         }
         float L = sim_loss(s, s->batch);
+        float L1 = p.observe ? L + g_sabotage[step] : NAN;  // the other measured steps' loss, reported after
         // the gradient buffer still holds theta_0 of an open run: the check comes before the backward
         if (p.check && hybrid_check(h, L + g_sabotage[step])) {
             apply_rollback(s->p, s->g, s->P);
@@ -147,7 +153,7 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
             hybrid_skip_update(h);
         }
         tr->loss[step] = L;
-        hybrid_report(h, L, gn, NAN, NAN, 1.0);
+        hybrid_report(h, L, L1, gn, NAN, NAN, 1.0);
     }
 }
 
@@ -455,7 +461,7 @@ Test(state, predict_cap_and_step) {
             cr_assert(memcmp(&s.p[i], &w, 4) == 0, "block %d elem %zu: %.9g, want %.9g", b, i, s.p[i], w);
         }
     }
-    hybrid_report(&h, NAN, NAN, NAN, NAN, 1.0);
+    hybrid_report(&h, NAN, NAN, NAN, NAN, NAN, 1.0);
     // the run's second step: keeps nothing
     p = hybrid_plan(&h, 11, lr_at(11));
     cr_assert_eq(p.phase, PHASE_PREDICT);
@@ -466,7 +472,7 @@ Test(state, predict_cap_and_step) {
     apply_predict(s.p, s.g, s.d, h.offsets, h.nblocks, p.coef, p.keep);
     same_bits(s.g, before, s.P, "the keep buffer after the second step");
     cr_assert(memcmp(s.p, mid, s.P * 4) != 0, "the second step moved nothing");
-    hybrid_report(&h, NAN, NAN, NAN, NAN, 1.0);
+    hybrid_report(&h, NAN, NAN, NAN, NAN, NAN, 1.0);
     p = hybrid_plan(&h, 12, lr_at(12));
     cr_assert_eq(p.phase, PHASE_CORRECT);
     cr_assert(p.check);

@@ -152,7 +152,7 @@ static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     HybridPlan p = hybrid_plan(&s->h, step, lr);
     if (p.phase == PHASE_PREDICT) {
         apply_predict(m->params_memory, m->grads_memory, s->drift, s->h.offsets, s->h.nblocks, p.coef, p.keep);
-        hybrid_report(&s->h, NAN, NAN, NAN, NAN, 1.0);
+        hybrid_report(&s->h, NAN, NAN, NAN, NAN, NAN, 1.0);
         return p.phase;
     }
     gpt2_forward(m, s->x, s->y, 2, 16);
@@ -162,7 +162,7 @@ static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     float gn = gpt2_grad_norm(m);
     float scale = gn > 1.0f ? 1.0f / gn : 1.0f;
     hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, s->drift, scale, ++s->t);
-    hybrid_report(&s->h, m->mean_loss, gn, NAN, NAN, 1.0);
+    hybrid_report(&s->h, m->mean_loss, p.observe ? m->mean_loss : NAN, gn, NAN, NAN, 1.0);
     return p.phase;
 }
 
@@ -191,7 +191,7 @@ Test(hybrid_train, predict_moves_exactly_and_rollback_restores) {
                 cr_assert(m->params_memory[i] == want, "block %d elem %zu: %a != %a", b, i, m->params_memory[i], (float)want);
             }
         }
-        hybrid_report(&s.h, NAN, NAN, NAN, NAN, 1.0);
+        hybrid_report(&s.h, NAN, NAN, NAN, NAN, NAN, 1.0);
     }
     cr_assert(memcmp(m->grads_memory, before, P * 4) == 0, "the gradient buffer must hold theta_0");
     cr_assert(memcmp(m->params_memory, before, P * 4) != 0, "the Predict run must move the weights");
@@ -225,7 +225,7 @@ Test(hybrid_train, fused_update_equals_plain_adamw) {
         cr_assert(memcmp(a.model.m_memory, b.model.m_memory, P * 4) == 0, "step %d: m differs", t);
         cr_assert(memcmp(a.model.v_memory, b.model.v_memory, P * 4) == 0, "step %d: v differs", t);
         cr_assert_gt(b.h.stats[2], 0.0, "no update measured");
-        hybrid_report(&b.h, b.model.mean_loss, gn, NAN, NAN, 1.0);
+        hybrid_report(&b.h, b.model.mean_loss, p.observe ? b.model.mean_loss : NAN, gn, NAN, NAN, 1.0);
     }
     tiny_free(&a); tiny_free(&b);
 }
