@@ -204,7 +204,7 @@ Test(resume, beta1_flag_changes_the_run) {
     free(ma); free(mb); free(mc);
 }
 
-// hybrid mode's look-ahead: a checkpoint inside its window (steps 2..9 of 12) holds the drift, the
+// hybrid mode's look-ahead: a checkpoint inside its window (steps 2..12 of 12) holds the drift, the
 // betas in the weights and the back-off; the resumed run continues bit-exactly
 Test(resume, lookahead_resume_inside_the_window_is_bit_exact) {
     char a[512], b[512], path[700], pa[700], pb[700];
