@@ -11,7 +11,8 @@ step of the look-ahead's window, and on how many of those steps a gate of --rati
 On a baseline run it says what a `--hybrid` run with the same flags would do for as long as its gate stays
 closed: until then the two runs are the same run, bit for bit. On a hybrid run it repeats the trainer's own
 numbers (`lookahead_gated_steps`, `noise_scale_running` in summary.json), which the tests check.
-The window is hybrid mode's default, [10%, 70%) of the schedule, unless --start/--stop say otherwise.
+The window is hybrid mode's default, from 10% of the schedule to its end, unless --start/--stop or --cooldown
+say otherwise (--cooldown 0.3: the default window before no cool-down became the default).
 Needs a run with two or more micro batches per step (with one nothing is measured and the gate stays open).
 """
 import argparse
@@ -32,7 +33,9 @@ def main():
     p.add_argument("run", help="a run's output folder (-o), with metrics.jsonl and summary.json")
     p.add_argument("--ratio", type=float, default=2.0, help="the gate's ratio, --noise-gate (default 2, the trainer's)")
     p.add_argument("--start", type=int, help="the window's first step, 0-based (default: 10%% of the schedule)")
-    p.add_argument("--stop", type=int, help="the step after the window (default: 70%% of the schedule)")
+    p.add_argument("--stop", type=int, help="the step after the window (default: the end of the schedule, no cool-down)")
+    p.add_argument("--cooldown", type=float, default=0.0,
+                   help="the run's --hybrid-cooldown: the window stops at (1 - this) of the schedule (default 0)")
     p.add_argument("--every", type=int, default=0, help="also print the running B_noise every N steps")
     p.add_argument("--processes", type=int, default=1, help="processes (GPUs) of the run (default 1)")
     a = p.parse_args()
@@ -53,7 +56,7 @@ def main():
         die(f"{mpath}: one micro batch per step: the noise scale is not measured, the gate stays open")
     b = bb / micro
     start = a.start if a.start is not None else int(0.1 * total + 0.5)
-    stop = a.stop if a.stop is not None else int((1.0 - 0.3) * total)
+    stop = a.stop if a.stop is not None else int((1.0 - a.cooldown) * total)
     s_ema = g2_ema = 0.0
     n = closed = window = 0
     peak = 0.0

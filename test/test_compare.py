@@ -689,17 +689,20 @@ def smoke_config_end_to_end():
 @test
 def noise_gate_replay_repeats_the_trainer():
     """scripts/noise_gate_replay.py on a hybrid run (2 micro batches per step) gives the trainer's own
-    closed-step count and running noise scale, at ratios where the gate stays open, toggles, stays closed"""
+    closed-step count and running noise scale, at ratios where the gate stays open, toggles, stays closed,
+    with the default window (no cool-down) and with a cool-down (--hybrid-cooldown / --cooldown)"""
     need_trainer(hybrid=True)
     tr, va = make_shards()
     partial = 0
-    for ratio in ("0.5", "8", "64", "100000"):
-        d = os.path.join(TMP, f"gate_{ratio}")
+    for ratio, cooldown in (("0.5", "0"), ("8", "0"), ("64", "0"), ("100000", "0"), ("8", "0.3")):
+        d = os.path.join(TMP, f"gate_{ratio}_{cooldown}")
         rc, out, err = sh([TRAINER, "-i", tr, "-j", va, "-e", "d1", "-b", "2", "-t", "16", "-d", "64", "-x", "60",
-                           "-v", "0", "-s", "0", "-o", d, "--hybrid", "--noise-gate", ratio], env={"OMP_NUM_THREADS": "1"})
+                           "-v", "0", "-s", "0", "-o", d, "--hybrid", "--noise-gate", ratio, "--hybrid-cooldown", cooldown],
+                          env={"OMP_NUM_THREADS": "1"})
         check(rc == 0, f"trainer failed ({rc}): {err[-1000:]}")
         h = json.load(open(os.path.join(d, "summary.json")))["hybrid"]
-        rc, out, err = sh(["/usr/bin/python3", os.path.join(ROOT, "scripts", "noise_gate_replay.py"), d, "--ratio", ratio])
+        rc, out, err = sh(["/usr/bin/python3", os.path.join(ROOT, "scripts", "noise_gate_replay.py"), d, "--ratio", ratio,
+                           "--cooldown", cooldown])
         check(rc == 0, f"replay failed ({rc}): {err}")
         m = re.search(r"closed on (\d+) of (\d+) steps; highest running B_noise in it \S+, at the end (\S+) tokens", out)
         check(m is not None, f"replay output: {out}")
