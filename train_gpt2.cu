@@ -348,6 +348,13 @@ static void gpt2_attention_backward(const GPT2* model, floatX* dqkv, float* delt
 }
 
 // ----------------------------------------------------------------------------
+// the per-position losses copied to the host, summed in order (every mean loss here is read this way)
+static float host_sum(const float* x, int n) {
+    float sum = 0.0f;
+    for (int i = 0; i < n; i++) { sum += x[i]; }
+    return sum;
+}
+
 // forward pass. With targets, also the per-position losses (summed into acts.losses when `accumulate`)
 
 static void gpt2_upload_batch(GPT2* model, const int* inputs, const int* targets, int B, int T) {
@@ -423,9 +430,7 @@ void gpt2_forward(GPT2* model, const int* inputs, const int* targets, int B, int
         fused_classifier(a.logits, a.losses, model->targets, 0.0f, 0, N, V, Vp, s);
         cudaCheck(cudaMemcpyAsync(model->host_losses, a.losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
-        float sum = 0.0f;
-        for (int i = 0; i < N; i++) { sum += model->host_losses[i]; }
-        model->mean_loss = sum / N;
+        model->mean_loss = host_sum(model->host_losses, N) / N;
     } else {
         model->mean_loss = -1.0f;
     }
@@ -511,8 +516,7 @@ float gpt2_accumulated_loss(GPT2* model) {
     cudaCheck(cudaMemcpyAsync(model->host_losses, model->acts.losses, (size_t)N * sizeof(float),
                               cudaMemcpyDeviceToHost, model->stream));
     cudaCheck(cudaStreamSynchronize(model->stream));
-    float sum = 0.0f;
-    for (int i = 0; i < N; i++) { sum += model->host_losses[i]; }
+    float sum = host_sum(model->host_losses, N);
     float mean = model->micro_steps > 0 ? sum / ((float)N * model->micro_steps) : 0.0f;
     mean = gpt2_sum_over_ranks(model, mean) / model->multi_gpu->num_processes;
     model->mean_loss = mean;
@@ -549,9 +553,7 @@ void gpt2_queue_loss_micro1(GPT2* model) {
 // after the step's last synchronization: the queued micro batch's mean loss (summed as gpt2_forward does)
 float gpt2_loss_micro1(const GPT2* model) {
     int N = model->batch_size * model->seq_len;
-    float sum = 0.0f;
-    for (int i = 0; i < N; i++) { sum += model->host_losses[N + i]; }
-    return sum / N;
+    return host_sum(model->host_losses + N, N) / N;
 }
 
 // the first micro batch's gradient, queued right after its backward (this rank's whole buffer, before any

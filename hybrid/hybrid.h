@@ -56,9 +56,8 @@ typedef struct {
 // The defaults are EMA-Nesterov's beta0 0.5 and 10% prefill, kept on to the end of the schedule (β_t
 // shrinks with the learning rate anyway; EMA-Nesterov's cool-down of the last 30% ended measurably higher
 // in the studies, docs/results.md), and no Predict runs: the look-ahead costs nothing measurable (make
-// bench); Predict runs are for the study to size. The noise
-// gate's 4 lies between the two regimes measured (B_noise / tokens per step ~10-20: the look-ahead pays;
-// ~1: it costs); nothing in between was measured.
+// bench); Predict runs are for the study to size. The noise gate's 2 lies between the regimes measured
+// (B_noise / tokens per step ~10-20 and 2-6: the look-ahead pays; ~1: it costs).
 static inline void hybrid_config_default(HybridConfig* c) {
     c->enabled = 0;
     c->lookahead = 0.5f;
@@ -248,8 +247,8 @@ static inline void hybrid_skip_update(HybridState* h) {
 static inline double hybrid_report(HybridState* h, float loss, float loss_micro1, float grad_norm, double noise_s,
                                    double noise_g2, double ms) {
     double t0 = hybrid_now_ms();
-    if (h->phase != PHASE_PREDICT && h->phase != PHASE_CORRECT && h->pr.horizon > 0) {
-        predict_check(&h->pr, h->phase, loss_micro1);  // the loss history a Correct step is judged against
+    if (h->phase != PHASE_CORRECT && isfinite(loss_micro1)) {
+        predict_observe_loss(&h->pr, loss_micro1);  // p.observe: the history a Correct step is judged against
     }
     if (h->phase != PHASE_PREDICT) {
         int ok = isfinite(loss);
