@@ -603,6 +603,37 @@ def bad_configs_give_one_line_errors():
 
 
 @test
+def committed_configs_load_and_pass_only_their_trainers_flags():
+    """Every study in configs/ is a reproduction command in the docs: it must still load, and every flag its
+    arms pass must be one its trainer lists in -h (a renamed or removed flag breaks them here, not for a
+    reader). A trainer that is not built here (./train_gpt2cu without nvcc) has its configs checked against
+    the CPU trainer's flags minus the CPU-only --precision, the one flag the two CLIs do not share."""
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import comparelib as cl
+    flag_re = re.compile(r"^\s*(-[a-zA-Z]{1,2}|--[a-z0-9-]+) ", re.M)
+
+    def flags_of(binary):
+        rc, out, err = sh([binary, "-h"])
+        check(rc == 0, f"{binary} -h: exit {rc}")
+        return set(flag_re.findall(out + err))
+
+    need_trainer(hybrid=True)
+    known = {"./train_gpt2": flags_of(TRAINER)}
+    cu = os.path.join(ROOT, "train_gpt2cu")
+    known["./train_gpt2cu"] = flags_of(cu) if os.access(cu, os.X_OK) else known["./train_gpt2"] - {"--precision"}
+    check("--hybrid" in known["./train_gpt2"] and "-x" in known["./train_gpt2"], "flag list of -h not parsed")
+    paths = sorted(glob.glob(os.path.join(ROOT, "configs", "*.json")) + glob.glob(os.path.join(ROOT, "configs", "*.toml")))
+    check(len(paths) >= 10, f"only {len(paths)} configs found")
+    for path in paths:
+        cfg = cl.load_config(path)
+        flags = known.get(cfg.get("trainer", "./train_gpt2"))
+        check(flags is not None, f"{path}: unknown trainer {cfg.get('trainer')}")
+        for arm in cfg["_arms"]:
+            bad = [x for x in arm["argv"] if re.match(r"^--?[a-zA-Z]", x) and x not in flags]
+            check(not bad, f"{os.path.relpath(path, ROOT)}: arm {arm['name']} passes {bad}, not flags of {cfg.get('trainer', './train_gpt2')}")
+
+
+@test
 def compare_pytorch_detects_differences_with_fakes():
     ref = os.path.join(TMP, "fake_ref")
     with open(ref, "w") as f:
