@@ -625,12 +625,12 @@ def committed_configs_load_and_pass_only_their_trainers_flags():
     paths = sorted(glob.glob(os.path.join(ROOT, "configs", "*.json")) + glob.glob(os.path.join(ROOT, "configs", "*.toml")))
     check(len(paths) >= 10, f"only {len(paths)} configs found")
     for path in paths:
-        cfg = cl.load_config(path)
-        flags = known.get(cfg.get("trainer", "./train_gpt2"))
-        check(flags is not None, f"{path}: unknown trainer {cfg.get('trainer')}")
+        cfg = cl.load_config(path)  # fills in the default trainer
+        flags = known.get(cfg["trainer"])
+        check(flags is not None, f"{path}: unknown trainer {cfg['trainer']}")
         for arm in cfg["_arms"]:
             bad = [x for x in arm["argv"] if re.match(r"^--?[a-zA-Z]", x) and x not in flags]
-            check(not bad, f"{os.path.relpath(path, ROOT)}: arm {arm['name']} passes {bad}, not flags of {cfg.get('trainer', './train_gpt2')}")
+            check(not bad, f"{os.path.relpath(path, ROOT)}: arm {arm['name']} passes {bad}, not flags of {cfg['trainer']}")
 
 
 @test
