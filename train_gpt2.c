@@ -268,30 +268,71 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 
 // the same three products with bf16 operands and fp32 accumulation (--precision bf16, llmc/cpu_dnnl.h).
 // A linear layer's primitives for its one shape at the allocated (B, T): out (N,OC) = inp (N,C) @ W^T,
-// dinp (N,C) = dout (N,OC) @ W, dW (OC,C) += dout^T @ inp, all reading row-major bf16 through strides
-// (no explicit transposes: measured as fast as the plain layouts here, see docs/correctness.md).
+// dinp (N,C) = dout (N,OC) @ W, dW (OC,C) += dout^T @ inp, with bf16 operands read through strides (no
+// explicit transposes). The right operand can be packed into the layout its primitive reads fastest (the
+// same results bit for bit, llmc/cpu_dnnl.h): the dweight GEMM's inp always, at each call; the weights with
+// pack_w, once per update (bf16_linear_pack). The left operands stay as they are (dout^T too: packing it
+// would change the order of the sums).
 typedef struct {
     DnnlGemm fwd, dinp, dweight;
+    const bf16* w16;             // (layers, OC, C) the bf16 weights (in params_bf16)
+    int layers;
+    int pack_w;                  // 1: fwd and dinp read w_fwd and w_dinp; 0: w16
+    size_t fwd_bytes, dinp_bytes; // pack_w: one layer's packed weight in each layout (64-byte multiples)
+    void* w_fwd;                 // pack_w: (layers, W^T packed for fwd)
+    void* w_dinp;                // pack_w: (layers, W packed for dinp)
 } Bf16Linear;
 
-static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accumulate) {
-    dnnl_gemm_create(&l->fwd, 0, 1, N, OC, C, C, C, OC, fwd_accumulate);
-    dnnl_gemm_create(&l->dinp, 0, 0, N, C, OC, OC, C, C, 0);
-    dnnl_gemm_create(&l->dweight, 1, 0, OC, C, N, OC, C, C, 1);
+static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accumulate, const bf16* w16, int layers,
+                               int pack_w) {
+    l->pack_w = pack_w;
+    l->w16 = w16;
+    dnnl_gemm_create(&l->fwd, 0, 1, N, OC, C, C, C, OC, fwd_accumulate, pack_w);  // B = W^T: W (OC,C) read transposed
+    dnnl_gemm_create(&l->dinp, 0, 0, N, C, OC, OC, C, C, 0, pack_w);              // B = W
+    dnnl_gemm_create(&l->dweight, 1, 0, OC, C, N, OC, C, C, 1, 1);                // B = inp, A = dout^T
+    l->layers = layers;
+    l->fwd_bytes = round64(dnnl_gemm_packed_bytes(&l->fwd));
+    l->dinp_bytes = round64(dnnl_gemm_packed_bytes(&l->dinp));
+    if (!pack_w) { return; }
+    l->w_fwd = aligned_alloc(64, layers * l->fwd_bytes);
+    l->w_dinp = aligned_alloc(64, layers * l->dinp_bytes);
+    if (l->w_fwd == NULL || l->w_dinp == NULL) { fatal("bf16: out of memory for the packed weights"); }
 }
 
 static void bf16_linear_destroy(Bf16Linear* l) {
     dnnl_gemm_destroy(&l->fwd);
     dnnl_gemm_destroy(&l->dinp);
     dnnl_gemm_destroy(&l->dweight);
+    free(l->w_fwd);
+    free(l->w_dinp);
+    memset(l, 0, sizeof(*l));
 }
 
-// matmul_forward in bf16: weight16 is the bf16 copy of the weights in the layout lin->fwd was made for ((OC,C);
-// the lm head's (C,OC)); scratch (N,C) takes inp in bf16.
+// pack_w: every layer's bf16 weights packed for the forward and the dinp product (after each update)
+static void bf16_linear_pack(Bf16Linear* l) {
+    size_t per = (size_t)l->fwd.N * l->fwd.K;  // OC * C
+    for (int i = 0; l->pack_w && i < l->layers; i++) {
+        dnnl_gemm_pack_b(&l->fwd, l->w16 + i * per, (char*)l->w_fwd + i * l->fwd_bytes);
+        dnnl_gemm_pack_b(&l->dinp, l->w16 + i * per, (char*)l->w_dinp + i * l->dinp_bytes);
+    }
+}
+
+// layer's weights as the forward (fwd) or the dinp product reads them
+static const void* bf16_linear_w(const Bf16Linear* l, int layer, int fwd) {
+    if (!l->pack_w) { return l->w16 + (size_t)layer * l->fwd.N * l->fwd.K; }
+    return fwd ? (const char*)l->w_fwd + layer * l->fwd_bytes : (const char*)l->w_dinp + layer * l->dinp_bytes;
+}
+
+// the bytes of packed inp the dweight product needs (the scratch matmul_backward_bf16 takes)
+static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return round64(dnnl_gemm_packed_bytes(&l->dweight)); }
+
+// matmul_forward in bf16 with layer's weights; scratch (N,C) takes inp in bf16.
 // One parallel region writes bias (+ residual) into out and rounds inp; the GEMM then accumulates on top.
 // bias NULL: out is overwritten (the lm head).
-void matmul_forward_bf16(float* out, const float* inp, const bf16* weight16, const float* bias,
-                         const float* residual, int N, int C, int OC, Bf16Linear* lin, bf16* scratch) {
+void matmul_forward_bf16(float* out, const float* inp, Bf16Linear* lin, int layer, const float* bias,
+                         const float* residual, int N, int C, int OC, bf16* scratch) {
     double t0 = prof_begin();
     #pragma omp parallel
     {
@@ -310,15 +351,17 @@ void matmul_forward_bf16(float* out, const float* inp, const bf16* weight16, con
         }
         bf16_convert_rows(scratch, inp, N, C, C, tid, nth);
     }
-    dnnl_gemm_run(&lin->fwd, scratch, weight16, out);
+    dnnl_gemm_run(&lin->fwd, scratch, bf16_linear_w(lin, layer, 1), out);
     prof_end(PROF_GEMM, t0);
 }
 
-// matmul_backward in bf16: dout16 (N,OC) and inp16 (N,C) are scratch for dout and inp rounded to bf16
-// (inp is rounded again, not kept from the forward: no bf16 activations to store); dbias from fp32 dout.
+// matmul_backward in bf16 with layer's weights: dout16 (N,OC) and inp16 (N,C) are scratch for dout
+// and inp rounded to bf16 (inp is rounded again, not kept from the forward: no bf16 activations to store),
+// inp_packed (bf16_linear_act_bytes) for inp16 packed; dbias from fp32 dout.
 // dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_forward; no dbias).
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          const bf16* weight16, int N, int C, int OC, Bf16Linear* lin, bf16* dout16, bf16* inp16) {
+                          Bf16Linear* lin, int layer, int N, int C, int OC, bf16* dout16, bf16* inp16,
+                          void* inp_packed) {
     double t0 = prof_begin();
     #pragma omp parallel
     {
@@ -327,8 +370,9 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
         bf16_convert_rows(inp16, inp, N, C, C, tid, nth);
         if (dbias != NULL && dout != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
     }
-    dnnl_gemm_run(&lin->dinp, dout16, weight16, dinp);
-    dnnl_gemm_run(&lin->dweight, dout16, inp16, dweight);
+    dnnl_gemm_run(&lin->dinp, dout16, bf16_linear_w(lin, layer, 0), dinp);
+    dnnl_gemm_pack_b(&lin->dweight, inp16, inp_packed);
+    dnnl_gemm_run(&lin->dweight, dout16, inp_packed, dweight);
     prof_end(PROF_GEMM, t0);
 }
 
@@ -594,11 +638,10 @@ typedef struct {
     int bf16;                 // 1: bf16 matmuls
     int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
     bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
-    bf16* wte_t16;            // (C, Vp) wte^T in bf16: the lm head's forward reads it row-major (faster than
-                              // wte read transposed: issue 20's measurement, 224 vs 358 GFLOP/s)
     bf16* bf16_a;             // (B*T, max(4C, Vp)) scratch: a GEMM's left operand (inp, dout, dlogits)
     bf16* bf16_b;             // (B*T, 4C) scratch: the dweight GEMM's right operand (inp)
-    Bf16Linear lin[NUM_LINEARS]; // primitives of qkv, attproj, fc, fcproj, lm head
+    void* bf16_b_packed;      // bf16_b packed for the dweight GEMM (the largest linear's need)
+    Bf16Linear lin[NUM_LINEARS]; // primitives and packed weights of qkv, attproj, fc, fcproj, lm head (wte)
 } GPT2;
 
 static void gpt2_setup_params(GPT2* model) {
@@ -619,8 +662,8 @@ static void gpt2_setup_params(GPT2* model) {
     model->bf16 = 0;
     model->bf16_fresh = 0;
     model->params_bf16 = NULL;
-    model->wte_t16 = NULL;
     model->bf16_a = model->bf16_b = NULL;
+    model->bf16_b_packed = NULL;
     memset(model->lin, 0, sizeof(model->lin));
 }
 
@@ -718,36 +761,25 @@ void gpt2_allocate(GPT2* model, int B, int T) {
     model->seq_len = T;
 }
 
-// params_bf16 = params rounded to nearest even (at set-up and after any write to params but AdamW's, which
-// rounds as it updates)
-// wte_t16 = the bf16 wte transposed, in 32x32 tiles (both sides stay in cache lines)
-static void gpt2_bf16_transpose_wte(GPT2* model) {
-    int C = model->config.channels, Vp = model->config.padded_vocab_size;
-    const bf16* w = model->params_bf16;  // wte comes first: (Vp, C)
-    bf16* t = model->wte_t16;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int v0 = 0; v0 < Vp; v0 += 32) {
-        for (int c0 = 0; c0 < C; c0 += 32) {
-            int v1 = v0 + 32 < Vp ? v0 + 32 : Vp, c1 = c0 + 32 < C ? c0 + 32 : C;
-            for (int c = c0; c < c1; c++) {
-                for (int v = v0; v < v1; v++) { t[(size_t)c * Vp + v] = w[(size_t)v * C + c]; }
-            }
-        }
-    }
+// the packed bf16 weights (the lm head's) follow params_bf16 (after any write to it)
+static void gpt2_bf16_pack(GPT2* model) {
+    for (int i = 0; i < NUM_LINEARS; i++) { bf16_linear_pack(&model->lin[i]); }
 }
 
+// params_bf16 = params rounded to nearest even (at set-up and after any write to params but AdamW's, which
+// rounds as it updates), then packed
 static void gpt2_bf16_sync(GPT2* model) {
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < model->num_parameters; i++) { model->params_bf16[i] = bf16_from_float(model->params_memory[i]); }
-    gpt2_bf16_transpose_wte(model);
+    gpt2_bf16_pack(model);
     model->bf16_fresh = 1;
 }
 
-// after an update pass that also rounded params_bf16 (gpt2_update, hybrid mode's fused pass): the lm head's
-// transposed copy follows
+// after an update pass that also rounded params_bf16 (gpt2_update, hybrid mode's fused pass): the packed
+// weights follow
 static void gpt2_bf16_updated(GPT2* model) {
     if (model->params_bf16 == NULL) { return; }
-    gpt2_bf16_transpose_wte(model);
+    gpt2_bf16_pack(model);
     model->bf16_fresh = 1;
 }
 
@@ -761,18 +793,28 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     model->bf16_fresh = 0;
     if (model->params_bf16 != NULL) { return; }
     int N = model->batch_size * model->seq_len, C = model->config.channels, Vp = model->config.padded_vocab_size;
+    int L = model->config.num_layers;
     size_t wide = (size_t)(Vp > 4 * C ? Vp : 4 * C);
-    model->params_bf16 = (bf16*)mallocCheck(model->num_parameters * sizeof(bf16));
-    model->wte_t16 = (bf16*)mallocCheck((size_t)C * Vp * sizeof(bf16));
+    model->params_bf16 = (bf16*)callocCheck(model->num_parameters, sizeof(bf16));  // filled by gpt2_bf16_sync
     model->bf16_a = (bf16*)mallocCheck((size_t)N * wide * sizeof(bf16));
     model->bf16_b = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));
-    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1);
-    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1);
-    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1);
-    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1);
-    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0);
-    dnnl_gemm_destroy(&model->lin[LIN_LM].fwd);  // the lm head's forward reads wte_t16 (C, Vp) row-major
-    dnnl_gemm_create(&model->lin[LIN_LM].fwd, 0, 0, N, Vp, C, C, Vp, Vp, 0);
+    #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
+    // Packed weights pay where one weight serves many rows: the lm head's (Vp x C against all B*T rows;
+    // 5-9% of a d6/d12 step, docs/benchmark.md). The layers' weights are not packed: packing all of them
+    // after each update cost as much as it saved up to B*T = 1024 rows and gained 1-2% at 2048 (Zen 4).
+    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, 0);
+    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, 0);
+    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, 0);
+    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, 0);
+    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1);  // tied to wte (Vp, C)
+    #undef W16
+    size_t act = 0;
+    for (int i = 0; i < NUM_LINEARS; i++) {
+        size_t b = bf16_linear_act_bytes(&model->lin[i]);
+        act = b > act ? b : act;
+    }
+    model->bf16_b_packed = aligned_alloc(64, act);
+    if (model->bf16_b_packed == NULL) { fatal("bf16: out of memory for %zu bytes of scratch", act); }
     gpt2_bf16_sync(model);
 }
 
@@ -801,8 +843,6 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
     // bf16 matmuls at the allocated shape only (their primitives are made for it)
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;
     if (lp && !model->bf16_fresh) { gpt2_bf16_sync(model); }
-    const bf16* w16 = model->params_bf16;
-    #define W16(field) (w16 + (p.field - model->params_memory))  // field's bf16 copy
     PROF(PROF_ENCODER, encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C));
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
@@ -818,30 +858,30 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
         PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
                                                p.ln1w + l * C, p.ln1b + l * C, BT, C));
         if (lp) {
-            matmul_forward_bf16(qkv, ln1, W16(qkvw) + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
-                                &model->lin[LIN_QKV], model->bf16_a);
+            matmul_forward_bf16(qkv, ln1, &model->lin[LIN_QKV], l, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
+                                model->bf16_a);
         } else {
             matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
         }
         PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
         if (lp) {
-            matmul_forward_bf16(residual2, atty, W16(attprojw) + (size_t)l * C * C, p.attprojb + l * C, residual, BT,
-                                C, C, &model->lin[LIN_ATTPROJ], model->bf16_a);
+            matmul_forward_bf16(residual2, atty, &model->lin[LIN_ATTPROJ], l, p.attprojb + l * C, residual, BT, C, C,
+                                model->bf16_a);
         } else {
             matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C);
         }
         PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
                                                p.ln2w + l * C, p.ln2b + l * C, BT, C));
         if (lp) {
-            matmul_forward_bf16(fch, ln2, W16(fcw) + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
-                                &model->lin[LIN_FC], model->bf16_a);
+            matmul_forward_bf16(fch, ln2, &model->lin[LIN_FC], l, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
+                                model->bf16_a);
         } else {
             matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C);
         }
         PROF(PROF_GELU, gelu_forward(fch_gelu, fch, BT * 4 * C));
         if (lp) {
-            matmul_forward_bf16(residual3, fch_gelu, W16(fcprojw) + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2,
-                                BT, 4 * C, C, &model->lin[LIN_FCPROJ], model->bf16_a);
+            matmul_forward_bf16(residual3, fch_gelu, &model->lin[LIN_FCPROJ], l, p.fcprojb + l * C, residual2, BT, 4 * C,
+                                C, model->bf16_a);
         } else {
             matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT, 4 * C, C);
         }
@@ -850,7 +890,7 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
     PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
     if (lp) {
-        matmul_forward_bf16(a.logits, a.lnf, model->wte_t16, NULL, NULL, BT, C, Vp, &model->lin[LIN_LM], model->bf16_a);
+        matmul_forward_bf16(a.logits, a.lnf, &model->lin[LIN_LM], 0, NULL, NULL, BT, C, Vp, model->bf16_a);
     } else {
         PROF(PROF_GEMM, sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp));
     }
@@ -903,7 +943,6 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ActivationTensors a = model->acts;
     // the softmax + cross-entropy backward (unless the forward did it), then the lm_head
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
-    const bf16* w16 = model->params_bf16;
     bf16 *s16a = model->bf16_a, *s16b = model->bf16_b;
     if (model->dlogits_scale != dloss_scale) {  // dlogits into acts.logits (fp32) or s16a (bf16)
         PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss_scale / (float)BT,
@@ -911,7 +950,8 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         model->dlogits_scale = dloss_scale;
     }
     if (lp) {
-        matmul_backward_bf16(a.dbuf_c, g.wte, NULL, NULL, a.lnf, W16(wte), BT, C, Vp, &model->lin[LIN_LM], s16a, s16b);
+        matmul_backward_bf16(a.dbuf_c, g.wte, NULL, NULL, a.lnf, &model->lin[LIN_LM], 0, BT, C, Vp, s16a, s16b,
+                             model->bf16_b_packed);
     } else {
         PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
         PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
@@ -932,7 +972,7 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         // dresidual holds d(residual3[l]) here
         if (lp) {
             matmul_backward_bf16(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
-                                 W16(fcprojw) + (size_t)l * C * 4 * C, BT, 4 * C, C, &model->lin[LIN_FCPROJ], s16a, s16b);
+                                 &model->lin[LIN_FCPROJ], l, BT, 4 * C, C, s16a, s16b, model->bf16_b_packed);
         } else {
             matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
                             p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C);
@@ -940,7 +980,7 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C));
         if (lp) {
             matmul_backward_bf16(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
-                                 W16(fcw) + (size_t)l * 4 * C * C, BT, C, 4 * C, &model->lin[LIN_FC], s16a, s16b);
+                                 &model->lin[LIN_FC], l, BT, C, 4 * C, s16a, s16b, model->bf16_b_packed);
         } else {
             matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
                             p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
@@ -950,7 +990,7 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         // dresidual holds d(residual2[l]) here
         if (lp) {
             matmul_backward_bf16(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
-                                 W16(attprojw) + (size_t)l * C * C, BT, C, C, &model->lin[LIN_ATTPROJ], s16a, s16b);
+                                 &model->lin[LIN_ATTPROJ], l, BT, C, C, s16a, s16b, model->bf16_b_packed);
         } else {
             matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
                             p.attprojw + (size_t)l * C * C, BT, C, C);
@@ -959,7 +999,7 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
         if (lp) {
             matmul_backward_bf16(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
-                                 W16(qkvw) + (size_t)l * 3 * C * C, BT, C, 3 * C, &model->lin[LIN_QKV], s16a, s16b);
+                                 &model->lin[LIN_QKV], l, BT, C, 3 * C, s16a, s16b, model->bf16_b_packed);
         } else {
             matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
                             p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
@@ -968,7 +1008,6 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
                                                 p.ln1w + l * C, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
     }
     PROF(PROF_ENCODER, encoder_backward(g.wte, g.wpe, a.dresidual, inputs, B, T, C));
-#undef W16
 }
 
 // global L2 norm of the gradients: fixed chunks summed in double, chunk sums added in order,
@@ -1038,12 +1077,14 @@ void gpt2_free(GPT2* model) {
     free(model->v_memory);
     free(model->acts_memory);
     free(model->params_bf16);
-    free(model->wte_t16);
     free(model->bf16_a);
     free(model->bf16_b);
+    free(model->bf16_b_packed);
     for (int i = 0; i < NUM_LINEARS; i++) { bf16_linear_destroy(&model->lin[i]); }
-    model->params_bf16 = model->wte_t16 = NULL;
+    model->params_bf16 = NULL;
     model->bf16_a = model->bf16_b = NULL;
+    model->bf16_b_packed = NULL;
+    model->bf16_b_packed = NULL;
     model->bf16 = 0;
     model->params_memory = model->grads_memory = model->m_memory = model->v_memory = model->acts_memory = NULL;
 }

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
         for (size_t i = 0; i < nn; i++) { a16[i] = bf16_from_float(a[i]); b16[i] = bf16_from_float(b[i]); }
         DnnlGemm g;
         memset(&g, 0, sizeof(g));
-        dnnl_gemm_create(&g, 0, 1, n, n, n, n, n, n, 0);
+        dnnl_gemm_create(&g, 0, 1, n, n, n, n, n, n, 0, 0);
         for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
             double t0 = hmath_seconds();
             dnnl_gemm_run(&g, a16, b16, c);

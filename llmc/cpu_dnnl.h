@@ -83,15 +83,48 @@ static inline void dnnl_context_init(void) {
 // C (M,N) [+]= op(A) (M,K) · op(B) (K,N): A and B bf16 with leading dims lda, ldb (op(X) = X^T when transX,
 // read through the strides: no explicit transpose), C fp32 row-major with leading dim ldc. accumulate: C +=
 // (oneDNN's sum post-op, exact fp32 addition), else C =.
+// pack_b: each run reads B from a buffer that dnnl_gemm_pack_b filled with B reordered into the blocked
+// layout the primitive asks for (dnnl_gemm_packed_bytes of it). A matmul given a plain B copies it into that
+// layout itself, in pieces, on every call; packed once, a weight serves a whole step. The results are bit
+// for bit those of the plain B (measured on oneDNN 2.6: B's layout changes where the values are read from,
+// not the order of the sums; a transposed A does change it, so A stays as given).
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
     int M, N, K;
+    dnnl_primitive_t pack;   // pack_b: the reorder from B as described into the primitive's layout
+    dnnl_memory_t b_plain;   // pack_b: B as described, bound at each pack
+    size_t packed_bytes;     // pack_b: the size of B in the primitive's layout
 } DnnlGemm;
 
+// the shared user scratchpad grows (at start-up only) to what the primitive pd needs
+static inline void dnnl_scratch_reserve(const_dnnl_primitive_desc_t pd) {
+    const dnnl_memory_desc_t* smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    size_t need = smd != NULL ? dnnl_memory_desc_get_size(smd) : 0;
+    if (need <= dnnl_ctx.scratch_bytes) { return; }
+    free(dnnl_ctx.scratch_data);
+    dnnl_ctx.scratch_data = aligned_alloc(64, (need + 63) / 64 * 64);
+    if (dnnl_ctx.scratch_data == NULL) { fatal("oneDNN: out of memory for %zu bytes of scratch", need); }
+    dnnl_ctx.scratch_bytes = need;
+    if (dnnl_ctx.scratch != NULL) { dnnl_memory_destroy(dnnl_ctx.scratch); }
+    dnnl_memory_desc_t flat;
+    dnnl_dims_t sd = {(dnnl_dim_t)need};
+    dnnlCheck(dnnl_memory_desc_init_by_tag(&flat, 1, sd, dnnl_u8, dnnl_a), "scratch desc");
+    dnnlCheck(dnnl_memory_create(&dnnl_ctx.scratch, &flat, dnnl_ctx.engine, dnnl_ctx.scratch_data), "scratch memory");
+}
+
+// a primitive attribute with the scratchpad ours (the caller destroys it)
+static inline dnnl_primitive_attr_t dnnl_attr_user_scratch(void) {
+    dnnl_primitive_attr_t attr;
+    dnnlCheck(dnnl_primitive_attr_create(&attr), "attr");
+    dnnlCheck(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    return attr;
+}
+
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
-                                    int ldc, int accumulate) {
+                                    int ldc, int accumulate, int pack_b) {
     dnnl_context_init();
+    memset(g, 0, sizeof(*g));
     dnnl_dims_t adims = {M, K}, bdims = {K, N}, cdims = {M, N};
     dnnl_dims_t astr = {transA ? 1 : lda, transA ? lda : 1};
     dnnl_dims_t bstr = {transB ? 1 : ldb, transB ? ldb : 1};
@@ -100,11 +133,11 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
     dnnlCheck(dnnl_memory_desc_init_by_strides(&amd, 2, adims, dnnl_bf16, astr), "memory desc A");
     dnnlCheck(dnnl_memory_desc_init_by_strides(&bmd, 2, bdims, dnnl_bf16, bstr), "memory desc B");
     dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, 2, cdims, dnnl_f32, cstr), "memory desc C");
+    dnnl_memory_desc_t bany;  // pack_b: the primitive picks B's layout
+    dnnlCheck(dnnl_memory_desc_init_by_tag(&bany, 2, bdims, dnnl_bf16, dnnl_format_tag_any), "memory desc B any");
     dnnl_matmul_desc_t desc;
-    dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, &bmd, NULL, &cmd), "matmul desc");
-    dnnl_primitive_attr_t attr;
-    dnnlCheck(dnnl_primitive_attr_create(&attr), "attr");
-    dnnlCheck(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user), "scratchpad mode");
+    dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, pack_b ? &bany : &bmd, NULL, &cmd), "matmul desc");
+    dnnl_primitive_attr_t attr = dnnl_attr_user_scratch();
     dnnl_post_ops_t po = NULL;
     if (accumulate) {
         dnnlCheck(dnnl_post_ops_create(&po), "post ops");
@@ -114,31 +147,48 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
     dnnl_primitive_desc_t pd;
     dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, attr, dnnl_ctx.engine, NULL);
     if (s != dnnl_success) { fatal("oneDNN: no bf16 matmul for %d x %d x %d on this CPU (status %d)", M, K, N, (int)s); }
-    const dnnl_memory_desc_t* smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    size_t need = smd != NULL ? dnnl_memory_desc_get_size(smd) : 0;
-    if (need > dnnl_ctx.scratch_bytes) {  // start-up only: grow the shared scratch buffer
-        free(dnnl_ctx.scratch_data);
-        dnnl_ctx.scratch_data = aligned_alloc(64, (need + 63) / 64 * 64);
-        if (dnnl_ctx.scratch_data == NULL) { fatal("oneDNN: out of memory for %zu bytes of scratch", need); }
-        dnnl_ctx.scratch_bytes = need;
-        if (dnnl_ctx.scratch != NULL) { dnnl_memory_destroy(dnnl_ctx.scratch); }
-        dnnl_memory_desc_t flat;
-        dnnl_dims_t sd = {(dnnl_dim_t)need};
-        dnnlCheck(dnnl_memory_desc_init_by_tag(&flat, 1, sd, dnnl_u8, dnnl_a), "scratch desc");
-        dnnlCheck(dnnl_memory_create(&dnnl_ctx.scratch, &flat, dnnl_ctx.engine, dnnl_ctx.scratch_data), "scratch memory");
-    }
+    dnnl_scratch_reserve(pd);
     dnnlCheck(dnnl_primitive_create(&g->prim, pd), "matmul primitive");
     dnnlCheck(dnnl_memory_create(&g->a, &amd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory A");
-    dnnlCheck(dnnl_memory_create(&g->b, &bmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory B");
     dnnlCheck(dnnl_memory_create(&g->c, &cmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory C");
+    if (pack_b) {
+        const dnnl_memory_desc_t* packed = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        g->packed_bytes = dnnl_memory_desc_get_size(packed);
+        dnnlCheck(dnnl_memory_create(&g->b, packed, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory B packed");
+        dnnlCheck(dnnl_memory_create(&g->b_plain, &bmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory B");
+        dnnl_primitive_attr_t rattr = dnnl_attr_user_scratch();
+        dnnl_primitive_desc_t rpd;
+        dnnlCheck(dnnl_reorder_primitive_desc_create(&rpd, &bmd, dnnl_ctx.engine, packed, dnnl_ctx.engine, rattr),
+                  "reorder desc");
+        dnnl_scratch_reserve(rpd);
+        dnnlCheck(dnnl_primitive_create(&g->pack, rpd), "reorder primitive");
+        dnnl_primitive_desc_destroy(rpd);
+        dnnl_primitive_attr_destroy(rattr);
+    } else {
+        dnnlCheck(dnnl_memory_create(&g->b, &bmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory B");
+    }
     dnnl_primitive_desc_destroy(pd);
     if (po != NULL) { dnnl_post_ops_destroy(po); }
     dnnl_primitive_attr_destroy(attr);
     g->M = M; g->N = N; g->K = K;
 }
 
-// runs the product on the given data (outside any parallel region: oneDNN opens its own)
-static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const bf16* B, float* C) {
+// pack_b: the bytes of B in the primitive's layout (a buffer for dnnl_gemm_pack_b; 64-byte aligned)
+static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { return g->packed_bytes; }
+
+// pack_b: B (laid out as dnnl_gemm_create described it) into packed, in the primitive's layout
+static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
+    if (g->pack == NULL) { fatal("oneDNN: dnnl_gemm_pack_b on a product made without pack_b"); }
+    dnnlCheck(dnnl_memory_set_data_handle(g->b_plain, (void*)B), "bind B");
+    dnnlCheck(dnnl_memory_set_data_handle(g->b, packed), "bind packed B");
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, g->b_plain}, {DNNL_ARG_TO, g->b}, {DNNL_ARG_SCRATCHPAD, dnnl_ctx.scratch}};
+    dnnlCheck(dnnl_primitive_execute(g->pack, dnnl_ctx.stream, dnnl_ctx.scratch != NULL ? 3 : 2, args), "reorder");
+    dnnlCheck(dnnl_stream_wait(dnnl_ctx.stream), "stream wait");
+}
+
+// runs the product on the given data (outside any parallel region: oneDNN opens its own); B is bf16 as
+// described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled
+static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) {
     dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
@@ -154,6 +204,10 @@ static inline void dnnl_gemm_destroy(DnnlGemm* g) {
     dnnl_memory_destroy(g->a);
     dnnl_memory_destroy(g->b);
     dnnl_memory_destroy(g->c);
+    if (g->pack != NULL) {
+        dnnl_primitive_destroy(g->pack);
+        dnnl_memory_destroy(g->b_plain);
+    }
     memset(g, 0, sizeof(*g));
 }
 
@@ -171,11 +225,14 @@ static inline const char* dnnl_isa_name(void) {
 static inline int dnnl_available(void) { return 0; }
 typedef struct { int M, N, K; } DnnlGemm;
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
-                                    int ldc, int accumulate) {
+                                    int ldc, int accumulate, int pack_b) {
     (void)g; (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)lda; (void)ldb; (void)ldc; (void)accumulate;
+    (void)pack_b;
     fatal("bf16: this build has no oneDNN (install libdnnl-dev and rebuild)");
 }
-static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const bf16* B, float* C) { (void)g; (void)A; (void)B; (void)C; }
+static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { (void)g; return 0; }
+static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) { (void)g; (void)B; (void)packed; }
+static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) { (void)g; (void)A; (void)B; (void)C; }
 static inline void dnnl_gemm_destroy(DnnlGemm* g) { (void)g; }
 static inline const char* dnnl_isa_name(void) { return "no oneDNN"; }
 #endif // LLMC_DNNL

@@ -33,8 +33,9 @@ static float* rand_buf(size_t n, float scale) {
 
 static double bound(double sum_abs, int K) { return (1.0 / 128 + 1.0 / 65536 + K / 8388608.0) * sum_abs + 1e-30; }
 
-// the three products of one linear layer at (N, C, OC), bf16 vs exact (fp64 of the fp32 inputs)
-static void check_linear(int N, int C, int OC, int with_residual) {
+// the three products of one linear layer at (N, C, OC), bf16 vs exact (fp64 of the fp32 inputs); pack_w: the
+// weights packed (as the lm head's are)
+static void check_linear(int N, int C, int OC, int with_residual, int pack_w) {
     float* inp = rand_buf((size_t)N * C, 1.0f);
     float* w = rand_buf((size_t)OC * C, 0.5f);
     float* bias = rand_buf(OC, 0.1f);
@@ -53,9 +54,11 @@ static void check_linear(int N, int C, int OC, int with_residual) {
     bf16* s2 = (bf16*)malloc((size_t)N * wide * sizeof(bf16));
     Bf16Linear lin;
     memset(&lin, 0, sizeof(lin));
-    bf16_linear_create(&lin, N, C, OC, 1);
-    matmul_forward_bf16(out, inp, w16, bias, with_residual ? res : NULL, N, C, OC, &lin, s1);
-    matmul_backward_bf16(dinp, dw, db, dout, inp, w16, N, C, OC, &lin, s1, s2);
+    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, pack_w);
+    bf16_linear_pack(&lin);
+    void* packed = aligned_alloc(64, bf16_linear_act_bytes(&lin));
+    matmul_forward_bf16(out, inp, &lin, 0, bias, with_residual ? res : NULL, N, C, OC, s1);
+    matmul_backward_bf16(dinp, dw, db, dout, inp, &lin, 0, N, C, OC, s1, s2, packed);
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) {  // out = inp @ w^T + bias (+ res)
             double exact = bias[o] + (with_residual ? res[(size_t)n * OC + o] : 0.0), s = 0.0;
@@ -93,16 +96,62 @@ static void check_linear(int N, int C, int OC, int with_residual) {
     }
     bf16_linear_destroy(&lin);
     free(inp); free(w); free(bias); free(res); free(dout); free(out); free(dinp); free(dw0); free(dw); free(db);
-    free(w16); free(s1); free(s2);
+    free(w16); free(s1); free(s2); free(packed);
 }
 
 Test(bf16_matmul, forward_and_both_backward_gemms_within_bf16_rounding) {
     if (!bf16_ready()) { return; }
-    check_linear(64, 48, 144, 0);   // qkv-like
-    check_linear(64, 192, 48, 1);   // fcproj-like, with the residual
-    check_linear(37, 19, 53, 1);    // odd everything
-    check_linear(1, 7, 3, 0);       // one row
-    check_linear(130, 64, 256, 0);  // lm-head-like (no bias is a NULL bias in the model; bias here)
+    for (int pack_w = 0; pack_w <= 1; pack_w++) {
+        check_linear(64, 48, 144, 0, pack_w);   // qkv-like
+        check_linear(64, 192, 48, 1, pack_w);   // fcproj-like, with the residual
+        check_linear(37, 19, 53, 1, pack_w);    // odd everything
+        check_linear(1, 7, 3, 0, pack_w);       // one row
+        check_linear(130, 64, 256, 0, pack_w);  // lm-head-like (no bias is a NULL bias in the model; bias here)
+    }
+}
+
+// packing a product's right operand (the weights, the dweight GEMM's inp) changes no bit of its result: the
+// packed products against the same oneDNN products given the plain operands, at a few shapes
+static void check_packing_exact(int N, int C, int OC) {
+    bf16* x = (bf16*)malloc((size_t)N * C * sizeof(bf16));    // inp
+    bf16* d = (bf16*)malloc((size_t)N * OC * sizeof(bf16));   // dout
+    bf16* w = (bf16*)malloc((size_t)OC * C * sizeof(bf16));   // W
+    for (size_t i = 0; i < (size_t)N * C; i++) { x[i] = bf16_from_float(urand()); }
+    for (size_t i = 0; i < (size_t)N * OC; i++) { d[i] = bf16_from_float(0.01f * urand()); }
+    for (size_t i = 0; i < (size_t)OC * C; i++) { w[i] = bf16_from_float(0.5f * urand()); }
+    float* r[2][3];  // [packed][fwd, dinp, dweight]
+    for (int pk = 0; pk <= 1; pk++) {
+        DnnlGemm g[3];
+        dnnl_gemm_create(&g[0], 0, 1, N, OC, C, C, C, OC, 0, pk);  // as bf16_linear_create makes them
+        dnnl_gemm_create(&g[1], 0, 0, N, C, OC, OC, C, C, 0, pk);
+        dnnl_gemm_create(&g[2], 1, 0, OC, C, N, OC, C, C, 0, pk);
+        const bf16* b[3] = {w, w, x};
+        const bf16* a[3] = {x, d, d};
+        size_t outn[3] = {(size_t)N * OC, (size_t)N * C, (size_t)OC * C};
+        for (int k = 0; k < 3; k++) {
+            r[pk][k] = (float*)malloc(outn[k] * sizeof(float));
+            void* bp = pk ? aligned_alloc(64, (dnnl_gemm_packed_bytes(&g[k]) + 63) / 64 * 64) : NULL;
+            if (pk) { dnnl_gemm_pack_b(&g[k], b[k], bp); }
+            dnnl_gemm_run(&g[k], a[k], pk ? bp : (const void*)b[k], r[pk][k]);
+            free(bp);
+            dnnl_gemm_destroy(&g[k]);
+        }
+    }
+    const char* name[3] = {"forward", "dinp", "dweight"};
+    size_t outn[3] = {(size_t)N * OC, (size_t)N * C, (size_t)OC * C};
+    for (int k = 0; k < 3; k++) {
+        cr_assert_eq(memcmp(r[0][k], r[1][k], outn[k] * sizeof(float)), 0, "%s %dx%dx%d: packing changed bits", name[k],
+                     N, C, OC);
+        free(r[0][k]); free(r[1][k]);
+    }
+    free(x); free(d); free(w);
+}
+
+Test(bf16_matmul, packing_an_operand_changes_no_bit) {
+    if (!bf16_ready()) { return; }
+    check_packing_exact(256, 96, 1000);  // lm-head-like: a wide vocabulary, long rows
+    check_packing_exact(512, 64, 256);   // fc-like
+    check_packing_exact(37, 19, 53);     // odd everything
 }
 
 // the error is really bf16's: the same products are off by more than fp32 rounding would be, somewhere
@@ -119,9 +168,9 @@ Test(bf16_matmul, bf16_is_really_used) {
     for (size_t i = 0; i < (size_t)OC * C; i++) { w16[i] = bf16_from_float(w[i]); }
     Bf16Linear lin;
     memset(&lin, 0, sizeof(lin));
-    bf16_linear_create(&lin, N, C, OC, 1);
+    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, 0);
     matmul_forward(o32, inp, w, zero, NULL, N, C, OC);
-    matmul_forward_bf16(o16, inp, w16, zero, NULL, N, C, OC, &lin, s);
+    matmul_forward_bf16(o16, inp, &lin, 0, zero, NULL, N, C, OC, s);
     double maxdiff = 0.0;
     for (size_t i = 0; i < (size_t)N * OC; i++) { maxdiff = fmax(maxdiff, fabs(o32[i] - o16[i])); }
     cr_assert_gt(maxdiff, 1e-3, "bf16 and fp32 outputs agree to %g: is bf16 used?", maxdiff);
