@@ -799,9 +799,10 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     model->bf16_a = (bf16*)mallocCheck((size_t)N * wide * sizeof(bf16));
     model->bf16_b = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
-    // Packed weights pay where one weight serves many rows: the lm head's (Vp x C against all B*T rows;
-    // 5-9% of a d6/d12 step, docs/benchmark.md). The layers' weights are not packed: packing all of them
-    // after each update cost as much as it saved up to B*T = 1024 rows and gained 1-2% at 2048 (Zen 4).
+    // Packed weights pay where one weight serves many rows: the lm head's (Vp x C against all B*T rows; its
+    // products are a quarter to a half of a d12/d6 bf16 step). The layers' weights are not packed: packing
+    // them all after each update cost as much as it saved up to B*T = 1024 rows and gained 1-2% at 2048
+    // (Zen 4, docs/benchmark.md).
     bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, 0);
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, 0);
     bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, 0);
