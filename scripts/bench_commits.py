@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""
+The step time of train_gpt2 at two commits, measured side by side: each commit's build/bench_gpt2 is built
+in a temporary git worktree, then the two run interleaved (A, B, A, B, ... per config and round) so that
+a machine whose speed drifts over minutes slows both alike. Prints, per config, the median over the rounds
+of each build's median step ms, the ratio B / A, and whether the two agree on the last step's loss as
+bench_gpt2 prints it (6 decimals: a change meant to keep the numerics must print "same"; the trainer's
+own runs are the bit-exact check).
+
+Use it for a speed change's before/after on one machine (compare only what one run measures); `make
+bench` gives the absolute figures of one build. Needs a quiet machine.
+
+usage: scripts/bench_commits.py A B [--configs d12:4:64,d6:8:256] [--precision bf16] [--rounds 3]
+                                    [--steps 8] [--threads 2]
+A, B: commits (anything `git rev-parse` takes; HEAD for the checked-out one, which is built from its
+commit, not the working tree).
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def git(*args):
+    r = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: git {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def build(commit, where):
+    git("worktree", "add", "--detach", where, commit)
+    r = subprocess.run(["make", "-j2", "build/bench_gpt2"], cwd=where, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: building build/bench_gpt2 at {commit} failed: {r.stderr.strip()[-500:]}")
+    return os.path.join(where, "build", "bench_gpt2")
+
+
+def step(binary, spec, a, env):
+    depth, B, T = spec[0][1:], spec[1], spec[2]
+    cmd = [binary, depth, B, T, str(a.steps), "2", "0", a.precision]
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        sys.exit(f"error: {' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    return d["median_ms"], d["loss"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--configs", default="d12:4:64,d12:8:256,d6:8:256")
+    p.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=8, help="steps per run, the first 2 not timed")
+    p.add_argument("--threads", type=int, default=2)
+    a = p.parse_args()
+    if a.rounds < 1 or a.steps < 3:
+        sys.exit("error: --rounds must be >= 1 and --steps >= 3")
+    specs = []
+    for s in a.configs.split(","):
+        parts = s.split(":")
+        if len(parts) != 3 or not parts[0].startswith("d") or not all(x.isdigit() for x in [parts[0][1:]] + parts[1:]):
+            sys.exit(f"error: --configs: '{s}' is not dN:B:T")
+        specs.append(parts)
+    ca, cb = git("rev-parse", "--short", a.a), git("rev-parse", "--short", a.b)
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    tmp = tempfile.mkdtemp(prefix="bench_commits_")
+    wa, wb = os.path.join(tmp, "a"), os.path.join(tmp, "b")
+    try:
+        ba, bb = build(ca, wa), build(cb, wb)
+        ms = {(i, w): [] for i in range(len(specs)) for w in "ab"}
+        loss = {}
+        for r in range(a.rounds):
+            for i, spec in enumerate(specs):
+                for w, binary in (("a", ba), ("b", bb)):
+                    t, l = step(binary, spec, a, env)
+                    ms[(i, w)].append(t)
+                    loss[(i, w)] = l
+            print(f"round {r + 1} of {a.rounds} done", file=sys.stderr, flush=True)
+        print(f"median step ms over {a.rounds} interleaved rounds of {a.steps} steps ({a.steps - 2} timed), "
+              f"{a.precision}, {a.threads} threads; A = {ca}, B = {cb}\n")
+        print("| config | rows B·T | A ms | B ms | B / A | loss |")
+        print("|---|---|---|---|---|---|")
+        for i, (d, B, T) in enumerate(specs):
+            ma, mb = statistics.median(ms[(i, "a")]), statistics.median(ms[(i, "b")])
+            same = "same" if loss[(i, "a")] == loss[(i, "b")] else f"{loss[(i, 'a')]} vs {loss[(i, 'b')]}"
+            print(f"| {d} B={B} T={T} | {int(B) * int(T)} | {ma:.0f} | {mb:.0f} | {mb / ma:.3f} | {same} |")
+    finally:
+        for w in (wa, wb):
+            if os.path.isdir(w):
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", w], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
