@@ -761,7 +761,7 @@ void gpt2_allocate(GPT2* model, int B, int T) {
     model->seq_len = T;
 }
 
-// the packed bf16 weights (the lm head's) follow params_bf16 (after any write to it)
+// the packed bf16 weights follow params_bf16 (after any write to it)
 static void gpt2_bf16_pack(GPT2* model) {
     for (int i = 0; i < NUM_LINEARS; i++) { bf16_linear_pack(&model->lin[i]); }
 }
@@ -799,14 +799,16 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     model->bf16_a = (bf16*)mallocCheck((size_t)N * wide * sizeof(bf16));
     model->bf16_b = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
-    // Packed weights pay where one weight serves many rows: the lm head's (Vp x C against all B*T rows; its
-    // products are a quarter to a half of a d12/d6 bf16 step). The layers' weights are not packed: packing
-    // them all after each update cost as much as it saved up to B*T = 1024 rows and gained 1-2% at 2048
-    // (Zen 4, docs/benchmark.md).
-    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, 0);
-    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, 0);
-    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, 0);
-    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, 0);
+    // Packed weights pay where one weight serves many rows, as the packing after each update costs about
+    // what the matmul's own copying costs per call: the lm head's always (Vp x C; its products are a
+    // quarter to a half of a d12/d6 bf16 step), the layers' from 2048 rows (B*T) on. Measured on a Zen 4
+    // (docs/benchmark.md): the layers' packed cost as much as they saved up to 1024 rows and gained
+    // 1.5-6% at 2048-8192.
+    int pack_layers = N >= 2048;
+    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers);
+    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers);
+    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, pack_layers);
+    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, pack_layers);
     bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1);  // tied to wte (Vp, C)
     #undef W16
     size_t act = 0;
