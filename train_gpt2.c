@@ -801,10 +801,10 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
     // Packed weights pay where one weight serves many rows, as the packing after each update costs about
     // what the matmul's own copying costs per call: the lm head's always (Vp x C; its products are a
-    // quarter to a half of a d12/d6 bf16 step), the layers' from 2048 rows (B*T) on. Measured on a Zen 4
-    // (docs/benchmark.md): the layers' packed cost as much as they saved up to 1024 rows and gained
-    // 1.5-6% at 2048-8192.
-    int pack_layers = N >= 2048;
+    // quarter to a half of a d12/d6 bf16 step), the layers' from 4096 rows (B*T) on. Measured on a Zen 4
+    // (docs/benchmark.md): packing the layers' cost as much as it saved up to 1024 rows, was within the
+    // noise at 2048 and gained 2-6% at 4096-8192.
+    int pack_layers = N >= 4096;
     bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers);
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers);
     bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, pack_layers);
