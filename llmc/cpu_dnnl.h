@@ -176,14 +176,21 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
 // pack_b: the bytes of B in the primitive's layout (a buffer for dnnl_gemm_pack_b; 64-byte aligned)
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { return g->packed_bytes; }
 
+// executes p with its n arguments plus the shared scratchpad (where there is one; args has room for it),
+// and waits for it
+static inline void dnnl_execute(dnnl_primitive_t p, dnnl_exec_arg_t* args, int n, const char* what) {
+    if (dnnl_ctx.scratch != NULL) { args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, dnnl_ctx.scratch}; }
+    dnnlCheck(dnnl_primitive_execute(p, dnnl_ctx.stream, n, args), what);
+    dnnlCheck(dnnl_stream_wait(dnnl_ctx.stream), "stream wait");
+}
+
 // pack_b: B (laid out as dnnl_gemm_create described it) into packed, in the primitive's layout
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
     if (g->pack == NULL) { fatal("oneDNN: dnnl_gemm_pack_b on a product made without pack_b"); }
     dnnlCheck(dnnl_memory_set_data_handle(g->b_plain, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, packed), "bind packed B");
-    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, g->b_plain}, {DNNL_ARG_TO, g->b}, {DNNL_ARG_SCRATCHPAD, dnnl_ctx.scratch}};
-    dnnlCheck(dnnl_primitive_execute(g->pack, dnnl_ctx.stream, dnnl_ctx.scratch != NULL ? 3 : 2, args), "reorder");
-    dnnlCheck(dnnl_stream_wait(dnnl_ctx.stream), "stream wait");
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, g->b_plain}, {DNNL_ARG_TO, g->b}};
+    dnnl_execute(g->pack, args, 2, "reorder");
 }
 
 // runs the product on the given data (outside any parallel region: oneDNN opens its own); B is bf16 as
@@ -192,10 +199,8 @@ static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, floa
     dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c},
-                               {DNNL_ARG_SCRATCHPAD, dnnl_ctx.scratch}};
-    dnnlCheck(dnnl_primitive_execute(g->prim, dnnl_ctx.stream, dnnl_ctx.scratch != NULL ? 4 : 3, args), "matmul");
-    dnnlCheck(dnnl_stream_wait(dnnl_ctx.stream), "stream wait");
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
+    dnnl_execute(g->prim, args, 3, "matmul");
 }
 
 static inline void dnnl_gemm_destroy(DnnlGemm* g) {

@@ -16,13 +16,14 @@ A, B: commits (anything `git rev-parse` takes; HEAD for the checked-out one, whi
 commit, not the working tree).
 """
 import argparse
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+
+from bench import run_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -44,11 +45,7 @@ def build(commit, where):
 
 def step(binary, spec, a, env):
     depth, B, T = spec[0][1:], spec[1], spec[2]
-    cmd = [binary, depth, B, T, str(a.steps), "2", "0", a.precision]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"error: {' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
-    d = json.loads(r.stdout.strip().splitlines()[-1])
+    d = run_json([binary, depth, B, T, str(a.steps), "2", "0", a.precision], env)
     return d["median_ms"], d["loss"]
 
 

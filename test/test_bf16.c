@@ -120,6 +120,7 @@ static void check_packing_exact(int N, int C, int OC) {
     for (size_t i = 0; i < (size_t)N * OC; i++) { d[i] = bf16_from_float(0.01f * urand()); }
     for (size_t i = 0; i < (size_t)OC * C; i++) { w[i] = bf16_from_float(0.5f * urand()); }
     float* r[2][3];  // [packed][fwd, dinp, dweight]
+    size_t outn[3] = {(size_t)N * OC, (size_t)N * C, (size_t)OC * C};
     for (int pk = 0; pk <= 1; pk++) {
         DnnlGemm g[3];
         dnnl_gemm_create(&g[0], 0, 1, N, OC, C, C, C, OC, 0, pk);  // as bf16_linear_create makes them
@@ -127,10 +128,9 @@ static void check_packing_exact(int N, int C, int OC) {
         dnnl_gemm_create(&g[2], 1, 0, OC, C, N, OC, C, C, 0, pk);
         const bf16* b[3] = {w, w, x};
         const bf16* a[3] = {x, d, d};
-        size_t outn[3] = {(size_t)N * OC, (size_t)N * C, (size_t)OC * C};
         for (int k = 0; k < 3; k++) {
             r[pk][k] = (float*)malloc(outn[k] * sizeof(float));
-            void* bp = pk ? aligned_alloc(64, (dnnl_gemm_packed_bytes(&g[k]) + 63) / 64 * 64) : NULL;
+            void* bp = pk ? aligned_alloc(64, round64(dnnl_gemm_packed_bytes(&g[k]))) : NULL;
             if (pk) { dnnl_gemm_pack_b(&g[k], b[k], bp); }
             dnnl_gemm_run(&g[k], a[k], pk ? bp : (const void*)b[k], r[pk][k]);
             free(bp);
@@ -138,7 +138,6 @@ static void check_packing_exact(int N, int C, int OC) {
         }
     }
     const char* name[3] = {"forward", "dinp", "dweight"};
-    size_t outn[3] = {(size_t)N * OC, (size_t)N * C, (size_t)OC * C};
     for (int k = 0; k < 3; k++) {
         cr_assert_eq(memcmp(r[0][k], r[1][k], outn[k] * sizeof(float)), 0, "%s %dx%dx%d: packing changed bits", name[k],
                      N, C, OC);
