@@ -1,7 +1,7 @@
 /*
- * train_gpt2.c — GPT-2 training on the CPU in fp32, forward and backward written by hand (llm.c's model:
- * learned position embeddings, pre-LayerNorm blocks, tanh-GELU MLP, causal self-attention, lm_head tied
- * to wte, vocab padded to a multiple of 128).
+ * train_gpt2.c — GPT-2 training on the CPU in fp32 (or with bf16 matmuls), forward and backward written by
+ * hand (llm.c's model: learned position embeddings, pre-LayerNorm blocks, tanh-GELU MLP, causal
+ * self-attention, lm_head tied to wte, vocab padded to a multiple of 128).
  * Speed: every matrix multiply is a cblas_sgemm (OpenBLAS); everything else is OpenMP-parallel with static
  * schedules and loops written to vectorise. --precision bf16: the linear layers' matmuls (lm head included)
  * take bf16 operands and accumulate in fp32 through oneDNN (llmc/cpu_dnnl.h); weights, gradients, AdamW
