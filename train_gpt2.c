@@ -501,6 +501,171 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     }
 }
 
+// The same attention with its six products in bf16 (--precision bf16): q, k, v, the probabilities, dout
+// and d(scores) are rounded to bf16 as the GPU's attention has them, the products accumulate in fp32, and
+// the softmax and its backward stay fp32 on fp32 scores (the probabilities kept for the backward are the
+// fp32 ones, rounded again there). The loops, blocks and parallel split are attention_forward's and
+// attention_backward's; each thread runs the products of its heads through its own oneDNN primitives (one
+// per product and block, made by that thread at start-up for the allocated (B, T): llmc/cpu_dnnl.h).
+enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
+typedef struct {
+    int nblocks, threads;
+    DnnlContext* cx; // (threads) each thread's stream and scratch
+    DnnlGemm* prim;  // (threads, ATT_PRODUCTS, nblocks): q k^T, att v, att^T dout, dout v^T, ds k, ds^T q
+    bf16* p16;       // (threads, T, T) a head's probabilities in bf16, then (backward) its d(scores)
+} Bf16Attention;
+
+static DnnlGemm* att_prim(Bf16Attention* ba, int tid, int product, int block) {
+    return &ba->prim[((size_t)tid * ATT_PRODUCTS + product) * ba->nblocks + block];
+}
+
+static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH, int threads) {
+    int C3 = 3 * C, hs = C / NH;
+    ba->nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
+    ba->threads = threads;
+    ba->cx = (DnnlContext*)mallocCheck((size_t)threads * sizeof(DnnlContext));
+    ba->prim = (DnnlGemm*)mallocCheck((size_t)threads * ATT_PRODUCTS * ba->nblocks * sizeof(DnnlGemm));
+    ba->p16 = (bf16*)mallocCheck((size_t)threads * T * T * sizeof(bf16));
+    dnnl_context_init();
+    #pragma omp parallel num_threads(threads)
+    {
+        int tid = omp_get_thread_num();
+        if (omp_get_num_threads() != threads) { fatal("bf16: %d threads for the attention, %d expected", omp_get_num_threads(), threads); }
+        DnnlContext* cx = &ba->cx[tid];
+        dnnl_local_init(cx);
+        for (int i = 0; i < ba->nblocks; i++) {
+            int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, m = r1 - r0;
+            // rows r0..r1 (for dv and dk: keys r0..r1 over the queries r0..T), operands as the fp32 GEMMs read them
+            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_SCORES, i), 0, 1, m, r1, hs, C3, C3, T, 0, 0);
+            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_AV, i), 0, 0, m, hs, r1, T, C3, C, 0, 0);
+            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DV, i), 1, 0, m, hs, T - r0, T, C, C3, 0, 0);
+            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DATT, i), 0, 1, m, r1, hs, C, C3, T, 0, 0);
+            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DQ, i), 0, 0, m, hs, r1, T, C3, C3, 0, 0);
+            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DK, i), 1, 0, m, hs, T - r0, T, C3, C3, 0, 0);
+        }
+    }
+}
+
+static void bf16_attention_destroy(Bf16Attention* ba) {
+    for (int t = 0; ba->prim != NULL && t < ba->threads; t++) {
+        for (int k = 0; k < ATT_PRODUCTS; k++) {
+            for (int i = 0; i < ba->nblocks; i++) { dnnl_gemm_destroy(att_prim(ba, t, k, i)); }
+        }
+        dnnl_local_destroy(&ba->cx[t]);
+    }
+    free(ba->prim);
+    free(ba->cx);
+    free(ba->p16);
+    memset(ba, 0, sizeof(*ba));
+}
+
+// attention_forward with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded.
+void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attention* ba, bf16* qkv16,
+                            int B, int T, int C, int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel
+    { bf16_convert_rows(qkv16, qkv, (size_t)B * T, C3, C3, omp_get_thread_num(), omp_get_num_threads()); }
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            int tid = omp_get_thread_num();
+            const bf16* q = qkv16 + (size_t)b * T * C3 + h * hs;
+            const bf16* k = q + C;
+            const bf16* v = q + 2 * C;
+            float* a = att + ((size_t)b * NH + h) * T * T;
+            bf16* a16 = ba->p16 + (size_t)tid * T * T;
+            float* o = out + (size_t)b * T * C + h * hs;
+            for (int i = 0; i < ba->nblocks; i++) {
+                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                dnnl_gemm_run(att_prim(ba, tid, ATT_SCORES, i), q + (size_t)r0 * C3, k, a + (size_t)r0 * T);
+                for (int t = r0; t < r1; t++) {
+                    float* row = a + (size_t)t * T;
+                    bf16* row16 = a16 + (size_t)t * T;
+                    float maxval = -FLT_MAX;
+                    #pragma omp simd reduction(max:maxval)
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= scale; maxval = row[t2] > maxval ? row[t2] : maxval; }
+                    float sum = 0.0f;
+                    #pragma omp simd reduction(+:sum)
+                    for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
+                    float inv = 1.0f / sum;
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; row16[t2] = bf16_from_float(row[t2]); }
+                    for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
+                    for (int t2 = t + 1; t2 < r1; t2++) { row16[t2] = 0; }  // the block's masked corner
+                }
+                dnnl_gemm_run(att_prim(ba, tid, ATT_AV, i), a16 + (size_t)r0 * T, v, o + (size_t)r0 * C);
+            }
+        }
+    }
+}
+
+// attention_backward with bf16 products; qkv16 (B,T,3C) and dout16 (B,T,C) are scratch for qkv and dout
+// rounded; scratch (threads, T, T) one d(att) per thread. att (the fp32 probabilities) is left as it is.
+void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+                             Bf16Attention* ba, bf16* qkv16, bf16* dout16, int B, int T, int C, int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        bf16_convert_rows(qkv16, qkv, (size_t)B * T, C3, C3, tid, nth);
+        bf16_convert_rows(dout16, dout, (size_t)B * T, C, C, tid, nth);
+    }
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            int tid = omp_get_thread_num();
+            float* datt = scratch + (size_t)tid * T * T;
+            bf16* a16 = ba->p16 + (size_t)tid * T * T;
+            const bf16* q = qkv16 + (size_t)b * T * C3 + h * hs;
+            const bf16* k = q + C;
+            const bf16* v = q + 2 * C;
+            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            const bf16* d = dout16 + (size_t)b * T * C + h * hs;
+            const float* a = att + ((size_t)b * NH + h) * T * T;
+            // the probabilities in bf16: the lower triangle, and zeros to the end of each row's block
+            for (int t = 0; t < T; t++) {
+                int end = (t / ATT_BLOCK + 1) * ATT_BLOCK < T ? (t / ATT_BLOCK + 1) * ATT_BLOCK : T;
+                const float* row = a + (size_t)t * T;
+                bf16* row16 = a16 + (size_t)t * T;
+                #pragma omp simd
+                for (int t2 = 0; t2 <= t; t2++) { row16[t2] = bf16_from_float(row[t2]); }
+                for (int t2 = t + 1; t2 < end; t2++) { row16[t2] = 0; }
+            }
+            for (int i = 0; i < ba->nblocks; i++) {  // dv (keys c0..c1) = att^T dout over the queries c0..T
+                int c0 = i * ATT_BLOCK;
+                dnnl_gemm_run(att_prim(ba, tid, ATT_DV, i), a16 + (size_t)c0 * T + c0, d + (size_t)c0 * C,
+                              dv + (size_t)c0 * C3);
+            }
+            for (int i = 0; i < ba->nblocks; i++) {
+                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                // datt (rows r0..r1, keys 0..r1) = dout v^T, through the softmax into d(scores) in a16
+                dnnl_gemm_run(att_prim(ba, tid, ATT_DATT, i), d + (size_t)r0 * C, v, datt + (size_t)r0 * T);
+                for (int t = r0; t < r1; t++) {
+                    const float* row = a + (size_t)t * T;
+                    const float* drow = datt + (size_t)t * T;
+                    bf16* ds = a16 + (size_t)t * T;
+                    float dsum = 0.0f;
+                    #pragma omp simd reduction(+:dsum)
+                    for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { ds[t2] = bf16_from_float(row[t2] * (drow[t2] - dsum) * scale); }
+                }
+                // dq (rows r0..r1) = dscores k over the keys 0..r1
+                dnnl_gemm_run(att_prim(ba, tid, ATT_DQ, i), a16 + (size_t)r0 * T, k, dq + (size_t)r0 * C3);
+            }
+            for (int i = 0; i < ba->nblocks; i++) {  // dk (keys c0..c1) = dscores^T q over the queries c0..T
+                int c0 = i * ATT_BLOCK;
+                dnnl_gemm_run(att_prim(ba, tid, ATT_DK, i), a16 + (size_t)c0 * T + c0, q + (size_t)c0 * C3,
+                              dk + (size_t)c0 * C3);
+            }
+        }
+    }
+}
+
 // the lm_head's loss, fused with the softmax and, in training, with its backward: logits (N,Vp), only the
 // first V columns are real. Writes lse (N) = log sum exp of each row and losses (N) = lse - logit[target].
 // dloss != 0 (a training forward, or a backward whose forward did not do it): also dlogits =
@@ -642,6 +807,7 @@ typedef struct {
     bf16* bf16_b;             // (B*T, 4C) scratch: the dweight GEMM's right operand (inp)
     void* bf16_b_packed;      // bf16_b packed for the dweight GEMM (the largest linear's need)
     Bf16Linear lin[NUM_LINEARS]; // primitives and packed weights of qkv, attproj, fc, fcproj, lm head (wte)
+    Bf16Attention att16;      // the attention's block products and their scratch
 } GPT2;
 
 static void gpt2_setup_params(GPT2* model) {
@@ -665,6 +831,7 @@ static void gpt2_setup_params(GPT2* model) {
     model->bf16_a = model->bf16_b = NULL;
     model->bf16_b_packed = NULL;
     memset(model->lin, 0, sizeof(model->lin));
+    memset(&model->att16, 0, sizeof(model->att16));
 }
 
 void gpt2_build_from_checkpoint(GPT2* model, const char* checkpoint_path) {
@@ -811,6 +978,7 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, pack_layers);
     bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1);  // tied to wte (Vp, C)
     #undef W16
+    bf16_attention_create(&model->att16, model->seq_len, C, model->config.num_heads, model->num_threads);
     size_t act = 0;
     for (int i = 0; i < NUM_LINEARS; i++) {
         size_t b = bf16_linear_act_bytes(&model->lin[i]);
@@ -866,7 +1034,11 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
         } else {
             matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
         }
-        PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
+        if (lp) {
+            PROF(PROF_ATTENTION, attention_forward_bf16(atty, att, qkv, &model->att16, model->bf16_b, B, T, C, NH));
+        } else {
+            PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
+        }
         if (lp) {
             matmul_forward_bf16(residual2, atty, &model->lin[LIN_ATTPROJ], l, p.attprojb + l * C, residual, BT, C, C,
                                 model->bf16_a);
@@ -999,7 +1171,12 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
                             p.attprojw + (size_t)l * C * C, BT, C, C);
         }
         float* dqkv = a.dbuf_4c;  // (B, T, 3C)
-        PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
+        if (lp) {
+            PROF(PROF_ATTENTION, attention_backward_bf16(dqkv, a.att_scratch, a.dbuf_c, qkv, att, &model->att16, s16b, s16a,
+                                                         B, T, C, NH));
+        } else {
+            PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
+        }
         if (lp) {
             matmul_backward_bf16(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
                                  &model->lin[LIN_QKV], l, BT, C, 3 * C, s16a, s16b, model->bf16_b_packed);
@@ -1084,6 +1261,7 @@ void gpt2_free(GPT2* model) {
     free(model->bf16_b);
     free(model->bf16_b_packed);
     for (int i = 0; i < NUM_LINEARS; i++) { bf16_linear_destroy(&model->lin[i]); }
+    bf16_attention_destroy(&model->att16);
     model->params_bf16 = NULL;
     model->bf16_a = model->bf16_b = NULL;
     model->bf16_b_packed = NULL;

@@ -60,9 +60,11 @@ static inline int cpu_has_native_bf16(void) {
 #ifdef LLMC_DNNL
 static inline int dnnl_available(void) { return 1; }
 
-// one engine, one stream, one scratch buffer for every primitive (made on the first dnnl_gemm_create)
+// one engine, and a stream and scratch buffer for the primitives that run on it: dnnl_ctx for every product
+// run outside a parallel region (made on the first dnnl_gemm_create), and one per thread for products
+// that each thread of a parallel region runs on its own (dnnl_local_init)
 typedef struct {
-    dnnl_engine_t engine;
+    dnnl_engine_t engine;    // dnnl_ctx's, shared
     dnnl_stream_t stream;
     dnnl_memory_t scratch;   // user scratchpad, sized to the largest primitive's need
     void* scratch_data;
@@ -90,6 +92,7 @@ static inline void dnnl_context_init(void) {
 // not the order of the sums; a transposed A does change it, so A stays as given).
 typedef struct {
     dnnl_primitive_t prim;
+    DnnlContext* cx;         // the stream and scratch it runs with
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
     int M, N, K;
     dnnl_primitive_t pack;   // pack_b: the reorder from B as described into the primitive's layout
@@ -97,20 +100,38 @@ typedef struct {
     size_t packed_bytes;     // pack_b: the size of B in the primitive's layout
 } DnnlGemm;
 
-// the shared user scratchpad grows (at start-up only) to what the primitive pd needs
-static inline void dnnl_scratch_reserve(const_dnnl_primitive_desc_t pd) {
+// a context's user scratchpad grows (at start-up only) to what the primitive pd needs
+static inline void dnnl_scratch_reserve_in(DnnlContext* cx, const_dnnl_primitive_desc_t pd) {
     const dnnl_memory_desc_t* smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t need = smd != NULL ? dnnl_memory_desc_get_size(smd) : 0;
-    if (need <= dnnl_ctx.scratch_bytes) { return; }
-    free(dnnl_ctx.scratch_data);
-    dnnl_ctx.scratch_data = aligned_alloc(64, (need + 63) / 64 * 64);
-    if (dnnl_ctx.scratch_data == NULL) { fatal("oneDNN: out of memory for %zu bytes of scratch", need); }
-    dnnl_ctx.scratch_bytes = need;
-    if (dnnl_ctx.scratch != NULL) { dnnl_memory_destroy(dnnl_ctx.scratch); }
+    if (need <= cx->scratch_bytes) { return; }
+    free(cx->scratch_data);
+    cx->scratch_data = aligned_alloc(64, (need + 63) / 64 * 64);
+    if (cx->scratch_data == NULL) { fatal("oneDNN: out of memory for %zu bytes of scratch", need); }
+    cx->scratch_bytes = need;
+    if (cx->scratch != NULL) { dnnl_memory_destroy(cx->scratch); }
     dnnl_memory_desc_t flat;
     dnnl_dims_t sd = {(dnnl_dim_t)need};
     dnnlCheck(dnnl_memory_desc_init_by_tag(&flat, 1, sd, dnnl_u8, dnnl_a), "scratch desc");
-    dnnlCheck(dnnl_memory_create(&dnnl_ctx.scratch, &flat, dnnl_ctx.engine, dnnl_ctx.scratch_data), "scratch memory");
+    dnnlCheck(dnnl_memory_create(&cx->scratch, &flat, dnnl_ctx.engine, cx->scratch_data), "scratch memory");
+}
+static inline void dnnl_scratch_reserve(const_dnnl_primitive_desc_t pd) { dnnl_scratch_reserve_in(&dnnl_ctx, pd); }
+
+// Products that the threads of a parallel region each run on their own data (the attention's per-head
+// ones): each thread makes its own context and its own primitives, inside the region. A primitive made
+// there runs on one thread; made outside, it splits itself for all threads, and run inside a region it
+// runs those pieces one after the other (measured on a Zen 4: 11.0 against 6.9 us for a 32 x 256 x 64).
+// (dnnl_context_init first, outside the region: the engine is shared)
+static inline void dnnl_local_init(DnnlContext* cx) {
+    if (dnnl_ctx.engine == NULL) { fatal("oneDNN: dnnl_local_init before dnnl_context_init"); }
+    memset(cx, 0, sizeof(*cx));
+    dnnlCheck(dnnl_stream_create(&cx->stream, dnnl_ctx.engine, dnnl_stream_default_flags), "stream");
+}
+static inline void dnnl_local_destroy(DnnlContext* cx) {
+    if (cx->stream != NULL) { dnnl_stream_destroy(cx->stream); }
+    if (cx->scratch != NULL) { dnnl_memory_destroy(cx->scratch); }
+    free(cx->scratch_data);
+    memset(cx, 0, sizeof(*cx));
 }
 
 // a primitive attribute with the scratchpad ours (the caller destroys it)
@@ -121,10 +142,12 @@ static inline dnnl_primitive_attr_t dnnl_attr_user_scratch(void) {
     return attr;
 }
 
-static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
-                                    int ldc, int accumulate, int pack_b) {
+// made for, and run with, the context cx (dnnl_gemm_create: dnnl_ctx)
+static inline void dnnl_gemm_create_in(DnnlContext* cx, DnnlGemm* g, int transA, int transB, int M, int N, int K,
+                                       int lda, int ldb, int ldc, int accumulate, int pack_b) {
     dnnl_context_init();
     memset(g, 0, sizeof(*g));
+    g->cx = cx;
     dnnl_dims_t adims = {M, K}, bdims = {K, N}, cdims = {M, N};
     dnnl_dims_t astr = {transA ? 1 : lda, transA ? lda : 1};
     dnnl_dims_t bstr = {transB ? 1 : ldb, transB ? ldb : 1};
@@ -147,7 +170,7 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
     dnnl_primitive_desc_t pd;
     dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, attr, dnnl_ctx.engine, NULL);
     if (s != dnnl_success) { fatal("oneDNN: no bf16 matmul for %d x %d x %d on this CPU (status %d)", M, K, N, (int)s); }
-    dnnl_scratch_reserve(pd);
+    dnnl_scratch_reserve_in(cx, pd);
     dnnlCheck(dnnl_primitive_create(&g->prim, pd), "matmul primitive");
     dnnlCheck(dnnl_memory_create(&g->a, &amd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory A");
     dnnlCheck(dnnl_memory_create(&g->c, &cmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory C");
@@ -160,7 +183,7 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
         dnnl_primitive_desc_t rpd;
         dnnlCheck(dnnl_reorder_primitive_desc_create(&rpd, &bmd, dnnl_ctx.engine, packed, dnnl_ctx.engine, rattr),
                   "reorder desc");
-        dnnl_scratch_reserve(rpd);
+        dnnl_scratch_reserve_in(cx, rpd);
         dnnlCheck(dnnl_primitive_create(&g->pack, rpd), "reorder primitive");
         dnnl_primitive_desc_destroy(rpd);
         dnnl_primitive_attr_destroy(rattr);
@@ -173,15 +196,20 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
     g->M = M; g->N = N; g->K = K;
 }
 
+static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
+                                    int ldc, int accumulate, int pack_b) {
+    dnnl_gemm_create_in(&dnnl_ctx, g, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
+}
+
 // pack_b: the bytes of B in the primitive's layout (a buffer for dnnl_gemm_pack_b; 64-byte aligned)
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { return g->packed_bytes; }
 
-// executes p with its n arguments plus the shared scratchpad (where there is one; args has room for it),
-// and waits for it
-static inline void dnnl_execute(dnnl_primitive_t p, dnnl_exec_arg_t* args, int n, const char* what) {
-    if (dnnl_ctx.scratch != NULL) { args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, dnnl_ctx.scratch}; }
-    dnnlCheck(dnnl_primitive_execute(p, dnnl_ctx.stream, n, args), what);
-    dnnlCheck(dnnl_stream_wait(dnnl_ctx.stream), "stream wait");
+// executes p on the context cx with its n arguments plus cx's scratchpad (where there is one; args has room
+// for it), and waits for it
+static inline void dnnl_execute(DnnlContext* cx, dnnl_primitive_t p, dnnl_exec_arg_t* args, int n, const char* what) {
+    if (cx->scratch != NULL) { args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, cx->scratch}; }
+    dnnlCheck(dnnl_primitive_execute(p, cx->stream, n, args), what);
+    dnnlCheck(dnnl_stream_wait(cx->stream), "stream wait");
 }
 
 // pack_b: B (laid out as dnnl_gemm_create described it) into packed, in the primitive's layout
@@ -190,7 +218,7 @@ static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
     dnnlCheck(dnnl_memory_set_data_handle(g->b_plain, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, packed), "bind packed B");
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, g->b_plain}, {DNNL_ARG_TO, g->b}};
-    dnnl_execute(g->pack, args, 2, "reorder");
+    dnnl_execute(g->cx, g->pack, args, 2, "reorder");
 }
 
 // runs the product on the given data (outside any parallel region: oneDNN opens its own); B is bf16 as
@@ -200,7 +228,7 @@ static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, floa
     dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
-    dnnl_execute(g->prim, args, 3, "matmul");
+    dnnl_execute(g->cx, g->prim, args, 3, "matmul");
 }
 
 static inline void dnnl_gemm_destroy(DnnlGemm* g) {
@@ -234,6 +262,15 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
     (void)g; (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)lda; (void)ldb; (void)ldc; (void)accumulate;
     (void)pack_b;
     fatal("bf16: this build has no oneDNN (install libdnnl-dev and rebuild)");
+}
+typedef struct { int unused; } DnnlContext;
+static inline void dnnl_context_init(void) {}
+static inline void dnnl_local_init(DnnlContext* cx) { (void)cx; }
+static inline void dnnl_local_destroy(DnnlContext* cx) { (void)cx; }
+static inline void dnnl_gemm_create_in(DnnlContext* cx, DnnlGemm* g, int transA, int transB, int M, int N, int K,
+                                       int lda, int ldb, int ldc, int accumulate, int pack_b) {
+    (void)cx;
+    dnnl_gemm_create(g, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
 }
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { (void)g; return 0; }
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) { (void)g; (void)B; (void)packed; }

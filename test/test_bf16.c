@@ -1,5 +1,6 @@
 // --precision bf16 (llmc/cpu_dnnl.h): the bf16 matmuls of the forward and of both backward GEMMs agree with
-// an fp64 reference within bf16's rounding on random data, odd shapes included; a bf16 training run is
+// an fp64 reference within bf16's rounding on random data, odd shapes included, and the attention's with
+// the fp32 attention; a bf16 training run is
 // deterministic and resumes bit for bit; on a CPU without bf16 (forced: LLMC_BF16_TEST_NO_BF16=1) nothing
 // changes (auto is fp32) while where it has bf16 auto is bf16; a resume with another precision is refused.
 // The bf16 tests skip, saying why, when the build has no oneDNN or the CPU no native bf16.
@@ -154,6 +155,61 @@ Test(bf16_matmul, packing_an_operand_changes_no_bit) {
 }
 
 // the error is really bf16's: the same products are off by more than fp32 rounding would be, somewhere
+// norm-wise relative error of x against the reference r (n values)
+static double rel_err(const float* x, const float* r, size_t n) {
+    double d = 0.0, s = 0.0;
+    for (size_t i = 0; i < n; i++) { d += ((double)x[i] - r[i]) * ((double)x[i] - r[i]); s += (double)r[i] * r[i]; }
+    return sqrt(d / (s + 1e-300));
+}
+
+// The attention with its products in bf16 against the fp32 attention (which test_gradcheck checks against
+// finite differences), forward and backward, on random q, k, v and dout: the probabilities, out and dqkv
+// within 2^-6 norm-wise. bf16 rounds q, k, v, the probabilities, dout and d(scores), each by at most 2^-9
+// relative, and a result goes through two or three of them (the scores' error also moves the softmax); a
+// wrong block, mask or scale moves them by O(1). And not equal: bf16 is in use. T = 103: a partial last
+// block of rows.
+static void check_attention(int B, int T, int C, int NH) {
+    size_t n3 = (size_t)B * T * 3 * C, nc = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+    int threads = omp_get_max_threads();
+    float* qkv = rand_buf(n3, 2.0f);
+    float* dout = rand_buf(nc, 1.0f);
+    float* out32 = (float*)malloc(nc * sizeof(float));
+    float* out16 = (float*)malloc(nc * sizeof(float));
+    float* att32 = (float*)malloc(na * sizeof(float));
+    float* att16 = (float*)malloc(na * sizeof(float));
+    float* dqkv32 = (float*)malloc(n3 * sizeof(float));
+    float* dqkv16 = (float*)malloc(n3 * sizeof(float));
+    float* scratch = (float*)malloc((size_t)threads * T * T * sizeof(float));
+    bf16* qkv_16 = (bf16*)malloc(n3 * sizeof(bf16));
+    bf16* dout_16 = (bf16*)malloc(nc * sizeof(bf16));
+    Bf16Attention ba;
+    memset(&ba, 0, sizeof(ba));
+    bf16_attention_create(&ba, T, C, NH, threads);
+    attention_forward(out32, att32, qkv, B, T, C, NH);
+    attention_forward_bf16(out16, att16, qkv, &ba, qkv_16, B, T, C, NH);
+    double e_att = rel_err(att16, att32, na), e_out = rel_err(out16, out32, nc);
+    memset(ba.p16, 0x7f, (size_t)threads * T * T * sizeof(bf16));  // the backward takes nothing from the forward's
+    attention_backward_bf16(dqkv16, scratch, dout, qkv, att16, &ba, qkv_16, dout_16, B, T, C, NH);
+    attention_backward(dqkv32, scratch, dout, qkv, att32, B, T, C, NH);  // overwrites att32
+    double e_d = rel_err(dqkv16, dqkv32, n3);
+    double tol = 1.0 / 64;
+    cr_assert_leq(e_att, tol, "B=%d T=%d C=%d NH=%d: probabilities off by %g", B, T, C, NH, e_att);
+    cr_assert_leq(e_out, tol, "B=%d T=%d C=%d NH=%d: out off by %g", B, T, C, NH, e_out);
+    cr_assert_leq(e_d, tol, "B=%d T=%d C=%d NH=%d: dqkv off by %g", B, T, C, NH, e_d);
+    cr_assert_gt(e_out, 1e-5, "bf16 and fp32 attention agree to %g: is bf16 used?", e_out);
+    cr_assert_gt(e_d, 1e-5, "bf16 and fp32 attention gradients agree to %g: is bf16 used?", e_d);
+    bf16_attention_destroy(&ba);
+    free(qkv); free(dout); free(out32); free(out16); free(att32); free(att16); free(dqkv32); free(dqkv16);
+    free(scratch); free(qkv_16); free(dout_16);
+}
+
+Test(bf16_matmul, attention_products_within_bf16_rounding) {
+    if (!bf16_ready()) { return; }
+    check_attention(2, 103, 64, 4);   // hs 16, four blocks, the last of 7 rows
+    check_attention(1, 64, 128, 2);   // hs 64, two whole blocks
+    check_attention(3, 5, 24, 3);     // one partial block, hs 8
+}
+
 Test(bf16_matmul, bf16_is_really_used) {
     if (!bf16_ready()) { return; }
     int N = 32, C = 64, OC = 32;
