@@ -69,9 +69,6 @@ $(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
 	$(CC) $(CFLAGS) $(DNNL_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -DLLMC_PROFILE $(DEPFLAGS) -o $@ $< $(LDLIBS)
-# the attention's per-head products, fp32 (as trained) against bf16: docs/correctness.md, "bf16 on the CPU"
-$(BUILD)/bench_att_products: dev/bench_att_products.c | $(BUILD)
-	$(CC) $(CFLAGS) $(DNNL_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
 # llmc/cpu_blas.h: the OpenBLAS core and wait policy chosen before main (runs ./train_gpt2 and bench_sgemm)
 TESTS += $(BUILD)/test_cpu_blas
