@@ -3,10 +3,10 @@
  * hand (llm.c's model: learned position embeddings, pre-LayerNorm blocks, tanh-GELU MLP, causal
  * self-attention, lm_head tied to wte, vocab padded to a multiple of 128).
  * Speed: every matrix multiply is a cblas_sgemm (OpenBLAS); everything else is OpenMP-parallel with static
- * schedules and loops written to vectorise. --precision bf16: the linear layers' matmuls (lm head included)
- * take bf16 operands and accumulate in fp32 through oneDNN (llmc/cpu_dnnl.h); weights, gradients, AdamW
- * state and every other op stay fp32 (docs/correctness.md, "bf16 on the CPU"). Deterministic: with the same thread count, the same run gives
- * the same bits (no atomics, no reductions whose order depends on timing).
+ * schedules and loops written to vectorise. --precision bf16: every matmul (the linear layers', the lm
+ * head's, the attention's) takes bf16 operands and accumulates in fp32 through oneDNN (llmc/cpu_dnnl.h);
+ * weights, gradients, AdamW state and every other op stay fp32 (docs/correctness.md, "bf16 on the CPU").
+ * Deterministic: with the same thread count, the same run gives the same bits (no atomics, no reductions whose order depends on timing).
  * Memory: one parameter buffer, one gradient buffer, AdamW's m and v, and one activation arena, all
  * allocated at start-up; the training loop allocates nothing.
  * Tests `#define TESTING` and `#include "../train_gpt2.c"` to reach the model API without main().
@@ -798,13 +798,13 @@ typedef struct {
     float mean_loss;  // of the last forward with targets, -1 otherwise
     float dlogits_scale; // the last forward also wrote the dlogits for this dloss_scale (0: it did not)
     int num_threads;
-    // --precision bf16 (gpt2_set_precision): the linear layers' matmuls in bf16 at the allocated (B, T);
+    // --precision bf16 (gpt2_set_precision): every matmul in bf16 at the allocated (B, T);
     // a forward at another shape (sampling) runs in fp32. NULL / 0 in fp32.
     int bf16;                 // 1: bf16 matmuls
     int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
     bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
     bf16* bf16_a;             // (B*T, max(4C, Vp)) scratch: a GEMM's left operand (inp, dout, dlogits)
-    bf16* bf16_b;             // (B*T, 4C) scratch: the dweight GEMM's right operand (inp)
+    bf16* bf16_b;             // (B*T, 4C) scratch: the dweight GEMM's right operand (inp); the attention's qkv
     void* bf16_b_packed;      // bf16_b packed for the dweight GEMM (the largest linear's need)
     Bf16Linear lin[NUM_LINEARS]; // primitives and packed weights of qkv, attproj, fc, fcproj, lm head (wte)
     Bf16Attention att16;      // the attention's block products and their scratch
@@ -950,7 +950,7 @@ static void gpt2_bf16_updated(GPT2* model) {
     model->bf16_fresh = 1;
 }
 
-// bf16_on = 1: the linear layers' matmuls in bf16 from here on: the bf16 weight copy, the scratch and the
+// bf16_on = 1: every matmul in bf16 from here on: the bf16 weight copy, the scratch and the
 // oneDNN primitives for the allocated (B, T), made once (after gpt2_allocate; exits when oneDNN is absent)
 void gpt2_set_precision(GPT2* model, int bf16_on) {
     if (!bf16_on) { model->bf16 = 0; return; }

@@ -221,7 +221,8 @@ static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
     dnnl_execute(g->cx, g->pack, args, 2, "reorder");
 }
 
-// runs the product on the given data (outside any parallel region: oneDNN opens its own); B is bf16 as
+// runs the product on the given data (one made on dnnl_ctx outside any parallel region: oneDNN opens its
+// own; one made on a thread's own context by that thread, inside); B is bf16 as
 // described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled
 static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) {
     dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
