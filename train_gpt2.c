@@ -6,7 +6,8 @@
  * schedules and loops written to vectorise. --precision bf16: every matmul (the linear layers', the lm
  * head's, the attention's) takes bf16 operands and accumulates in fp32 through oneDNN (llmc/cpu_dnnl.h);
  * weights, gradients, AdamW state and every other op stay fp32 (docs/correctness.md, "bf16 on the CPU").
- * Deterministic: with the same thread count, the same run gives the same bits (no atomics, no reductions whose order depends on timing).
+ * Deterministic: with the same thread count, the same run gives the same bits (no atomics, no reductions
+ * whose order depends on timing).
  * Memory: one parameter buffer, one gradient buffer, AdamW's m and v, and one activation arena, all
  * allocated at start-up; the training loop allocates nothing.
  * Tests `#define TESTING` and `#include "../train_gpt2.c"` to reach the model API without main().
@@ -530,7 +531,9 @@ static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH, int t
     #pragma omp parallel num_threads(threads)
     {
         int tid = omp_get_thread_num();
-        if (omp_get_num_threads() != threads) { fatal("bf16: %d threads for the attention, %d expected", omp_get_num_threads(), threads); }
+        if (omp_get_num_threads() != threads) {
+            fatal("bf16: %d threads for the attention, %d expected", omp_get_num_threads(), threads);
+        }
         DnnlContext* cx = &ba->cx[tid];
         dnnl_local_init(cx);
         for (int i = 0; i < ba->nblocks; i++) {
@@ -1172,8 +1175,8 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         }
         float* dqkv = a.dbuf_4c;  // (B, T, 3C)
         if (lp) {
-            PROF(PROF_ATTENTION, attention_backward_bf16(dqkv, a.att_scratch, a.dbuf_c, qkv, att, &model->att16, s16b, s16a,
-                                                         B, T, C, NH));
+            PROF(PROF_ATTENTION, attention_backward_bf16(dqkv, a.att_scratch, a.dbuf_c, qkv, att, &model->att16,
+                                                         s16b, s16a, B, T, C, NH));
         } else {
             PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
         }
