@@ -115,7 +115,6 @@ static inline void dnnl_scratch_reserve_in(DnnlContext* cx, const_dnnl_primitive
     dnnlCheck(dnnl_memory_desc_init_by_tag(&flat, 1, sd, dnnl_u8, dnnl_a), "scratch desc");
     dnnlCheck(dnnl_memory_create(&cx->scratch, &flat, dnnl_ctx.engine, cx->scratch_data), "scratch memory");
 }
-static inline void dnnl_scratch_reserve(const_dnnl_primitive_desc_t pd) { dnnl_scratch_reserve_in(&dnnl_ctx, pd); }
 
 // Products that the threads of a parallel region each run on their own data (the attention's per-head
 // ones): each thread makes its own context and its own primitives, inside the region. A primitive made
