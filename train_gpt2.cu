@@ -464,7 +464,7 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
 
     // classifier: losses accumulate (for the step's mean loss), logits become dlogits in place
     fused_classifier(a.logits, a.losses, model->targets, dloss, 1, N, V, Vp, s);
-    matmul_backward(a.btc, g.wte, NULL, scratch, a.logits, a.lnf, p.wte, N, C, Vp, s);
+    matmul_backward(a.btc, g.wte, NULL, scratch, a.logits, a.lnf, p.wte, NULL, N, C, Vp, s);
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, (size_t)N * C * sizeof(floatX), s));
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, scratch, a.btc, a.residual3 + (size_t)(L - 1) * BTC, p.lnfw,
                        a.lnf_mean, a.lnf_rstd, N, C, s);
@@ -484,21 +484,21 @@ void gpt2_backward(GPT2* model, const int* targets, float dloss) {
         float* ln2_rstd = a.ln2_rstd + l * BTs;
         // dresidual holds d(loss)/d(residual3[l]), which is also the gradient flowing into residual2[l]
         if (!gelu_all) { gelu_forward(fch_gelu, fch, (size_t)N * 4 * C, s); }
+        // bt4c = d(loss)/d(fch): GELU's backward is fused into this matmul (matmul.cuh)
         matmul_backward(a.bt4c, g.fcprojw + (size_t)l * 4 * C * C, g.fcprojb + l * C, scratch, a.dresidual,
-                        fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, N, 4 * C, C, s);
-        gelu_backward(a.bt4c, fch, a.bt4c, (size_t)N * 4 * C, s);
+                        fch_gelu, p.fcprojw + (size_t)l * 4 * C * C, fch, N, 4 * C, C, s);
         if (!ln_all) { layernorm_forward(ln2, ln2_mean, ln2_rstd, residual2, p.ln2w + l * C, p.ln2b + l * C, N, C, s); }
         matmul_backward(a.btc, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, scratch, a.bt4c, ln2,
-                        p.fcw + (size_t)l * 4 * C * C, N, C, 4 * C, s);
+                        p.fcw + (size_t)l * 4 * C * C, NULL, N, C, 4 * C, s);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, scratch, a.btc, residual2, p.ln2w + l * C,
                            ln2_mean, ln2_rstd, N, C, s);
         matmul_backward(a.btc, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, scratch, a.dresidual, atty,
-                        p.attprojw + (size_t)l * C * C, N, C, C, s);
+                        p.attprojw + (size_t)l * C * C, NULL, N, C, C, s);
         gpt2_attention_backward(model, a.bt4c, a.att_delta, a.btc, qkv, atty, a.att_lse + l * a.lse_stride, B, T,
                                 C, NH, s);
         if (!ln_all) { layernorm_forward(ln1, ln1_mean, ln1_rstd, residual, p.ln1w + l * C, p.ln1b + l * C, N, C, s); }
         matmul_backward(a.btc, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, scratch, a.bt4c, ln1,
-                        p.qkvw + (size_t)l * 3 * C * C, N, C, 3 * C, s);
+                        p.qkvw + (size_t)l * 3 * C * C, NULL, N, C, 3 * C, s);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, scratch, a.btc, residual, p.ln1w + l * C,
                            ln1_mean, ln1_rstd, N, C, s);
     }

@@ -2,7 +2,8 @@
  * llmc/layernorm.cuh — LayerNorm over the last dimension C, fused with the residual addition.
  * Same math as the CPU path: mean, then var = mean((x-mean)^2), rstd = 1/sqrt(var + 1e-5),
  * y = (x-mean)*rstd*w + b; mean and rstd (fp32) are saved per row for the backward pass.
- * One warp per row; statistics in fp32. Weight/bias gradients use fixed-order chunk sums (reduce.cuh).
+ * One warp per row; statistics in fp32. The backward is one kernel that also sums the weight/bias gradients
+ * per chunk of rows, then fixed-order chunk sums (reduce.cuh): no float atomics.
  * Each kernel moves W consecutive values per load: W = PACK (16 bytes) where the rows split into aligned
  * packs (every GPT-2 width), else W = 1; a lane owns whole packs, so the fp32 sums of the two widths add
  * in different orders (tolerances, not bits, tie them).
@@ -98,84 +99,103 @@ void fused_residual_layernorm_forward(floatX* residual, floatX* out, float* mean
     layernorm_forward_launch(out, mean, rstd, residual, a, b, weight, bias, N, C, stream);
 }
 
-// dinp += (w*dout - mean(w*dout) - norm*mean(w*dout*norm)) * rstd, one warp per row
-template <int W>
-__global__ void layernorm_backward_dinp_kernel(floatX* dinp, const floatX* dout, const floatX* inp,
-                                               const float* mean, const float* rstd, const floatX* weight,
-                                               int N, int C) {
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
-    int lane = threadIdx.x % 32;
-    if (row >= N) { return; }
-    const floatX* x = inp + (size_t)row * C;
-    const floatX* dy = dout + (size_t)row * C;
-    floatX* dx = dinp + (size_t)row * C;
-    float m = mean[row], s = rstd[row];
-    float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
-    for (int c = lane * W; c < C; c += 32 * W) {
-        Vec<W> vx = load_vec<W>(x + c), vdy = load_vec<W>(dy + c), vw = load_vec<W>(weight + c);
-        for (int k = 0; k < W; k++) {
-            float norm = (to_float(vx.v[k]) - m) * s;
-            float dnorm = to_float(vw.v[k]) * to_float(vdy.v[k]);
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-    }
-    dnorm_mean = warp_sum(dnorm_mean) / C;
-    dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
-    for (int c = lane * W; c < C; c += 32 * W) {
-        Vec<W> vx = load_vec<W>(x + c), vdy = load_vec<W>(dy + c), vw = load_vec<W>(weight + c);
-        Vec<W> vdx = load_vec<W>(dx + c);
-        for (int k = 0; k < W; k++) {
-            float norm = (to_float(vx.v[k]) - m) * s;
-            float dnorm = to_float(vw.v[k]) * to_float(vdy.v[k]);
-            float d = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
-            vdx.v[k] = (floatX)(to_float(vdx.v[k]) + d);
-        }
-        store_vec<W>(dx + c, vdx);
-    }
-}
+// The backward in one pass over dout and inp: a block owns a chunk of rows, one warp per row at a time.
+// Each row is read twice by its warp (its two statistics, then dinp), the second time from cache; the
+// warp's lanes keep the weight/bias gradient sums of their columns in registers across the chunk's rows,
+// and the block adds its warps' sums in a fixed order into partial[chunk] (then chunk_sum, reduce.cuh).
+// The registers hold LN_BWD_PACKS packs per lane: a row wider than 32 * LN_BWD_PACKS packs is split into
+// column groups (gridDim.y), each recomputing the row's statistics, so every width runs this one kernel.
+#define LN_BWD_PACKS 4
+#define LN_BWD_WARPS 8
 
-// stage 1 of dweight/dbias: partial[k,0,c] = sum dout*norm, partial[k,1,c] = sum dout over chunk k
-__global__ void layernorm_backward_params_kernel(float* partial, const floatX* dout, const floatX* inp,
-                                                 const float* mean, const float* rstd, int N, int C,
-                                                 int rows_per_chunk) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    int k = blockIdx.y;
-    if (c >= C) { return; }
+// dinp += (w*dout - mean(w*dout) - norm*mean(w*dout*norm)) * rstd;
+// partial[k,0,c] = sum over chunk k of dout*norm, partial[k,1,c] = sum of dout (c in this block's group)
+template <int W>
+__global__ void __launch_bounds__(LN_BWD_WARPS * 32)
+layernorm_backward_kernel(floatX* dinp, float* partial, const floatX* dout, const floatX* inp, const float* mean,
+                          const float* rstd, const floatX* weight, int N, int C, int rows_per_chunk) {
+    __shared__ float sum_dw[LN_BWD_WARPS][32 * W], sum_db[LN_BWD_WARPS][32 * W];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    int k = blockIdx.x, group = blockIdx.y;
     int r0 = k * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float dw = 0.0f, db = 0.0f;
-    for (int r = r0; r < r1; r++) {
-        float dy = to_float(dout[(size_t)r * C + c]);
-        float norm = (to_float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
-        dw += dy * norm;
-        db += dy;
+    float dw[LN_BWD_PACKS][W], db[LN_BWD_PACKS][W];
+    for (int j = 0; j < LN_BWD_PACKS; j++) {
+        for (int i = 0; i < W; i++) { dw[j][i] = 0.0f; db[j][i] = 0.0f; }
     }
-    partial[(size_t)k * 2 * C + c] = dw;
-    partial[(size_t)k * 2 * C + C + c] = db;
+    for (int row = r0 + warp; row < r1; row += LN_BWD_WARPS) {
+        const floatX* x = inp + (size_t)row * C;
+        const floatX* dy = dout + (size_t)row * C;
+        floatX* dx = dinp + (size_t)row * C;
+        float m = mean[row], s = rstd[row];
+        float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+        for (int c = lane * W; c < C; c += 32 * W) {
+            Vec<W> vx = load_vec<W>(x + c), vdy = load_vec<W>(dy + c), vw = load_vec<W>(weight + c);
+            for (int i = 0; i < W; i++) {
+                float norm = (to_float(vx.v[i]) - m) * s;
+                float dnorm = to_float(vw.v[i]) * to_float(vdy.v[i]);
+                dnorm_mean += dnorm;
+                dnorm_norm_mean += dnorm * norm;
+            }
+        }
+        dnorm_mean = warp_sum(dnorm_mean) / C;
+        dnorm_norm_mean = warp_sum(dnorm_norm_mean) / C;
+#pragma unroll
+        for (int j = 0; j < LN_BWD_PACKS; j++) {
+            int c = ((group * LN_BWD_PACKS + j) * 32 + lane) * W;
+            if (c >= C) { continue; }
+            Vec<W> vx = load_vec<W>(x + c), vdy = load_vec<W>(dy + c), vw = load_vec<W>(weight + c);
+            Vec<W> vdx = load_vec<W>(dx + c);
+            for (int i = 0; i < W; i++) {
+                float norm = (to_float(vx.v[i]) - m) * s;
+                float g = to_float(vdy.v[i]);
+                float dnorm = to_float(vw.v[i]) * g;
+                float d = (dnorm - dnorm_mean - norm * dnorm_norm_mean) * s;
+                vdx.v[i] = (floatX)(to_float(vdx.v[i]) + d);
+                dw[j][i] += g * norm;
+                db[j][i] += g;
+            }
+            store_vec<W>(dx + c, vdx);
+        }
+    }
+    // the block's sums, warp 0 + warp 1 + ... in order, pack by pack
+#pragma unroll
+    for (int j = 0; j < LN_BWD_PACKS; j++) {
+        int c0 = (group * LN_BWD_PACKS + j) * 32 * W;
+        if (c0 >= C) { break; }
+        for (int i = 0; i < W; i++) {
+            sum_dw[warp][lane * W + i] = dw[j][i];
+            sum_db[warp][lane * W + i] = db[j][i];
+        }
+        __syncthreads();
+        for (int t = threadIdx.x; t < 32 * W && c0 + t < C; t += blockDim.x) {
+            float a = 0.0f, b = 0.0f;
+            for (int w = 0; w < LN_BWD_WARPS; w++) { a += sum_dw[w][t]; b += sum_db[w][t]; }
+            partial[(size_t)k * 2 * C + c0 + t] = a;
+            partial[(size_t)k * 2 * C + C + c0 + t] = b;
+        }
+        __syncthreads();
+    }
 }
 
 void layernorm_backward(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
                         const floatX* inp, const floatX* weight, const float* mean, const float* rstd,
                         int N, int C, cudaStream_t stream) {
     // dinp: (N,C) accumulated into, dweight/dbias: (C) fp32 accumulated into, scratch: REDUCE_CHUNKS*2*C
-    const int block = 256;
-    if (layernorm_packed(C, dinp, dout, inp, weight, NULL, NULL)) {
-        layernorm_backward_dinp_kernel<PACK><<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean,
-                                                                                            rstd, weight, N, C);
-    } else {
-        layernorm_backward_dinp_kernel<1><<<ceil_div(N, block / 32), block, 0, stream>>>(dinp, dout, inp, mean, rstd,
-                                                                                         weight, N, C);
-    }
-    cudaCheck(cudaGetLastError());
+    const int block = LN_BWD_WARPS * 32;
     int rows_per_chunk = ceil_div(N, REDUCE_CHUNKS);
     int chunks = ceil_div(N, rows_per_chunk);
-    layernorm_backward_params_kernel<<<dim3(ceil_div(C, block), chunks), block, 0, stream>>>(
-        scratch, dout, inp, mean, rstd, N, C, rows_per_chunk);
+    if (layernorm_packed(C, dinp, dout, inp, weight, NULL, NULL)) {
+        dim3 grid(chunks, ceil_div(C, 32 * PACK * LN_BWD_PACKS));
+        layernorm_backward_kernel<PACK><<<grid, block, 0, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N,
+                                                                    C, rows_per_chunk);
+    } else {
+        dim3 grid(chunks, ceil_div(C, 32 * LN_BWD_PACKS));
+        layernorm_backward_kernel<1><<<grid, block, 0, stream>>>(dinp, scratch, dout, inp, mean, rstd, weight, N, C,
+                                                                 rows_per_chunk);
+    }
     cudaCheck(cudaGetLastError());
-    chunk_sum_kernel<<<ceil_div(C, block), block, 0, stream>>>(dweight, scratch, C, 2 * C, chunks);
-    cudaCheck(cudaGetLastError());
-    chunk_sum_kernel<<<ceil_div(C, block), block, 0, stream>>>(dbias, scratch + C, C, 2 * C, chunks);
-    cudaCheck(cudaGetLastError());
+    chunk_sum(dweight, scratch, C, 2 * C, chunks, stream);
+    chunk_sum(dbias, scratch + C, C, 2 * C, chunks, stream);
 }
 
 #endif // LLMC_LAYERNORM_CUH

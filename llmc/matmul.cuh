@@ -4,8 +4,11 @@
  * Backward: dinp = dout @ weight (floatX), dweight += dout^T @ inp accumulated in fp32 straight from the
  * floatX operands (cuBLASLt's mixed-precision output), dbias += column sums (reduce.cuh, deterministic).
  * Each distinct shape's algorithm is chosen once (cuBLASLt's heuristic, told the operands' real alignment).
- * GELU is a separate elementwise kernel with the CPU path's tanh formula, so that -r 1 can recompute it
- * and its math is pinned by the CPU tests (cuBLASLt's GELU epilogue does not document its formula).
+ * GELU forward is a separate elementwise kernel with the CPU path's tanh formula, so that -r 1 recomputes
+ * exactly what the forward stored (an epilogue would apply GELU before rounding to floatX: -r 0 and -r 1
+ * would differ in the last bit). Its backward is fused into the dinp matmul of the layer after it: cuBLASLt's
+ * DGELU epilogue multiplies the fp32 product by GELU'(pre-activation) before rounding, which saves a pass
+ * over (N, 4C) twice; where cuBLASLt has no algorithm for it, the matmul runs plain and gelu_backward follows.
  * Row-major (rows, cols) matrices are column-major (cols, rows) to cuBLAS; shapes below are row-major.
  */
 #ifndef LLMC_MATMUL_CUH
@@ -19,7 +22,8 @@
 // the algorithm for each distinct matmul, found once: descriptors live on the stack (Init, no heap) and
 // the heuristic runs only the first time a shape is seen, so the training loop allocates nothing here
 typedef struct {
-    int m, n, k, trans_a, trans_b, bias, d_type;
+    int m, n, k, trans_a, trans_b, bias, dgelu, d_type;
+    int found;  // 0: cuBLASLt has no algorithm for this matmul (only asked with dgelu: the caller falls back)
     uint32_t align[4];
     cublasLtMatmulAlgo_t algo;
 } MatmulPlan;
@@ -58,8 +62,11 @@ static uint32_t alignment_of(const void* ptr) {
 
 // column-major D(m,n) = alpha * op(A) op(B) + beta * C, with C == D; op(A) is (m,k), op(B) is (k,n).
 // d_type is CUBLAS_LOWP (floatX output) or CUDA_R_32F (fp32 gradient accumulation); bias (m) optional.
-static void matmul_lt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b, const floatX* bias,
-                      int m, int n, int k, bool trans_a, bool trans_b, float beta, cudaStream_t stream) {
+// dgelu (m,n), optional: D = (op(A) op(B)) * GELU'(dgelu) (the DGELU epilogue). Returns false, having done
+// nothing, when cuBLASLt has no algorithm for that epilogue; every other matmul without one is fatal.
+static bool matmul_lt(void* d, cudaDataType_t d_type, const floatX* a, const floatX* b, const floatX* bias,
+                      const floatX* dgelu, int m, int n, int k, bool trans_a, bool trans_b, float beta,
+                      cudaStream_t stream) {
     cublasLtMatmulDescOpaque_t desc_mem;
     cublasLtMatmulDesc_t desc = &desc_mem;
     cublasCheck(cublasLtMatmulDescInit(desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -73,6 +80,14 @@ static void matmul_lt(void* d, cudaDataType_t d_type, const floatX* a, const flo
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
         cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    } else if (dgelu != NULL) {
+        cublasLtEpilogue_t epilogue = CUBLASLT_EPILOGUE_DGELU;
+        int64_t aux_ld = m;
+        cudaDataType_t aux_type = CUBLAS_LOWP;
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &dgelu, sizeof(dgelu)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
     }
     // layouts describe the matrices as stored: a transposed operand is stored (k,m) / (n,k)
     cublasLtMatrixLayoutOpaque_t la_mem, lb_mem, ld_mem;
@@ -85,7 +100,8 @@ static void matmul_lt(void* d, cudaDataType_t d_type, const floatX* a, const flo
     for (int i = 0; i < matmul_num_plans && plan == NULL; i++) {
         MatmulPlan* p = &matmul_plans[i];
         if (p->m == m && p->n == n && p->k == k && p->trans_a == trans_a && p->trans_b == trans_b &&
-            p->bias == (bias != NULL) && p->d_type == (int)d_type && memcmp(p->align, align, sizeof(align)) == 0) {
+            p->bias == (bias != NULL) && p->dgelu == (dgelu != NULL) && p->d_type == (int)d_type &&
+            memcmp(p->align, align, sizeof(align)) == 0) {
             plan = p;
         }
     }
@@ -105,34 +121,28 @@ static void matmul_lt(void* d, cudaDataType_t d_type, const floatX* a, const flo
         cublasLtMatmulHeuristicResult_t heuristic;
         int found = 0;
         cublasCheck(cublasLtMatmulAlgoGetHeuristic(matmul_ctx.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
-        if (found == 0) {
+        if (found == 0 && dgelu == NULL) {
             fatal("cuBLASLt: no algorithm for m=%d n=%d k=%d trans_a=%d trans_b=%d bias=%d", m, n, k,
                   (int)trans_a, (int)trans_b, bias != NULL);
         }
         plan = &matmul_plans[matmul_num_plans++];
         plan->m = m; plan->n = n; plan->k = k; plan->trans_a = trans_a; plan->trans_b = trans_b;
-        plan->bias = bias != NULL; plan->d_type = (int)d_type;
+        plan->bias = bias != NULL; plan->dgelu = dgelu != NULL; plan->d_type = (int)d_type;
         memcpy(plan->align, align, sizeof(align));
-        plan->algo = heuristic.algo;
+        plan->found = found > 0;
+        if (plan->found) { plan->algo = heuristic.algo; }
     }
+    if (!plan->found) { return false; }
     const float alpha = 1.0f;
     cublasCheck(cublasLtMatmul(matmul_ctx.handle, desc, &alpha, a, la, b, lb, &beta, d, ld, d, ld,
                                &plan->algo, matmul_ctx.workspace, CUBLASLT_WORKSPACE_BYTES, stream));
+    return true;
 }
 
 void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const floatX* bias,
                     int N, int C, int OC, cudaStream_t stream) {
     // out: (N,OC) = inp: (N,C) @ weight^T: (OC,C)^T + bias: (OC) or NULL
-    matmul_lt(out, CUBLAS_LOWP, weight, inp, bias, OC, N, C, true, false, 0.0f, stream);
-}
-
-void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
-                     const floatX* inp, const floatX* weight, int N, int C, int OC, cudaStream_t stream) {
-    // dinp: (N,C) overwritten; dweight: (OC,C) and dbias: (OC) fp32, accumulated (dbias may be NULL);
-    // dout: (N,OC), inp: (N,C), weight: (OC,C), scratch: REDUCE_CHUNKS*OC floats
-    matmul_lt(dinp, CUBLAS_LOWP, weight, dout, NULL, C, N, OC, false, false, 0.0f, stream);
-    matmul_lt(dweight, CUDA_R_32F, inp, dout, NULL, C, OC, N, false, true, 1.0f, stream);
-    if (dbias != NULL) { bias_backward(dbias, dout, scratch, N, OC, stream); }
+    matmul_lt(out, CUBLAS_LOWP, weight, inp, bias, NULL, OC, N, C, true, false, 0.0f, stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -185,6 +195,7 @@ void gelu_forward(floatX* out, const floatX* inp, size_t n, cudaStream_t stream)
 }
 
 void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n, cudaStream_t stream) {
+    // dinp, inp, dout: (n); dinp may alias dout
     const int block = 256;
     if (n % PACK == 0 && aligned16(dinp) && aligned16(inp) && aligned16(dout)) {
         gelu_backward_kernel<PACK><<<ceil_div((long)(n / PACK), block), block, 0, stream>>>(dinp, inp, dout, n);
@@ -192,6 +203,35 @@ void gelu_backward(floatX* dinp, const floatX* inp, const floatX* dout, size_t n
         gelu_backward_kernel<1><<<ceil_div((long)n, block), block, 0, stream>>>(dinp, inp, dout, n);
     }
     cudaCheck(cudaGetLastError());
+}
+
+// ----------------------------------------------------------------------------
+// backward
+
+void matmul_backward(floatX* dinp, float* dweight, float* dbias, float* scratch, const floatX* dout,
+                     const floatX* inp, const floatX* weight, const floatX* pre_gelu, int N, int C, int OC,
+                     cudaStream_t stream) {
+    // dinp: (N,C) overwritten; dweight: (OC,C) and dbias: (OC) fp32, accumulated (dbias may be NULL);
+    // dout: (N,OC), inp: (N,C), weight: (OC,C), scratch: REDUCE_CHUNKS*OC floats. pre_gelu: (N,C) or NULL:
+    // inp was gelu(pre_gelu), and dinp is then the gradient with respect to pre_gelu
+    if (!matmul_lt(dinp, CUBLAS_LOWP, weight, dout, NULL, pre_gelu, C, N, OC, false, false, 0.0f, stream)) {
+        matmul_lt(dinp, CUBLAS_LOWP, weight, dout, NULL, NULL, C, N, OC, false, false, 0.0f, stream);
+        gelu_backward(dinp, pre_gelu, dinp, (size_t)N * C, stream);
+    }
+    matmul_lt(dweight, CUDA_R_32F, inp, dout, NULL, NULL, C, OC, N, false, true, 1.0f, stream);
+    if (dbias != NULL) { bias_backward(dbias, dout, scratch, N, OC, stream); }
+}
+
+// whether matmul_backward with pre_gelu fused GELU's backward for this shape (the check prints it)
+bool matmul_dgelu_fused(int N, int C, int OC, const floatX* weight, const floatX* dout, floatX* dinp) {
+    for (int i = 0; i < matmul_num_plans; i++) {
+        MatmulPlan* p = &matmul_plans[i];
+        if (p->dgelu && p->m == C && p->n == N && p->k == OC && p->align[0] == alignment_of(weight) &&
+            p->align[1] == alignment_of(dout) && p->align[2] == alignment_of(dinp)) {
+            return p->found;
+        }
+    }
+    return false;
 }
 
 #endif // LLMC_MATMUL_CUH

@@ -102,6 +102,7 @@ static int check_layernorm(int N, int C, int sweep) {
 int main(void) {
     int ok = check_layernorm(8 * 1024, 768, 1);
     ok &= check_layernorm(300, 100, 0);  // a width that does not split into packs: the W = 1 kernels
+    ok &= check_layernorm(700, 1600, 0);  // wider than one column group of the backward (GPT-2 XL's width)
     printf("%s\n", ok ? "layernorm: all checks passed" : "layernorm: FAILED");
     return ok ? 0 : 1;
 }

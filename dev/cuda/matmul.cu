@@ -36,7 +36,7 @@ int main(void) {
     // backward twice: dweight/dbias must accumulate (2x the single-pass value)
     cudaCheck(cudaMemset(d_dw, 0, (size_t)OC * C * sizeof(float)));
     cudaCheck(cudaMemset(d_db, 0, OC * sizeof(float)));
-    for (int k = 0; k < 2; k++) { matmul_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, N, C, OC, 0); }
+    for (int k = 0; k < 2; k++) { matmul_backward(d_dinp, d_dw, d_db, d_scratch, d_dout, d_inp, d_w, NULL, N, C, OC, 0); }
     float* dinp_ref = (float*)callocCheck((size_t)N * C, sizeof(float));
     float* dw_ref = (float*)callocCheck((size_t)OC * C, sizeof(float));
     float* db_ref = (float*)callocCheck(OC, sizeof(float));
@@ -74,6 +74,41 @@ int main(void) {
     gelu_backward(d_out + 1, d_dout + 1, d_dout + 1, n - 1, 0);
     ok &= check_close("gelu backward (W = 1)", from_device_x(d_out, n) + 1, dgelu_ref + 1, n - 1, DEV_ATOL, DEV_RTOL);
 
+    // GELU's backward fused into the dinp matmul: dinp = (dout @ w) * gelu'(pre), against the CPU formula;
+    // dweight must still accumulate the plain product with inp (the GELU output)
+    float* pre = make_random((size_t)N * C, 2.0f);
+    floatX* d_pre = to_device_x(pre, (size_t)N * C);
+    cudaCheck(cudaMemset(d_dw, 0, (size_t)OC * C * sizeof(float)));
+    matmul_backward(d_dinp, d_dw, NULL, d_scratch, d_dout, d_inp, d_w, d_pre, N, C, OC, 0);
+    int fused = matmul_dgelu_fused(N, C, OC, d_w, d_dout, d_dinp);
+    printf("GELU backward %s\n", fused ? "fused into the matmul (cuBLASLt DGELU epilogue)" : "not fused: cuBLASLt has no algorithm, gelu_backward ran");
+    float* dpre_ref = (float*)mallocCheck((size_t)N * C * sizeof(float));
+    for (size_t i = 0; i < (size_t)N * C; i++) {
+        float x = pre[i], cube = 0.044715f * x * x * x, t = tanhf(GELU_SCALING_FACTOR * (x + cube));
+        float sech = 1.0f / coshf(GELU_SCALING_FACTOR * (x + cube));
+        float local = 0.5f * (1.0f + t) + x * 0.5f * sech * sech * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
+        dpre_ref[i] = dinp_ref[i] * local;
+    }
+    ok &= check_close("dinp through GELU", from_device_x(d_dinp, (size_t)N * C), dpre_ref, (size_t)N * C, DEV_ATOL, DEV_RTOL);
+    for (size_t i = 0; i < (size_t)OC * C; i++) { dw_ref[i] *= 0.5f; }
+    ok &= check_close("dweight (with pre_gelu)", from_device_f(d_dw, (size_t)OC * C), dw_ref, (size_t)OC * C, 1e-3f, 1e-3f);
+
+    // bias gradient at a width that does not split into packs (the W = 1 column sum), rows not a multiple of
+    // the chunks; accumulated onto a non-zero start
+    {
+        int n1 = 1000, c1 = 100;
+        float* g1 = make_random((size_t)n1 * c1, 1.0f);
+        floatX* d_g1 = to_device_x(g1, (size_t)n1 * c1);
+        float* db1 = (float*)callocCheck(c1, sizeof(float));
+        for (int c = 0; c < c1; c++) { db1[c] = 1.0f; }
+        float* d_db1 = to_device_f(db1, c1);
+        bias_backward(d_db1, d_g1, d_scratch, n1, c1, 0);
+        for (int r = 0; r < n1; r++) {
+            for (int c = 0; c < c1; c++) { db1[c] += g1[(size_t)r * c1 + c]; }
+        }
+        ok &= check_close("dbias (W = 1, C = 100)", from_device_f(d_db1, c1), db1, c1, 1e-3f, 1e-3f);
+    }
+
     // timing: GPT-2 124M shapes at B*T = 8192 tokens
     int BT = 8192, Cm = 768;
     int shapes[4][2] = {{Cm, 3 * Cm}, {Cm, Cm}, {Cm, 4 * Cm}, {4 * Cm, Cm}};
@@ -92,7 +127,7 @@ int main(void) {
     for (int k = 0; k < 4; k++) {
         int c = shapes[k][0], oc = shapes[k][1];
         float f = time_ms([&] { matmul_forward(y, x, wt, bt, BT, c, oc, 0); }, 20);
-        float g = time_ms([&] { matmul_backward(dx, gw, gb, scr, y, x, wt, BT, c, oc, 0); }, 20);
+        float g = time_ms([&] { matmul_backward(dx, gw, gb, scr, y, x, wt, c == 4 * Cm ? y : NULL, BT, c, oc, 0); }, 20);
         printf("%6d %6d %6d %10.4f %10.4f %10.1f\n", BT, c, oc, f, g, 2.0 * BT * c * oc / (f * 1e-3) / 1e12);
     }
     matmul_free();
