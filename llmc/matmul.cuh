@@ -4,11 +4,12 @@
  * Backward: dinp = dout @ weight (floatX), dweight += dout^T @ inp accumulated in fp32 straight from the
  * floatX operands (cuBLASLt's mixed-precision output), dbias += column sums (reduce.cuh, deterministic).
  * Each distinct shape's algorithm is chosen once (cuBLASLt's heuristic, told the operands' real alignment).
- * GELU forward is a separate elementwise kernel with the CPU path's tanh formula, so that -r 1 recomputes
- * exactly what the forward stored (an epilogue would apply GELU before rounding to floatX: -r 0 and -r 1
- * would differ in the last bit). Its backward is fused into the dinp matmul of the layer after it: cuBLASLt's
- * DGELU epilogue multiplies the fp32 product by GELU'(pre-activation) before rounding, which saves a pass
- * over (N, 4C) twice; where cuBLASLt has no algorithm for it, the matmul runs plain and gelu_backward follows.
+ * GELU forward is a separate elementwise kernel with the CPU path's tanh formula (tanh through the fast
+ * exponential), so that -r 1 recomputes exactly what the forward stored (an epilogue would apply GELU before
+ * rounding to floatX: -r 0 and -r 1 would differ in the last bit). Its backward is fused into the dinp
+ * matmul of the layer after it: cuBLASLt's DGELU epilogue multiplies the fp32 product by GELU'(pre-activation)
+ * before rounding, which saves a pass over (N, 4C) twice; where cuBLASLt has no algorithm for it, the matmul
+ * runs plain and gelu_backward follows.
  * Row-major (rows, cols) matrices are column-major (cols, rows) to cuBLAS; shapes below are row-major.
  */
 #ifndef LLMC_MATMUL_CUH
@@ -150,6 +151,14 @@ void matmul_forward(floatX* out, const floatX* inp, const floatX* weight, const 
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f  // sqrtf(2/pi)
 
+// tanh(u) = 1 - 2 / (exp(2u) + 1) with the fast exponential: tanhf's exact evaluation made the GELU kernels
+// compute-bound; this is within a few fp32 ulps of it (far below bf16's rounding). |u| <= 15 keeps exp
+// finite; tanh(15) is 1 in fp32.
+__device__ __forceinline__ float gelu_tanh(float u) {
+    u = fminf(fmaxf(u, -15.0f), 15.0f);
+    return 1.0f - __fdividef(2.0f, __expf(2.0f * u) + 1.0f);
+}
+
 // out = gelu(inp), W values per thread
 template <int W>
 __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
@@ -159,7 +168,7 @@ __global__ void gelu_forward_kernel(floatX* out, const floatX* inp, size_t n) {
     for (int k = 0; k < W; k++) {
         float x = to_float(vx.v[k]);
         float cube = 0.044715f * x * x * x;
-        vo.v[k] = (floatX)(0.5f * x * (1.0f + tanhf(GELU_SCALING_FACTOR * (x + cube))));
+        vo.v[k] = (floatX)(0.5f * x * (1.0f + gelu_tanh(GELU_SCALING_FACTOR * (x + cube))));
     }
     store_vec<W>(out + i, vo);
 }
@@ -174,9 +183,8 @@ __global__ void gelu_backward_kernel(floatX* dinp, const floatX* inp, const floa
         float x = to_float(vx.v[k]);
         float cube = 0.044715f * x * x * x;
         float tanh_arg = GELU_SCALING_FACTOR * (x + cube);
-        float tanh_out = tanhf(tanh_arg);
-        float cosh_out = coshf(tanh_arg);
-        float sech2 = 1.0f / (cosh_out * cosh_out);
+        float tanh_out = gelu_tanh(tanh_arg);
+        float sech2 = 1.0f - tanh_out * tanh_out;
         float local_grad = 0.5f * (1.0f + tanh_out) +
                            x * 0.5f * sech2 * GELU_SCALING_FACTOR * (1.0f + 3.0f * 0.044715f * x * x);
         vo.v[k] = (floatX)(local_grad * to_float(vd.v[k]));

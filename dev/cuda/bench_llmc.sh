@@ -38,7 +38,8 @@ python3 - "$OUT" "$TOTAL" "$WARM" "$@" <<'PYEOF'
 import glob, os, re, statistics, sys
 out, total, warm = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 names = [a.split("=", 1)[0] for a in sys.argv[4:]]
-step_re = re.compile(r"^step\s+(\d+)/\d+ \|.*?\|\s*([\d.]+) ms \|\s*([\d.]+%|n/a)[^|]*MFU")
+# the MFU column: a percentage, or n/a / a negative one (llm.c's when it does not know the card's peak)
+step_re = re.compile(r"^step\s+(\d+)/\d+ \|.*?\|\s*([\d.]+) ms \|\s*(-?[\d.]+%|n/a)[^|]*MFU")
 rows, best = [], {}
 for name in names:
     for log in sorted(glob.glob(os.path.join(out, f"{name}_rep*.log"))):
@@ -47,7 +48,7 @@ for name in names:
             m = step_re.match(line)
             if m and int(m.group(1)) > warm:
                 ms.append(float(m.group(2)))
-                if m.group(3) != "n/a": mfu.append(float(m.group(3)[:-1]))
+                if m.group(3) != "n/a" and not m.group(3).startswith("-"): mfu.append(float(m.group(3)[:-1]))
         if not ms:
             rows.append((name, os.path.basename(log), "no step lines", "", "")); continue
         med = statistics.median(ms)
