@@ -3,7 +3,8 @@
 
     /usr/bin/python3 scripts/plot_curve_llmc.py OUT_DIR [--png FILE] [--table FILE]
 
-Reads OUT_DIR/ours_seed*/metrics.jsonl and OUT_DIR/llmc_run*/main.log and writes a plot (train loss, as a
+Reads OUT_DIR/ours_seed*/metrics.jsonl and OUT_DIR/llmc_run*/main.log (and OUT_DIR/cpu_fp32_seed*/metrics.jsonl,
+the CPU trainer in fp32 with the same flags and seeds, where present) and writes a plot (train loss, as a
 25-step running mean, and val loss against the step) and a Markdown table: the val loss of every run at
 every evaluation, and per-pair differences. Steps are counted as in our metrics: step k's train loss is the
 loss of the k-th update's batch (llm.c's main.log calls it s:k-1), the val loss at step k is measured after
@@ -71,6 +72,10 @@ def main():
     runs = {}
     for p in sorted(glob.glob(os.path.join(args.out_dir, "ours_seed*", "metrics.jsonl"))):
         runs["ours " + os.path.basename(os.path.dirname(p)).replace("ours_", "")] = read_ours(p)
+    # the CPU trainer in fp32 (the PyTorch-checked reference) from the same init, if run: same flags, the
+    # same seeds, so the same data order as ours on the GPU; only the numerics differ
+    for p in sorted(glob.glob(os.path.join(args.out_dir, "cpu_fp32_seed*", "metrics.jsonl"))):
+        runs["CPU fp32 " + os.path.basename(os.path.dirname(p)).replace("cpu_fp32_", "")] = read_ours(p)
     for p in sorted(glob.glob(os.path.join(args.out_dir, "llmc_run*", "main.log"))):
         runs["llm.c " + os.path.basename(os.path.dirname(p)).replace("llmc_", "")] = read_llmc(p)
     runs = {k: v for k, v in runs.items() if v[0] or v[1]}
@@ -79,6 +84,7 @@ def main():
     names = list(runs)
     ours = [n for n in names if n.startswith("ours")]
     llmc = [n for n in names if n.startswith("llm.c")]
+    cpu = [n for n in names if n.startswith("CPU")]
 
     lines = []
     readme = os.path.join(args.out_dir, "README.txt")
@@ -109,6 +115,10 @@ def main():
         pairs.append((ours[0], ours[1], "two seeds of ours"))
     if len(llmc) >= 2:
         pairs.append((llmc[0], llmc[1], "two runs of llm.c"))
+    for c in cpu:
+        o = "ours " + c.split()[-1]
+        if o in runs:
+            pairs.append((o, c, "GPU bf16 against CPU fp32, same seed"))
     for o in ours:
         for c in llmc[:1]:
             pairs.append((o, c, "ours against llm.c"))
@@ -133,7 +143,7 @@ def main():
         import matplotlib.pyplot as plt
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
         for n in names:
-            style = "-" if n.startswith("ours") else "--"
+            style = {"ours": "-", "llm.c": "--", "CPU": ":"}[n.split()[0]]
             tr = running_mean(runs[n][0], 25)
             ax1.plot(sorted(tr), [tr[s] for s in sorted(tr)], style, label=n, linewidth=1.2)
             v = runs[n][1]
@@ -146,6 +156,9 @@ def main():
             ax.grid(alpha=0.3)
             ax.legend()
         ax1.set_ylim(top=min(8.0, ax1.get_ylim()[1]))
+        later = [v for n in names for s, v in runs[n][1].items() if s > 0]  # step 0 (10.9) would flatten the rest
+        if later:
+            ax2.set_ylim(min(later) - 0.1, max(later) + 0.1)
         fig.tight_layout()
         fig.savefig(args.png + ".tmp.png", dpi=110)
         os.replace(args.png + ".tmp.png", args.png)

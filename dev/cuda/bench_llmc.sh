@@ -11,8 +11,11 @@
 #   DEPTH [12]  B [64]  T [1024]  TOTAL [524288 tokens per step]  STEPS [20]  WARM [3]  REPS [2]
 #   RECOMPUTE [1]  DATA [data/default]  TMO [300 s per run]
 # Prints a table; OUT_DIR keeps every run's output. Exits 1 if any run failed.
+# --parse OUT_DIR NAME=BINARY ...: the table again from the logs already in OUT_DIR (nothing runs).
 set -u
-[ $# -ge 2 ] || { echo "usage: $0 OUT_DIR NAME=BINARY [NAME=BINARY ...]" >&2; exit 2; }
+PARSE_ONLY=0
+if [ "${1:-}" = "--parse" ]; then PARSE_ONLY=1; shift; fi
+[ $# -ge 2 ] || { echo "usage: $0 [--parse] OUT_DIR NAME=BINARY [NAME=BINARY ...]" >&2; exit 2; }
 cd "$(dirname "$0")/../.." || exit 1
 OUT=$1
 shift
@@ -21,8 +24,9 @@ DEPTH=${DEPTH:-12} B=${B:-64} T=${T:-1024} TOTAL=${TOTAL:-524288} STEPS=${STEPS:
 REPS=${REPS:-2} RECOMPUTE=${RECOMPUTE:-1} DATA=${DATA:-data/default} TMO=${TMO:-300}
 FLAGS=(-e "d$DEPTH" -b "$B" -t "$T" -d "$TOTAL" -x "$STEPS" -r "$RECOMPUTE" -z 0 -v 100000 -s 100000
        -i "$DATA/train_*.bin" -j "$DATA/val_*.bin")
-echo "bench_llmc: $(date -u), GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
-echo "flags: ${FLAGS[*]}"
+[ $PARSE_ONLY = 1 ] && REPS=0
+[ $PARSE_ONLY = 1 ] || echo "bench_llmc: $(date -u), GPU: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1)"
+[ $PARSE_ONLY = 1 ] || echo "flags: ${FLAGS[*]}"
 FAILED=0
 for rep in $(seq 1 "$REPS"); do
     for pair in "$@"; do
