@@ -4,7 +4,8 @@
  * overwritten in place by dlogits = (softmax - onehot(target)) * dloss, and the padded columns [V, Vp)
  * by 0. The probabilities are never stored: the backward recomputes them from the max and the sum.
  * One block per row; the max and the sum are block reductions in a fixed order. W values per load: PACK
- * where the rows split into aligned packs (every padded vocabulary), else 1.
+ * where the rows split into aligned packs (every padded vocabulary), else 1. The exponentials are the fast
+ * ones (__expf, a few fp32 ulps): with expf the kernel was bound by its arithmetic, not by the logits' bytes.
  */
 #ifndef LLMC_FUSED_CLASSIFIER_CUH
 #define LLMC_FUSED_CLASSIFIER_CUH
@@ -26,11 +27,11 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
         int nv = min(W, V - v0);
         float vm = -INFINITY;
         for (int k = 0; k < nv; k++) { vm = fmaxf(vm, to_float(vx.v[k])); }
-        if (vm > m) { s *= expf(m - vm); m = vm; }
-        for (int k = 0; k < nv; k++) { s += expf(to_float(vx.v[k]) - m); }
+        if (vm > m) { s *= __expf(m - vm); m = vm; }
+        for (int k = 0; k < nv; k++) { s += __expf(to_float(vx.v[k]) - m); }
     }
     float row_max = block_max(m, shared);
-    float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), shared);
+    float sum = block_sum(m == -INFINITY ? 0.0f : s * __expf(m - row_max), shared);
     int target = targets[row];
     float lse = row_max + logf(sum);
     if (threadIdx.x == 0) {
@@ -45,7 +46,7 @@ __global__ void fused_classifier_kernel(floatX* logits, float* losses, const int
             int v = v0 + k;
             float d = 0.0f;
             if (v < V) {
-                float p = expf(to_float(vx.v[k]) - lse);
+                float p = __expf(to_float(vx.v[k]) - lse);
                 d = (p - (v == target ? 1.0f : 0.0f)) * dloss;
             }
             vx.v[k] = (floatX)d;
