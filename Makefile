@@ -337,6 +337,34 @@ fuzz-merge: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	  ./$(BUILD)/fuzz/fuzz_$$t -merge=1 -max_len=131072 -close_fd_mask=2 test/fuzz/corpus/$$t $(BUILD)/fuzz/corpus_$$t; \
 	done
 
+# ---- section: export (scripts/export_hf, test/test_export_hf.py, test/test_hf_export.mjs, web/) ----
+# scripts/export_hf writes a model as a Hugging Face GPT-2 folder and an ONNX graph. test_export_hf.py checks the
+# folder's layout against the PyTorch reference and its refusals of bad input; test_hf_export.mjs holds two
+# exports (GPT-2's vocabulary and the 4096-token one of make data-small, random-init d2 models) against
+# transformers.js in node. Its npm dependencies (package.json, pinned in package-lock.json) come with npm ci;
+# ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's CPU binaries are in the package, its install script would
+# only fetch the CUDA ones from outside npm
+NODE_DEPS = node_modules/.package-lock.json
+$(NODE_DEPS): package.json package-lock.json
+	ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund
+	touch $@
+build/hf/init_gpt2.bin: scripts/train_gpt2.py | $(BUILD)
+	@mkdir -p $(dir $@)
+	$(PYTHON) scripts/train_gpt2.py --write-init $@ --depth 2 --seed 42 --threads $(REF_THREADS)
+build/hf/init_small.bin: scripts/train_gpt2.py | $(BUILD)
+	@mkdir -p $(dir $@)
+	$(PYTHON) scripts/train_gpt2.py --write-init $@ --depth 2 --vocab 4096 --seed 43 --threads $(REF_THREADS)
+build/hf/init_gpt2_hf/config.json: build/hf/init_gpt2.bin scripts/export_hf
+	scripts/export_hf $< $(dir $@)
+build/hf/init_small_hf/config.json: build/hf/init_small.bin scripts/export_hf data/small4096/train_000000.bin
+	scripts/export_hf $< $(dir $@) --vocab data/small4096/vocab
+$(BUILD)/hf_reference: test/hf_reference.c | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
+TESTS += test/test_export_hf.py test/test_hf_export.mjs
+test/test_export_hf.py: build/hf/init_small.bin data/small4096/train_000000.bin
+test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize \
+                         build/hf/init_gpt2_hf/config.json build/hf/init_small_hf/config.json
+
 # ---- section: experiments (scripts/compare_hybrid, scripts/compare_pytorch) ----
 # test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)
 TESTS += test/test_compare.py
