@@ -365,6 +365,24 @@ test/test_export_hf.py: build/hf/init_small.bin data/small4096/train_000000.bin
 test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize \
                          build/hf/init_gpt2_hf/config.json build/hf/init_small_hf/config.json
 
+# the page (web/): `make web` exports WEB_MODEL with web/site.sh into build/web and serves it on localhost;
+# test_web.mjs (slow tier: Chromium) does the same for a d2 trained 400 steps here (20 s) and types a prompt
+WEB_MODEL ?= out/small/model_00002800.bin
+WEB_VOCAB ?= data/small4096/vocab
+WEB_PORT ?= 8000
+.PHONY: web
+web: $(NODE_DEPS)
+	web/site.sh build/web $(WEB_MODEL) $(WEB_VOCAB)
+	@echo "web: serving build/web on http://localhost:$(WEB_PORT)/ (Ctrl-C stops)"
+	$(PYTHON) -m http.server $(WEB_PORT) --bind 127.0.0.1 -d build/web
+WEB_TEST_MODEL = build/hf/web/model_00000400.bin
+$(WEB_TEST_MODEL): train_gpt2 data/small4096/train_000000.bin
+	rm -rf build/hf/web && mkdir -p build/hf
+	OMP_NUM_THREADS=2 ./train_gpt2 -i 'data/small4096/train_*.bin' -e d2 -b 8 -t 128 -x 400 -l 2e-3 -u 40 -v 0 -s 0 \
+	  -n 400 -o build/hf/web > build/hf/web.log
+SLOW_TESTS += test/test_web.mjs
+test/test_web.mjs: $(NODE_DEPS) $(WEB_TEST_MODEL) train_gpt2
+
 # ---- section: experiments (scripts/compare_hybrid, scripts/compare_pytorch) ----
 # test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)
 TESTS += test/test_compare.py
