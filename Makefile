@@ -40,7 +40,8 @@ train_gpt2: train_gpt2.c
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
-                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step $(BUILD)/test_bf16
+                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step $(BUILD)/test_bf16 \
+                $(BUILD)/test_kvcache
 TESTS += $(TRAINER_TESTS)
 $(TRAINER_TESTS): $(BUILD)/%: test/%.c | $(BUILD) train_gpt2 tokenize
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
@@ -69,6 +70,16 @@ $(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
 	$(CC) $(CFLAGS) $(DNNL_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -DLLMC_PROFILE $(DEPFLAGS) -o $@ $< $(LDLIBS)
+
+# tokens/s of generation with and without the KV cache (llmc/kvcache.h), 256 new tokens: the quick start's
+# checkpoint (where it exists) and a random-init d4 at GPT-2's vocabulary
+.PHONY: bench-generate
+bench: bench-generate
+bench-generate: $(BUILD)/bench_generate
+	@if [ -f out/small/model_00002800.bin ]; then OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate out/small/model_00002800.bin 256 3; fi
+	OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate d4 256 3
+$(BUILD)/bench_generate: dev/bench_generate.c | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
 # llmc/cpu_blas.h: the OpenBLAS core and wait policy chosen before main (runs ./train_gpt2 and bench_sgemm)
 TESTS += $(BUILD)/test_cpu_blas
