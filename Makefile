@@ -350,9 +350,9 @@ fuzz-merge: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 
 # ---- section: export (scripts/export_hf, test/test_export_hf.py, test/test_hf_export.mjs, web/) ----
 # scripts/export_hf writes a model as a Hugging Face GPT-2 folder and an ONNX graph. test_export_hf.py checks the
-# folder's layout against the PyTorch reference and its refusals of bad input; test_hf_export.mjs holds two
-# exports (GPT-2's vocabulary and the 4096-token one of make data-small, random-init d2 models) against
-# transformers.js in node. Its npm dependencies (package.json, pinned in package-lock.json) come with npm ci;
+# folder's layout against the PyTorch reference and its refusals of bad input; test_hf_export.mjs holds three
+# exports (random-init d2 models at GPT-2's vocabulary and at the 4096-token one of make data-small, and
+# HF_TRAINED below) against transformers.js in node. Its npm dependencies (package.json, pinned in package-lock.json) come with npm ci;
 # ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's CPU binaries are in the package, its install script would
 # only fetch the CUDA ones from outside npm
 NODE_DEPS = node_modules/.package-lock.json
@@ -369,15 +369,23 @@ build/hf/init_gpt2_hf/config.json: build/hf/init_gpt2.bin scripts/export_hf
 	scripts/export_hf $< $(dir $@)
 build/hf/init_small_hf/config.json: build/hf/init_small.bin scripts/export_hf data/small4096/train_000000.bin
 	scripts/export_hf $< $(dir $@) --vocab data/small4096/vocab
+# a d2 trained 400 steps on data/small4096 (20 s): text that is not one repeated token, for both checks
+HF_TRAINED = build/hf/trained/model_00000400.bin
+$(HF_TRAINED): train_gpt2 data/small4096/train_000000.bin
+	rm -rf build/hf/trained && mkdir -p build/hf
+	OMP_NUM_THREADS=2 ./train_gpt2 -i 'data/small4096/train_*.bin' -e d2 -b 8 -t 128 -x 400 -l 2e-3 -u 40 -v 0 -s 0 \
+	  -n 400 -o build/hf/trained > build/hf/trained.log
+build/hf/trained_hf/config.json: $(HF_TRAINED) scripts/export_hf
+	scripts/export_hf $< $(dir $@) --vocab data/small4096/vocab
 $(BUILD)/hf_reference: test/hf_reference.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 TESTS += test/test_export_hf.py test/test_hf_export.mjs
 test/test_export_hf.py: build/hf/init_small.bin data/small4096/train_000000.bin
-test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize \
-                         build/hf/init_gpt2_hf/config.json build/hf/init_small_hf/config.json
+test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize build/hf/init_gpt2_hf/config.json \
+                         build/hf/init_small_hf/config.json build/hf/trained_hf/config.json
 
 # the page (web/): `make web` exports WEB_MODEL with web/site.sh into build/web and serves it on localhost;
-# test_web.mjs (slow tier: Chromium) does the same for a d2 trained 400 steps here (20 s) and types a prompt
+# test_web.mjs (slow tier: Chromium) does the same for HF_TRAINED and types a prompt
 WEB_MODEL ?= out/small/model_00002800.bin
 WEB_VOCAB ?= data/small4096/vocab
 WEB_PORT ?= 8000
@@ -386,13 +394,8 @@ web: $(NODE_DEPS)
 	web/site.sh build/web $(WEB_MODEL) $(WEB_VOCAB)
 	@echo "web: serving build/web on http://localhost:$(WEB_PORT)/ (Ctrl-C stops)"
 	$(PYTHON) -m http.server $(WEB_PORT) --bind 127.0.0.1 -d build/web
-WEB_TEST_MODEL = build/hf/web/model_00000400.bin
-$(WEB_TEST_MODEL): train_gpt2 data/small4096/train_000000.bin
-	rm -rf build/hf/web && mkdir -p build/hf
-	OMP_NUM_THREADS=2 ./train_gpt2 -i 'data/small4096/train_*.bin' -e d2 -b 8 -t 128 -x 400 -l 2e-3 -u 40 -v 0 -s 0 \
-	  -n 400 -o build/hf/web > build/hf/web.log
 SLOW_TESTS += test/test_web.mjs
-test/test_web.mjs: $(NODE_DEPS) $(WEB_TEST_MODEL) train_gpt2
+test/test_web.mjs: $(NODE_DEPS) $(HF_TRAINED) train_gpt2
 
 # ---- section: experiments (scripts/compare_hybrid, scripts/compare_pytorch) ----
 # test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)

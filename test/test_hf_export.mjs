@@ -9,8 +9,9 @@
  *     forward), every step after the first fed one token and the KV cache (the ONNX graph's
  *     past_key_values), each step's logits within 1e-3 of ours for that context;
  *   - `./train_gpt2 -x 0 --top-k 1` prints those tokens, and transformers.js decodes them to the same text.
- * Without arguments it checks the two fixtures the Makefile exports into build/hf/ (GPT-2's vocabulary and
- * a learned one); `test/test_hf_export.mjs MODEL VOCAB_DIR EXPORT_DIR [PROMPT]` checks one model.
+ * Without arguments it checks the three fixtures the Makefile exports into build/hf/ (random-init models at
+ * GPT-2's vocabulary and at a learned one, whose greedy text repeats one token, and a model trained 400
+ * steps at the learned one); `test/test_hf_export.mjs MODEL VOCAB_DIR EXPORT_DIR [PROMPT]` checks one model.
  * Prints one line per check with the measured numbers; exits 1 if any fails.
  */
 import { env, AutoTokenizer, AutoModelForCausalLM, Tensor } from "@huggingface/transformers";
@@ -25,7 +26,8 @@ const PROMPT = 'And God said, "Let there be light": and there was light. Émma\'
 const CASES = process.argv.length > 2
     ? [{ model: process.argv[2], vocab: process.argv[3], dir: process.argv[4], prompt: process.argv[5] ?? PROMPT }]
     : [{ model: "build/hf/init_gpt2.bin", vocab: "data/gpt2", dir: "build/hf/init_gpt2_hf", prompt: PROMPT },
-       { model: "build/hf/init_small.bin", vocab: "data/small4096/vocab", dir: "build/hf/init_small_hf", prompt: PROMPT }];
+       { model: "build/hf/init_small.bin", vocab: "data/small4096/vocab", dir: "build/hf/init_small_hf", prompt: PROMPT },
+       { model: "build/hf/trained/model_00000400.bin", vocab: "data/small4096/vocab", dir: "build/hf/trained_hf", prompt: "And God said" }];
 
 env.allowRemoteModels = false;  // local files only: nothing from the hub
 let failed = 0;

@@ -5,7 +5,7 @@
  * localhost with Python's http.server as `make web` does, opens the page, types a prompt, asks for 32 greedy
  * tokens, waits for the text and checks that it equals what `./train_gpt2 -x 0 --top-k 1` prints for the same
  * prompt. Keeps a screenshot of the page in build/hf/web_screenshot.png.
- *     test/test_web.mjs [MODEL VOCAB_DIR]     (default: build/hf/web/model_00000400.bin, data/small4096/vocab)
+ *     test/test_web.mjs [MODEL VOCAB_DIR]     (default: build/hf/trained/model_00000400.bin, data/small4096/vocab)
  * Exits 1 on a mismatch or if anything does not come up within its time.
  */
 import { execFileSync, spawn } from "node:child_process";
@@ -13,7 +13,7 @@ import fs from "node:fs";
 import net from "node:net";
 import path from "node:path";
 
-const MODEL = process.argv[2] ?? "build/hf/web/model_00000400.bin";
+const MODEL = process.argv[2] ?? "build/hf/trained/model_00000400.bin";
 const VOCAB = process.argv[3] ?? "data/small4096/vocab";
 const PROMPT = "And God said";
 const NEW_TOKENS = 32;
