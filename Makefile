@@ -40,7 +40,8 @@ train_gpt2: train_gpt2.c
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
-                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step $(BUILD)/test_bf16
+                $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step $(BUILD)/test_bf16 \
+                $(BUILD)/test_kvcache
 TESTS += $(TRAINER_TESTS)
 $(TRAINER_TESTS): $(BUILD)/%: test/%.c | $(BUILD) train_gpt2 tokenize
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS) -fopenmp
@@ -69,6 +70,16 @@ $(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
 	$(CC) $(CFLAGS) $(DNNL_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -DLLMC_PROFILE $(DEPFLAGS) -o $@ $< $(LDLIBS)
+
+# tokens/s of generation with and without the KV cache (llmc/kvcache.h), 256 new tokens: the quick start's
+# checkpoint (where it exists) and a random-init d4 at GPT-2's vocabulary
+.PHONY: bench-generate
+bench: bench-generate
+bench-generate: $(BUILD)/bench_generate
+	@if [ -f out/small/model_00002800.bin ]; then OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate out/small/model_00002800.bin 256 3; fi
+	OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate d4 256 3
+$(BUILD)/bench_generate: dev/bench_generate.c | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
 # llmc/cpu_blas.h: the OpenBLAS core and wait policy chosen before main (runs ./train_gpt2 and bench_sgemm)
 TESTS += $(BUILD)/test_cpu_blas
@@ -336,6 +347,55 @@ fuzz-merge: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 	@for t in $(FUZZ_TARGETS); do \
 	  ./$(BUILD)/fuzz/fuzz_$$t -merge=1 -max_len=131072 -close_fd_mask=2 test/fuzz/corpus/$$t $(BUILD)/fuzz/corpus_$$t; \
 	done
+
+# ---- section: export (scripts/export_hf, test/test_export_hf.py, test/test_hf_export.mjs, web/) ----
+# scripts/export_hf writes a model as a Hugging Face GPT-2 folder and an ONNX graph. test_export_hf.py checks the
+# folder's layout against the PyTorch reference and its refusals of bad input; test_hf_export.mjs holds three
+# exports (random-init d2 models at GPT-2's vocabulary and at the 4096-token one of make data-small, and
+# HF_TRAINED below) against transformers.js in node. Its npm dependencies (package.json, pinned in package-lock.json) come with npm ci;
+# ONNXRUNTIME_NODE_INSTALL=skip: onnxruntime-node's CPU binaries are in the package, its install script would
+# only fetch the CUDA ones from outside npm
+NODE_DEPS = node_modules/.package-lock.json
+$(NODE_DEPS): package.json package-lock.json
+	ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund
+	touch $@
+build/hf/init_gpt2.bin: scripts/train_gpt2.py | $(BUILD)
+	@mkdir -p $(dir $@)
+	$(PYTHON) scripts/train_gpt2.py --write-init $@ --depth 2 --seed 42 --threads $(REF_THREADS)
+build/hf/init_small.bin: scripts/train_gpt2.py | $(BUILD)
+	@mkdir -p $(dir $@)
+	$(PYTHON) scripts/train_gpt2.py --write-init $@ --depth 2 --vocab 4096 --seed 43 --threads $(REF_THREADS)
+build/hf/init_gpt2_hf/config.json: build/hf/init_gpt2.bin scripts/export_hf
+	scripts/export_hf $< $(dir $@)
+build/hf/init_small_hf/config.json: build/hf/init_small.bin scripts/export_hf data/small4096/train_000000.bin
+	scripts/export_hf $< $(dir $@) --vocab data/small4096/vocab
+# a d2 trained 400 steps on data/small4096 (20 s): text that is not one repeated token, for both checks
+HF_TRAINED = build/hf/trained/model_00000400.bin
+$(HF_TRAINED): train_gpt2 data/small4096/train_000000.bin
+	rm -rf build/hf/trained && mkdir -p build/hf
+	OMP_NUM_THREADS=2 ./train_gpt2 -i 'data/small4096/train_*.bin' -e d2 -b 8 -t 128 -x 400 -l 2e-3 -u 40 -v 0 -s 0 \
+	  -n 400 -o build/hf/trained > build/hf/trained.log
+build/hf/trained_hf/config.json: $(HF_TRAINED) scripts/export_hf
+	scripts/export_hf $< $(dir $@) --vocab data/small4096/vocab
+$(BUILD)/hf_reference: test/hf_reference.c | $(BUILD)
+	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
+TESTS += test/test_export_hf.py test/test_hf_export.mjs
+test/test_export_hf.py: build/hf/init_small.bin data/small4096/train_000000.bin
+test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize build/hf/init_gpt2_hf/config.json \
+                         build/hf/init_small_hf/config.json build/hf/trained_hf/config.json
+
+# the page (web/): `make web` exports WEB_MODEL with web/site.sh into build/web and serves it on localhost;
+# test_web.mjs (slow tier: Chromium) does the same for HF_TRAINED and types a prompt
+WEB_MODEL ?= out/small/model_00002800.bin
+WEB_VOCAB ?= data/small4096/vocab
+WEB_PORT ?= 8000
+.PHONY: web
+web: $(NODE_DEPS)
+	web/site.sh build/web $(WEB_MODEL) $(WEB_VOCAB)
+	@echo "web: serving build/web on http://localhost:$(WEB_PORT)/ (Ctrl-C stops)"
+	$(PYTHON) -m http.server $(WEB_PORT) --bind 127.0.0.1 -d build/web
+SLOW_TESTS += test/test_web.mjs
+test/test_web.mjs: $(NODE_DEPS) $(HF_TRAINED) train_gpt2
 
 # ---- section: experiments (scripts/compare_hybrid, scripts/compare_pytorch) ----
 # test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)

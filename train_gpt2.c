@@ -30,6 +30,7 @@
 #include "llmc/run_state.h"    // checkpoints and resume
 #include "llmc/report.h"       // the start-up table and the summary
 #include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint
+#include "llmc/kvcache.h"      // generation one position at a time (the samples)
 
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
@@ -1308,6 +1309,7 @@ typedef struct {
     TrainRun run;
     GPT2 model;
     float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
+    KVCache kv;               // the samples' keys and values, -t positions (with -g > 0)
 } Trainer;
 
 static const ArgSpec CPU_ARGS[] = {
@@ -1410,16 +1412,24 @@ static float evaluate(Trainer* tr) {
     return (float)(sum / n);
 }
 
-// the prompt, then -g tokens, each from a forward over the last T tokens at (1, n) on the same arena
+// the prompt, then -g tokens. While the context fits in T, each token is one new position through the KV
+// cache (fp32); past T the window slides, every position moves, and each token is a forward over the last
+// T tokens at (1, T) on the same arena, as in llm.c
 static void generate(Trainer* tr) {
     GPT2* model = &tr->model;
     Sampler* s = &tr->run.sampler;
-    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    int V = model->config.vocab_size, Vp = model->config.padded_vocab_size, T = tr->run.cfg.T;
     sampler_begin(s, &tr->run.tokenizer);
+    kvcache_reset(&tr->kv);
     for (int t = s->prompt_len; t < s->end; t++) {
-        int n = sampler_context_len(t, tr->run.cfg.T);
-        gpt2_forward(model, s->tokens + (t - n), NULL, 1, n);
-        sampler_push(s, t, model->acts.logits + (size_t)(n - 1) * Vp, V, &tr->run.tokenizer);
+        const float* logits = NULL;
+        if (t <= T) {
+            while (tr->kv.pos < t) { logits = kvcache_forward(&tr->kv, model->params_memory, s->tokens[tr->kv.pos]); }
+        } else {
+            gpt2_forward(model, s->tokens + (t - T), NULL, 1, T);
+            logits = model->acts.logits + (size_t)(T - 1) * Vp;
+        }
+        sampler_push(s, t, logits, V, &tr->run.tokenizer);
     }
     sampler_end();
 }
@@ -1462,11 +1472,13 @@ int main(int argc, char** argv) {
     char precision_why[128];
     cfg->precision = resolve_precision(cfg->precision, precision_why, sizeof(precision_why));
     gpt2_set_precision(&tr.model, cfg->precision == PRECISION_BF16);
+    if (cfg->sample_tokens > 0) { kvcache_init(&tr.kv, mc, cfg->T); }
 
     // data, schedule, sampler, logs; -x 0: text from the model, no training
     run_setup(run, mc->vocab_size, resume_step);
     if (cfg->max_steps == 0) {
         generate(&tr);
+        kvcache_free(&tr.kv);
         run_free(run);
         gpt2_free(&tr.model);
         return EXIT_SUCCESS;
@@ -1533,6 +1545,7 @@ int main(int argc, char** argv) {
     report_summary(run, "");
 
     free(tr.drift);
+    kvcache_free(&tr.kv);
     run_free(run);
     gpt2_free(&tr.model);
     return EXIT_SUCCESS;

@@ -1,8 +1,9 @@
 /*
  * llmc/sampler.h — text from a model: the prompt (EOT + --prompt, encoded with our BPE encoder), then
  * tokens drawn one by one from the model's logits at --temperature over the --top-k most likely.
- * The trainer runs the model (a forward over the last T tokens); the sampler holds the context, draws
- * with its own random stream (saved in checkpoints, so a resumed run samples the same text) and prints.
+ * The trainer runs the model (the CPU trainer one new position through llmc/kvcache.h while the context
+ * fits in T, else a forward over the last T tokens); the sampler holds the context, draws with its own
+ * random stream (saved in checkpoints, so a resumed run samples the same text) and prints.
  * All buffers are allocated in sampler_init: generating during training allocates nothing.
  */
 #ifndef LLMC_SAMPLER_H

@@ -3,8 +3,9 @@
 # repository, the quick start's own `make` lines there (the code block after the `<!-- quick-start`
 # marker: the build, and the data target if it has one), then its ./train_gpt2 command line with -x 2
 # instead of its step count. Checks that it exits 0, that the
-# checkpoint lands under the command's nested -o directory (which does not exist beforehand), and that
-# the run prints decoded sample text. Exits 1 on any failure. Run from the repository root (make test does).
+# checkpoint lands under the command's nested -o directory (which does not exist beforehand), that the
+# run prints decoded sample text, and that scripts/export_hf exports the checkpoint. Exits 1 on any
+# failure. Run from the repository root (make test does).
 set -euo pipefail
 ROOT=$(pwd)
 fail() { echo "test_quickstart: FAIL: $*" >&2; exit 1; }
@@ -20,11 +21,13 @@ cmd=$(grep -m1 '^\./train_gpt2 ' <<< "$block" || true)
 # split as the shell would (the README's line may quote a glob: -i 'data/.../train_*.bin')
 eval "argv=($cmd)"
 outdir=""
+shards=""
 steps=2
 for ((i = 1; i < ${#argv[@]}; i++)); do
     case "${argv[$i]}" in
         -x) argv[$((i + 1))]=$steps ;;
         -o) outdir=${argv[$((i + 1))]} ;;
+        -i) shards=${argv[$((i + 1))]} ;;
     esac
 done
 [ -n "$outdir" ] || fail "the quick-start command has no -o: $cmd"
@@ -57,4 +60,12 @@ sample=$(awk '/^generating:/ { s = ""; on = 0; next } /^---$/ { on = !on; next }
 letters=$(tr -cd 'A-Za-z' <<< "$sample" | wc -c)
 [ "$letters" -ge 20 ] || { tail -20 "$tmp/stdout.log"; fail "no decoded sample text in the output (last sample: '$sample')"; }
 grep -q 'bits per byte' "$tmp/stdout.log" || { tail -20 "$tmp/stdout.log"; fail "no val loss in bits per byte: the data's tokenizer was not found"; }
-echo "test_quickstart: PASS ($model written, sample of ${#sample} characters)"
+# the checkpoint leaves the trainer: scripts/export_hf writes the Hugging Face folder and the ONNX graph, with
+# the vocabulary the trainer found beside the -i shards (vocab/), GPT-2's without -i
+vocab=data/gpt2
+[ -z "$shards" ] || vocab=$(dirname "$shards")/vocab
+scripts/export_hf "$model" "$tmp/export" --vocab "$vocab" > "$tmp/export.log" 2>&1 || { cat "$tmp/export.log"; fail "scripts/export_hf $model failed"; }
+for f in config.json model.safetensors generation_config.json vocab.json merges.txt tokenizer.json tokenizer_config.json onnx/model.onnx; do
+    [ -s "$tmp/export/$f" ] || fail "scripts/export_hf $model: no $f in the export"
+done
+echo "test_quickstart: PASS ($model written and exported, sample of ${#sample} characters)"
