@@ -25,11 +25,14 @@
 #include "llmc/cpu_blas.h"     // the OpenBLAS kernel and the OpenMP wait policy (cpu_blas_init)
 #include "llmc/cpu_dnnl.h"     // bf16 matmuls through oneDNN (--precision bf16)
 #include "llmc/cpu_profile.h"  // where a step's time goes (the bench build only)
+#include "llmc/adamw.h"        // one AdamW element (adamw_element)
+#include "llmc/rand.h"         // the random init's stream
 #include "llmc/config.h"       // the flags
-#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's state
+#include "llmc/run.h"          // data, schedule, sampler, logs, counters
 #include "llmc/run_state.h"    // checkpoints and resume
 #include "llmc/report.h"       // the start-up table and the summary
 #include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint
+#include "hybrid/run.h"        // hybrid mode: its flags, its plan before a step and its report after it
 
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
@@ -1213,18 +1216,6 @@ float gpt2_grad_norm(GPT2* model) {
     return (float)sqrt(total);
 }
 
-// one element of AdamW (the expression hybrid/apply.h's fused pass reproduces bit for bit)
-#define ADAMW_ELEMENT(i)                                                    \
-    do {                                                                    \
-        float grad = g[i] * grad_scale;                                     \
-        float mi = beta1 * m[i] + (1.0f - beta1) * grad;                    \
-        float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;             \
-        m[i] = mi;                                                          \
-        v[i] = vi;                                                          \
-        float mhat = mi / bc1, vhat = vi / bc2;                             \
-        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);              \
-    } while (0)
-
 // AdamW step t (1-based) on every parameter with gradient grads * grad_scale (grad_scale < 1 clips).
 // Decoupled weight decay on the 2-D weights only (PARAM_DECAYS).
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -1243,10 +1234,15 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         if (model->params_bf16 != NULL) {  // the same update, and the bf16 copy rounded in the same pass
             bf16* p16 = model->params_bf16 + offset;
             #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i); p16[i] = bf16_from_float(p[i]); }
+            for (size_t i = 0; i < n; i++) {
+                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
+                p16[i] = bf16_from_float(p[i]);
+            }
         } else {
             #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i); }
+            for (size_t i = 0; i < n; i++) {
+                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
+            }
         }
         offset += n;
     }
@@ -1275,8 +1271,8 @@ void gpt2_free(GPT2* model) {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------
-// the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters, hybrid mode's
-// state) and the model
+// the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters), the model and
+// hybrid mode's state
 
 // MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine (290 GFLOP/s on
 // 2 threads). `make bench` measures the real peak next to the trainer.
@@ -1307,8 +1303,11 @@ static int resolve_precision(int flag, char* why, size_t size) {
 typedef struct {
     TrainRun run;
     GPT2 model;
+    HybridState hybrid;       // hybrid mode (hybrid/hybrid.h); zeroed without --hybrid
     float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
 } Trainer;
+
+static HybridConfig hybrid_flags;  // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
 
 static const ArgSpec CPU_ARGS[] = {
     {"--precision", ARG_CHOICE, offsetof(TrainConfig, precision), 0, 0, 0,
@@ -1316,8 +1315,13 @@ static const ArgSpec CPU_ARGS[] = {
      "auto|fp32|bf16", NULL},
 };
 
+static const ArgTable CPU_TABLES[] = {
+    {CPU_ARGS, 1, NULL, NULL, 0, NULL, 0},
+    HYBRID_ARG_TABLE(&hybrid_flags),
+};
+
 static const TrainCli CLI = {
-    "./train_gpt2", "GPT-2 training on the CPU, fp32 or bf16 matmuls", CPU_ARGS, 1,
+    "./train_gpt2", "GPT-2 training on the CPU, fp32 or bf16 matmuls", CPU_TABLES, 2,
     "Example: ./train_gpt2 -e d6 -b 8 -t 256 -x 50 -o out/d6\n"
     "Text from a model file: ./train_gpt2 -e out/d6/model_00000050.bin -x 0 --prompt \"And God said\" -g 200\n",
 };
@@ -1331,11 +1335,11 @@ static const TrainCli CLI = {
 static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr) {
     StepResult r = {0};
     r.grad_norm_micro1 = r.loss_micro1 = NAN;
-    double t0 = hmath_seconds();
+    double t0 = clock_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
     int B = tr->run.cfg.B, T = tr->run.cfg.T;
-    int correct = plan->phase == PHASE_CORRECT;
+    int correct = plan->phase == HYBRID_PHASE_CORRECT;
     if (!correct) { gpt2_zero_grad(model); }
     double loss_sum = 0.0;
     for (int k = 0; k < tr->run.grad_accum; k++) {
@@ -1343,7 +1347,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         float dloss_scale = 1.0f / tr->run.grad_accum;
         gpt2_forward_train(model, loader->inputs, loader->targets, B, T, dloss_scale);
         if (k == 0 && plan->observe) { r.loss_micro1 = model->mean_loss; }
-        if (k == 0 && plan->check && hybrid_check(&tr->run.hybrid, model->mean_loss)) {
+        if (k == 0 && plan->check && hybrid_check(&tr->hybrid, model->mean_loss)) {
             apply_rollback(model->params_memory, model->grads_memory, model->num_parameters);
             model->bf16_fresh = 0;
             gpt2_forward_train(model, loader->inputs, loader->targets, B, T, dloss_scale);
@@ -1356,15 +1360,15 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     }
     r.loss = (float)(loss_sum / tr->run.grad_accum);
     r.grad_norm = gpt2_grad_norm(model);
-    int hybrid = tr->run.cfg.hybrid.enabled;
+    int hybrid = hybrid_enabled(&tr->hybrid);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
-        if (hybrid) { hybrid_skip_update(&tr->run.hybrid); }
+        if (hybrid) { hybrid_skip_update(&tr->hybrid); }
     } else {
         float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
         tr->run.adam_steps++;
         if (hybrid) {
-            hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+            hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->drift, grad_scale, tr->run.adam_steps);
             gpt2_bf16_updated(model);  // the fused pass rounded the bf16 copy too
         } else {
@@ -1373,7 +1377,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * B * T;
     tr->run.backward += (uint64_t)tr->run.grad_accum;
-    r.ms = (hmath_seconds() - t0) * 1000.0;
+    r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
@@ -1383,12 +1387,11 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
 // backward) for an exact rollback.
 static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     StepResult r = {0};
-    double t0 = hmath_seconds();
-    const HybridState* h = &tr->run.hybrid;
-    apply_predict(tr->model.params_memory, tr->model.grads_memory, tr->drift, h->offsets, h->nblocks, plan->coef, plan->keep);
+    double t0 = clock_seconds();
+    hybrid_apply_predict(&tr->hybrid, plan, tr->model.params_memory, tr->model.grads_memory, tr->drift);
     tr->model.bf16_fresh = 0;
     r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
-    r.ms = (hmath_seconds() - t0) * 1000.0;
+    r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
@@ -1431,7 +1434,7 @@ static void checkpoint(Trainer* tr) {
     checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
     model_write(path, &tr->model.config, tr->model.params_memory, tr->model.num_parameters);
     run_state_write(&tr->run, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory);
-    if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->drift, tr->model.grads_memory); }
+    if (hybrid_enabled(&tr->hybrid)) { hybrid_checkpoint_write(&tr->hybrid, &tr->run, tr->drift, tr->model.grads_memory); }
     run_state_commit(&tr->run);
 }
 
@@ -1471,28 +1474,14 @@ int main(int argc, char** argv) {
         gpt2_free(&tr.model);
         return EXIT_SUCCESS;
     }
-    if (cfg->hybrid.enabled) {
-        int nblocks = 12 * mc->num_layers + 4;
-        size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
-        float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
-        gpt2_param_blocks(mc, offsets, block_wd, cfg->weight_decay);
-        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, run_tokens_per_step(run), cfg->lr,
-                    cfg->beta1, cfg->beta2, ADAM_EPS, block_wd);
-        free(offsets);
-        free(block_wd);
-        hybrid_set_bf16_copy(&run->hybrid, tr.model.params_bf16);
+    hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS);
+    if (hybrid_enabled(&tr.hybrid)) {
+        hybrid_set_bf16_copy(&tr.hybrid, tr.model.params_bf16);
         tr.drift = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
     }
     if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
         run_state_load(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory);
-        if (cfg->hybrid.enabled) {
-            FILE* fp = run_state_open_hybrid(run, resume_step, path, sizeof(path));
-            char err[200];
-            if (hybrid_load(&run->hybrid, fp, tr.drift, tr.model.grads_memory, err, sizeof(err)) != 0) {
-                fatal("%s: %s", path, err);
-            }
-            fcloseCheck(fp, path);
-        }
+        if (hybrid_enabled(&tr.hybrid)) { hybrid_checkpoint_load(&tr.hybrid, run, resume_step, tr.drift, tr.model.grads_memory); }
     }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
         dataloader_reset(&run->train_loader, (uint64_t)cfg->seed);
@@ -1517,8 +1506,9 @@ int main(int argc, char** argv) {
     if (run->has_val && run->step == 0) { run_log_init_val(run, evaluate(&tr)); }
     while (run->step < run->total_steps) {
         float lr = lr_scheduler_get(&run->scheduler, run->step);
-        HybridPlan plan = run_step_begin(run, lr);
-        StepResult r = plan.phase == PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+        HybridPlan plan = hybrid_plan(&tr.hybrid, run->step, lr);  // a Full step, or hybrid mode's Predict or Correct
+        StepResult r = plan.phase == HYBRID_PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+        hybrid_report(&tr.hybrid, run, &r);                        // all of hybrid/'s bookkeeping happens in there
         run_step_end(run, &r);
         run_print_step(run, &r, lr);
         run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
@@ -1530,9 +1520,12 @@ int main(int argc, char** argv) {
             break;
         }
     }
-    report_summary(run, "");
+    char extra[3072] = "";
+    hybrid_summary(&tr.hybrid, run, extra, sizeof(extra));
+    report_summary(run, extra);
 
     free(tr.drift);
+    hybrid_free(&tr.hybrid);
     run_free(run);
     gpt2_free(&tr.model);
     return EXIT_SUCCESS;

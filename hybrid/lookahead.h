@@ -6,7 +6,7 @@
  * each step the weights move ahead along it, theta += beta_t m, and the step's gradient is taken at
  * that point (EMA-Nesterov). The look-ahead costs no forward, no backward and no pass of its own: it
  * is fused into AdamW's pass (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in
- * llmc/hybrid_apply.cuh). It takes no slot of the schedule: `-x N` is still N backward passes.
+ * hybrid/apply.cuh). It takes no slot of the schedule: `-x N` is still N backward passes.
  *
  * This header decides the per-block betas on the host:
  *   beta_t = --lookahead * lr_t / lr_peak * backoff, inside the window the facade sets ([the drift's

@@ -71,7 +71,7 @@ static inline size_t gpt2_num_parameters(const GPT2Config* c) {
 // weight decay applies to the 2-D weights only (llm.c): wte, wpe, qkvw, attprojw, fcw, fcprojw
 static const int PARAM_DECAYS[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
 
-// hybrid mode's parameter blocks: each tensor of each layer, 12 L + 4 blocks (wte, wpe, lnfw, lnfb are
+// the parameter blocks: each tensor of each layer, 12 L + 4 blocks (wte, wpe, lnfw, lnfb are
 // one block each). offsets: (12L+5) in floats; weight_decay: (12L+4), the AdamW decay each block gets
 // (wd on the 2-D weights, else 0). Returns the number of blocks.
 static inline int gpt2_param_blocks(const GPT2Config* c, size_t* offsets, float* weight_decay, float wd) {
@@ -336,7 +336,7 @@ static inline void checkpoint_path(char* out, size_t size, const char* dir, cons
     } else if (strcmp(kind, "DONE") == 0) {
         n = snprintf(out, size, "%s/DONE_%08d", dir, step);
     } else {
-        n = snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);  // model, hybrid
+        n = snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);  // model, or a feature's file
     }
     if (n < 0 || (size_t)n >= size) { fatal("%s: output path too long", dir); }
 }
@@ -379,21 +379,41 @@ static inline int checkpoint_find_latest(const char* dir) {
     return n > 0 ? steps[n - 1] : -1;
 }
 
+// whether name is a file of checkpoint `step`: KIND_%08d.bin or state_%08d_00000.bin (any KIND: the
+// model's, the state's, a feature's own)
+static inline int checkpoint_file_of(const char* name, int step) {
+    char tail[32];
+    const char* us = strrchr(name, '_');
+    if (us != NULL && strcmp(us, "_00000.bin") == 0) {  // state_%08d_00000.bin
+        snprintf(tail, sizeof(tail), "_%08d_00000.bin", step);
+        return strlen(name) > strlen(tail) && strcmp(name + strlen(name) - strlen(tail), tail) == 0;
+    }
+    snprintf(tail, sizeof(tail), "_%08d.bin", step);
+    return strlen(name) > strlen(tail) && strcmp(name + strlen(name) - strlen(tail), tail) == 0;
+}
+
 // keeps the newest `keep` complete checkpoints (0 = all). The DONE marker goes first, so a checkpoint
-// interrupted half-way through deletion is never mistaken for a complete one.
+// interrupted half-way through deletion is never mistaken for a complete one; then every file of its step.
 static inline void checkpoint_prune(const char* dir, int keep) {
     if (keep <= 0) { return; }
     int steps[4096];
     int n = checkpoint_list_done(dir, steps, 4096);
-    static const char* kinds[] = {"DONE", "model", "state", "hybrid"};
     for (int i = 0; i < n - keep; i++) {
-        for (int k = 0; k < 4; k++) {
-            char path[4096];
-            checkpoint_path(path, sizeof(path), dir, kinds[k], steps[i]);
+        char path[4096];
+        checkpoint_path(path, sizeof(path), dir, "DONE", steps[i]);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            fprintf(stderr, "warning: %s: cannot delete old checkpoint file (%s)\n", path, strerror(errno));
+        }
+        DIR* d = opendir(dir);
+        struct dirent* e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            if (!checkpoint_file_of(e->d_name, steps[i])) { continue; }
+            if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) { continue; }
             if (unlink(path) != 0 && errno != ENOENT) {
                 fprintf(stderr, "warning: %s: cannot delete old checkpoint file (%s)\n", path, strerror(errno));
             }
         }
+        if (d != NULL) { closedir(d); }
     }
 }
 

@@ -1,8 +1,8 @@
 /*
  * llmc/config.h — a run's configuration: one TrainConfig field per command-line flag, the flag table
- * both trainers parse (hybrid/'s flags joined in as rows of it), usage, the checks between flags,
- * and the two path decisions made from flags (the output dir, the val shards beside -i).
- * A trainer adds its own flags through a TrainCli; nothing here knows a model or a device.
+ * both trainers parse, usage, the checks between flags, and the two path decisions made from flags (the
+ * output dir, the val shards beside -i). A trainer adds its own flags, and any feature's (each a table of
+ * rows into its own config struct), through a TrainCli; nothing here knows a model, a device or a feature.
  */
 #ifndef LLMC_CONFIG_H
 #define LLMC_CONFIG_H
@@ -17,9 +17,7 @@
 #include "llmc/utils.h"
 #include "llmc/args.h"
 #include "llmc/schedulers.h"
-#include "hybrid/hybrid.h"
 
-#define MAX_FAULTS 5                 // consecutive NaN/Inf steps before giving up
 #define GRAD_CLIP 1.0f
 #define ADAM_BETA1 0.9f              // --beta1, --beta2 defaults
 #define ADAM_BETA2 0.95f
@@ -73,7 +71,6 @@ typedef struct {
     const char* init_method;   // -pi
     const char* fs_path;       // -pf
     const char* server_ip;     // -ps
-    HybridConfig hybrid;       // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
 } TrainConfig;
 
 static inline TrainConfig config_default(void) {
@@ -110,7 +107,6 @@ static inline TrainConfig config_default(void) {
 #endif
     c.fs_path = "/tmp";
     c.server_ip = "127.0.0.1";
-    hybrid_config_default(&c.hybrid);
     return c;
 }
 
@@ -148,33 +144,39 @@ static const ArgSpec TRAIN_ARGS[] = {
 };
 #define NUM_TRAIN_ARGS ((int)(sizeof(TRAIN_ARGS) / sizeof(TRAIN_ARGS[0])))
 
-// hybrid/hybrid.h's flag table as rows of this parser's table (fields inside TrainConfig.hybrid)
-static inline const ArgSpec* config_hybrid_args(void) {
-    static ArgSpec rows[NUM_HYBRID_FLAGS];
-    for (int k = 0; k < NUM_HYBRID_FLAGS; k++) {
-        const HybridFlag* f = &HYBRID_FLAGS[k];
-        ArgSpec a = {f->flag, f->type == HYBRID_FLAG_INT ? ARG_INT : ARG_FLOAT,
-                     offsetof(TrainConfig, hybrid) + f->offset, f->min, f->max, 0, f->help, NULL, f->bare};
-        rows[k] = a;
-    }
-    return rows;
-}
+// a table of flags beside the shared one: the trainer's own (config NULL: rows into TrainConfig) or a
+// feature's (rows into its own config struct, which the parse first resets to its defaults)
+typedef struct {
+    const ArgSpec* args;
+    int num_args;
+    void* config;              // the struct the rows point into; NULL: the TrainConfig parsed
+    const void* defaults;      // that struct's defaults (usage text, the parse's start); NULL with config NULL
+    size_t size;               // sizeof of that struct
+    void (*check)(const void* config);  // the checks between the table's flags, after the parse, or NULL
+    int first_row_enables;     // the first row (an int) turns the feature on; while off, the start-up table
+                               // shows that row alone
+} ArgTable;
 
-// what a trainer adds to the command line: its name, its own flags, its checks
+// what a trainer adds to the command line: its name, its own flags and any feature's, its examples
 typedef struct {
     const char* program;       // "./train_gpt2"
     const char* about;         // the usage line's tail
-    const ArgSpec* args;       // the trainer's own flags (may be NULL)
-    int num_args;
+    const ArgTable* tables;    // flags beyond TRAIN_ARGS, table by table (may be NULL)
+    int num_tables;
     const char* example;       // usage lines after the flags
 } TrainCli;
+
+// the struct a table's rows point into, for the TrainConfig c being parsed
+static inline void* config_table_target(const ArgTable* t, TrainConfig* c) { return t->config != NULL ? t->config : c; }
 
 static inline void config_print_usage(FILE* out, const TrainCli* cli) {
     TrainConfig d = config_default();
     fprintf(out, "usage: %s [options]   (%s; llm.c's flags)\n", cli->program, cli->about);
     arg_print_usage(out, TRAIN_ARGS, NUM_TRAIN_ARGS, &d);
-    if (cli->args != NULL) { arg_print_usage(out, cli->args, cli->num_args, &d); }
-    arg_print_usage(out, config_hybrid_args(), NUM_HYBRID_FLAGS, &d);
+    for (int k = 0; k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        arg_print_usage(out, t->args, t->num_args, t->config != NULL ? t->defaults : (const void*)&d);
+    }
     fprintf(out, "  %-30s this text\n", "-h, --help");
     fprintf(out, "%s", cli->example);
 }
@@ -213,12 +215,20 @@ static inline void config_resolve_vocab(TrainConfig* c) {
 // fills c from the command line, or exits 1 with one line naming the flag and the problem
 static inline void config_parse(TrainConfig* c, int argc, char** argv, const TrainCli* cli) {
     *c = config_default();
+    for (int k = 0; k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        if (t->config != NULL) { memcpy(t->config, t->defaults, t->size); }
+    }
     for (int i = 1; i < argc; i++) {
         const char* flag = argv[i];
         if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { config_print_usage(stdout, cli); exit(EXIT_SUCCESS); }
         if (arg_parse_one(c, TRAIN_ARGS, NUM_TRAIN_ARGS, argc, argv, &i)) { continue; }
-        if (cli->args != NULL && arg_parse_one(c, cli->args, cli->num_args, argc, argv, &i)) { continue; }
-        if (arg_parse_one(c, config_hybrid_args(), NUM_HYBRID_FLAGS, argc, argv, &i)) { continue; }
+        int found = 0;
+        for (int k = 0; k < cli->num_tables && !found; k++) {
+            const ArgTable* t = &cli->tables[k];
+            found = arg_parse_one(config_table_target(t, c), t->args, t->num_args, argc, argv, &i);
+        }
+        if (found) { continue; }
         fatal("unknown flag '%s' (%s -h lists the flags)", flag, cli->program);
     }
     config_resolve_vocab(c);
@@ -227,12 +237,9 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
-    if (!c->hybrid.enabled) {  // a hybrid flag set without hybrid mode would be silently ignored
-        HybridConfig d;
-        hybrid_config_default(&d);
-        if (c->hybrid.lookahead != d.lookahead) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
-        if (c->hybrid.predict_steps != d.predict_steps) { fatal("flag --predict-steps: needs hybrid mode (--hybrid)"); }
-        if (c->hybrid.drift_decay != d.drift_decay) { fatal("flag --drift-decay: needs hybrid mode (--hybrid)"); }
+    for (int k = 0; k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        if (t->check != NULL) { t->check(config_table_target(t, c)); }
     }
     if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
     if ((long long)c->B * c->T > TRAIN_MAX_BT) {

@@ -2,8 +2,8 @@
  * llmc/run_state.h — a run's checkpoints as the trainers use them: where a run starts (the latest
  * complete checkpoint with -y 1, else -e), the shared state file (counters, AdamW m and v, the data
  * position, the sampler's stream and the flags that define the schedule), the refusal to resume with
- * another schedule, hybrid mode's state file, and the DONE marker that completes a checkpoint.
- * The file formats themselves are llmc/checkpoint.h's; the model file is the trainer's to write.
+ * another schedule, and the DONE marker that completes a checkpoint. The file formats themselves are
+ * llmc/checkpoint.h's; the model file is the trainer's to write, as is a feature's own file.
  */
 #ifndef LLMC_RUN_STATE_H
 #define LLMC_RUN_STATE_H
@@ -122,14 +122,6 @@ static inline void run_state_load(TrainRun* run, int step, size_t num_parameters
     run->gns_steps = s.gns_steps;
 }
 
-// the open hybrid state file of checkpoint `step` (caller: hybrid_load, then fcloseCheck)
-static inline FILE* run_state_open_hybrid(const TrainRun* run, int step, char* path, size_t size) {
-    checkpoint_path(path, size, run->cfg.output_dir, "hybrid", step);
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { fatal("%s: cannot open (%s); was the run saved without --hybrid?", path, strerror(errno)); }
-    return fp;
-}
-
 // the standard state file (rank 0): counters, m, v, loader position
 static inline void run_state_write(TrainRun* run, size_t num_parameters, const float* m, const float* v) {
     char path[4096];
@@ -138,19 +130,6 @@ static inline void run_state_write(TrainRun* run, size_t num_parameters, const f
     dataloader_state_save(&run->train_loader, run->loader_blob);
     checkpoint_path(path, sizeof(path), run->cfg.output_dir, "state", run->step);
     state_write(path, &s, m, v, run->loader_blob, dataloader_state_size(&run->train_loader));
-}
-
-// hybrid_%08d.bin of this step (rank 0); keep: the rollback point of an open Predict run, or NULL
-static inline void run_state_write_hybrid(TrainRun* run, const float* drift, const float* keep) {
-    char path[4096];
-    checkpoint_path(path, sizeof(path), run->cfg.output_dir, "hybrid", run->step);
-    AtomicFile af;
-    atomic_open(&af, path);
-    char err[256];
-    if (hybrid_save(&run->hybrid, af.fp, drift, keep, err, sizeof(err)) != 0) {
-        fatal("%s: cannot write the hybrid state (%s)", path, err);
-    }
-    atomic_commit(&af);
 }
 
 // after the trainer wrote this step's files (rank 0): the DONE marker that makes them a checkpoint, then -nk

@@ -25,7 +25,7 @@ typedef double (*ScalarFn)(void* ctx);
 static uint64_t test_rng = 0x1234567ull;
 
 static float randn(void) {
-    float u1 = 1.0f - hmath_f32(&test_rng), u2 = hmath_f32(&test_rng);
+    float u1 = 1.0f - random_f32(&test_rng), u2 = random_f32(&test_rng);
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
@@ -78,7 +78,7 @@ static double check_input(const char* layer, const char* input, float* x, const 
         }
         picked[np++] = best;
     }
-    for (int k = 0; k < N_RANDOM; k++) { picked[np++] = hmath_u32(&test_rng) % n; }
+    for (int k = 0; k < N_RANDOM; k++) { picked[np++] = random_u32(&test_rng) % n; }
     for (int k = 0; k < np; k++) {
         size_t i = picked[k];
         double fd = fd_coord(x, i, h, f, ctx);
@@ -271,7 +271,7 @@ Test(gradcheck, attention_blocks) {
     enum { B = 2, T = 3 * ATT_BLOCK + 7, C = 32, NH = 2 };
     size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
     float* qkv = zeros(n3);
-    for (size_t i = 0; i < n3; i++) { qkv[i] = 2.0f * hmath_f32(&test_rng) - 1.0f; }
+    for (size_t i = 0; i < n3; i++) { qkv[i] = 2.0f * random_f32(&test_rng) - 1.0f; }
     float *dout = randn_alloc(n, 0, 1), *out = zeros(n), *att = zeros((size_t)B * NH * T * T);
     float *dqkv = zeros(n3), *scratch = zeros((size_t)omp_get_max_threads() * T * T);
     double *out_ref = (double*)mallocCheck(n * sizeof(double)), *dqkv_ref = (double*)mallocCheck(n3 * sizeof(double));
@@ -387,7 +387,7 @@ Test(gradcheck, whole_model_every_parameter_tensor) {
     gpt2_build_from_checkpoint(&model, TINY_PATH);
     gpt2_allocate(&model, TB, TT);
     int x[TB * TT], y[TB * TT];
-    for (int i = 0; i < TB * TT; i++) { x[i] = hmath_u32(&test_rng) % TV; y[i] = hmath_u32(&test_rng) % TV; }
+    for (int i = 0; i < TB * TT; i++) { x[i] = random_u32(&test_rng) % TV; y[i] = random_u32(&test_rng) % TV; }
     ModelCtx c = {&model, x, y};
     model_f(&c);
     gpt2_zero_grad(&model);
