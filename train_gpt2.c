@@ -974,9 +974,8 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
     // Packed weights pay where one weight serves many rows, as the packing after each update costs about
     // what the matmul's own copying costs per call: the lm head's always (Vp x C; its products are a
-    // quarter to a half of a d12/d6 bf16 step), the layers' from 4096 rows (B*T) on. Measured on a Zen 4
-    // (docs/benchmark.md): packing the layers' cost as much as it saved up to 1024 rows, was within the
-    // noise at 2048 and gained 2-6% at 4096-8192.
+    // large share of a bf16 step), the layers' from 4096 rows (B*T) on: below that, packing the layers'
+    // costs about what it saves (docs/benchmark.md).
     int pack_layers = N >= 4096;
     bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers);
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers);
@@ -1274,17 +1273,17 @@ void gpt2_free(GPT2* model) {
 // the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters), the model and
 // hybrid mode's state
 
-// MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine (290 GFLOP/s on
-// 2 threads). `make bench` measures the real peak next to the trainer.
+// MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine. `make bench` measures
+// the real peak next to the trainer.
 #define CPU_PEAK_GFLOPS_PER_THREAD 145.0
-// bf16's: oneDNN's bf16 matmul 2048^3 per core on a 2-core Zen 5 (643.8 GFLOP/s on 2 threads, the fastest
-// bf16 CPU measured here: a nominal peak below a CPU's real one prints an MFU above 100%); `make bench`
-// measures the machine's own (build/bench_sgemm 2048 5 bf16)
+// bf16's: oneDNN's bf16 matmul 2048^3 per core on the fastest bf16 CPU at hand (a nominal peak below a
+// CPU's real one prints an MFU above 100%); `make bench` measures the machine's own (build/bench_sgemm
+// 2048 5 bf16)
 #define CPU_BF16_PEAK_GFLOPS_PER_THREAD 320.0
 // --precision's value for this run, with the reason, for the start-up table; exits with one line when
 // bf16 is asked for and cannot be had. auto: bf16 where the CPU multiplies bf16 natively and oneDNN is in the
-// build (it trained the study model as well as fp32 and runs 1.6-2.7x faster: docs/results.md, "bf16 vs fp32",
-// docs/benchmark.md), fp32 elsewhere. fp32 stays the reference: the PyTorch and gradient checks run in it.
+// build (it trains as well as fp32 and runs faster: docs/results.md, "bf16 vs fp32", docs/benchmark.md),
+// fp32 elsewhere. fp32 stays the reference: the PyTorch and gradient checks run in it.
 static int resolve_precision(int flag, char* why, size_t size) {
     int native = cpu_has_native_bf16();
     if (flag == PRECISION_BF16) {

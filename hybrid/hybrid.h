@@ -57,10 +57,9 @@ typedef struct {
 } HybridConfig;
 
 // The defaults are EMA-Nesterov's beta0 0.5 and 10% prefill, kept on to the end of the schedule (β_t
-// shrinks with the learning rate anyway; EMA-Nesterov's cool-down of the last 30% ended measurably higher
-// in the studies, docs/results.md), and no Predict runs: the look-ahead costs nothing measurable (make
-// bench); Predict runs are for the study to size. The noise gate's 2 lies between the regimes measured
-// (B_noise / tokens per step ~10-20 and 2-6: the look-ahead pays; ~1: it costs).
+// shrinks with the learning rate anyway; why no cool-down: docs/hybrid.md), and no Predict runs: the
+// look-ahead adds no pass over the weights, Predict runs are a choice a run makes. The noise gate's
+// threshold sits between the regimes where the look-ahead pays and where it costs (docs/hybrid.md).
 static const HybridConfig HYBRID_CONFIG_DEFAULT = {
     0,      // enabled
     0.5f,   // lookahead

@@ -5,7 +5,7 @@
  * capped so that |c_b m_b| <= PREDICT_CAP times the block's last update), and takes H slots of the
  * schedule without a forward or a backward. The step after a run is its Correct step: a Full step taken
  * at the predicted point. Where a Full step is expensive (many micro batches) H steps of one memory pass
- * each are cheap; whether they are worth their slots is what the study measures (rho).
+ * each are cheap; whether they are worth their slots is what scripts/compare_hybrid measures (rho).
  * Safe by construction: the Correct step's first micro batch loss is judged against the recent losses of
  * measured steps (a z-score above --divergence-threshold, from an EMA of their mean and variance). A jump
  * rolls the run back (the trainer restores theta_0 from its keep buffer, hybrid/apply.h) and doubles the

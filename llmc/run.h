@@ -166,10 +166,9 @@ static inline double run_tokens_per_step(const TrainRun* run) {
 // true gradient's squared norm G2 = (Bb |G_Bb|^2 - b |G_b|^2) / (Bb - b) and of the noise's trace
 // S = (|G_b|^2 - |G_Bb|^2) / (1/b - 1/Bb); B_noise = S / G2. One step's estimate is noisy (it can be
 // negative); a ratio of sums is the stable one. The summary's sums cover the second half of the run
-// (steps past total/2): B_noise grows as the loss falls (5k to 20k tokens over the study model's
-// large-batch runs), and over the whole run the first steps' large G2 would dominate the sum (the same
-// runs gave 217 tokens). Steps with more tokens than B_noise gain little per token from a larger batch:
-// the regime a study must know.
+// (steps past total/2): B_noise grows as the loss falls, and over the whole run the first steps' large
+// G2 would dominate the sum. Steps with more tokens than B_noise gain little per token from a larger
+// batch: the regime a comparison of runs must know.
 // The step's S and G2 (NAN, NAN where not measured: one micro batch, a skipped step); a feature may keep
 // a running ratio of them.
 static inline void run_noise_terms(const TrainRun* run, const StepResult* r, double* s, double* g2) {
