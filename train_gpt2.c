@@ -217,8 +217,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
 }
 
-// out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
+// out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL], in fp32
+void matmul_forward_fp32(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
                     int N, int C, int OC) {
     // one parallel region: each thread writes the bias (and residual) into its own slice of the output,
     // then its slice of the GEMM accumulates on top (beta = 1) while that slice is still in cache
@@ -256,8 +256,8 @@ static inline void colsum_part(int tid, int nth, float* out, const float* in, in
 
 // dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=.
 // One parallel region: the three outputs are disjoint and each thread's slices of them are independent.
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC) {
+void matmul_backward_fp32(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int N, int C, int OC) {
     blas_init();
     double t0 = prof_begin();
     #pragma omp parallel
@@ -270,7 +270,137 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     prof_end(PROF_GEMM, t0);
 }
 
-// the same three products with bf16 operands and fp32 accumulation (--precision bf16, llmc/cpu_dnnl.h).
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n
+void gelu_forward(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf_vec(u));
+    }
+}
+
+// d (n) holds dout on entry and dinp on exit; inp: the GELU's input
+void gelu_backward_inplace(float* d, const float* inp, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf_vec(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        d[i] *= grad;
+    }
+}
+
+// Causal attention computes only the lower triangle of each head's (T,T) square: the rows (or, for the
+// products with att^T, the columns) go in blocks of ATT_BLOCK, and a block's GEMMs stop at the diagonal
+// (all six of a head's GEMMs: at T = 128 they do 63% of the full squares' work, at T = 1024 52%). Each dot
+// product still runs over its keys in order, only without the masked zeros, so the results are those of
+// the full squares wherever a GEMM does not split its K range (T up to OpenBLAS's K block, a few hundred).
+#define ATT_BLOCK 32
+
+// causal self-attention. qkv: (B,T,3C) with q, k, v each (NH heads of hs = C/NH);
+// att: (B,NH,T,T) softmax probabilities, zero above the diagonal; out: (B,T,C).
+// Parallel over (b, h); within a head, the products are single-threaded GEMMs on strided views of qkv.
+void attention_forward_fp32(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    blas_init();
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float* q = qkv + (size_t)b * T * C3 + h * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* a = att + ((size_t)b * NH + h) * T * T;
+            float* o = out + (size_t)b * T * C + h * hs;
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                float* ab = a + (size_t)r0 * T;
+                // scores (rows r0..r1, keys 0..r1) = scale * q @ k^T; the block's upper corner is masked below
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
+                            k, C3, 0.0f, ab, T);
+                for (int t = r0; t < r1; t++) {
+                    float* row = a + (size_t)t * T;
+                    float maxval = -FLT_MAX;
+                    #pragma omp simd reduction(max:maxval)
+                    for (int t2 = 0; t2 <= t; t2++) { maxval = row[t2] > maxval ? row[t2] : maxval; }
+                    float sum = 0.0f;
+                    #pragma omp simd reduction(+:sum)
+                    for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
+                    float inv = 1.0f / sum;
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; }
+                    for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
+                }
+                // out (rows r0..r1) = att @ v over the keys 0..r1
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ab, T, v, C3, 0.0f,
+                            o + (size_t)r0 * C, C);
+            }
+        }
+    }
+}
+
+// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T, T) one datt per thread.
+// att holds the probabilities on entry and is overwritten with d(scores), which the last two GEMMs use.
+void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
+                             int B, int T, int C, int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    blas_init();
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float* datt = scratch + (size_t)omp_get_thread_num() * T * T;
+            const float* q = qkv + (size_t)b * T * C3 + h * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            const float* d = dout + (size_t)b * T * C + h * hs;
+            float* a = att + ((size_t)b * NH + h) * T * T;
+            // dv (keys c0..c1) = att^T @ dout over the queries c0..T (att is zero above the diagonal)
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
+                            d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
+            }
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                // datt (rows r0..r1, keys 0..r1) = dout @ v^T, then row by row through the softmax, in place
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C, C,
+                            v, C3, 0.0f, datt + (size_t)r0 * T, T);
+                for (int t = r0; t < r1; t++) {
+                    float* row = a + (size_t)t * T;
+                    const float* drow = datt + (size_t)t * T;
+                    float dsum = 0.0f;
+                    #pragma omp simd reduction(+:dsum)
+                    for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (drow[t2] - dsum) * scale; }
+                }
+                // dq (rows r0..r1) = dscores @ k over the keys 0..r1
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T, T,
+                            k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+            }
+            // dk (keys c0..c1) = dscores^T @ q over the queries c0..T
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
+                            q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the bf16 products (--precision bf16): every matmul of the layers above with bf16 operands and fp32
+// accumulation through oneDNN (llmc/cpu_dnnl.h), each made once at start-up for the allocated (B, T).
+// The elementwise work around them (bias, residual, softmax) is the fp32 kernels', in the same order.
+
+// A linear layer's three products with bf16 operands and fp32 accumulation (llmc/cpu_dnnl.h).
 // A linear layer's primitives for its one shape at the allocated (B, T): out (N,OC) = inp (N,C) @ W^T,
 // dinp (N,C) = dout (N,OC) @ W, dW (OC,C) += dout^T @ inp, with bf16 operands read through strides (no
 // explicit transposes). The right operand can be packed into the layout its primitive reads fastest (the
@@ -332,7 +462,7 @@ static const void* bf16_linear_w(const Bf16Linear* l, int layer, int fwd) {
 // the bytes of packed inp the dweight product needs (the scratch matmul_backward_bf16 takes)
 static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return round64(dnnl_gemm_packed_bytes(&l->dweight)); }
 
-// matmul_forward in bf16 with layer's weights; scratch (N,C) takes inp in bf16.
+// matmul_forward_fp32's product in bf16 with layer's weights; scratch (N,C) takes inp in bf16.
 // One parallel region writes bias (+ residual) into out and rounds inp; the GEMM then accumulates on top.
 // bias NULL: out is overwritten (the lm head).
 void matmul_forward_bf16(float* out, const float* inp, Bf16Linear* lin, int layer, const float* bias,
@@ -359,7 +489,7 @@ void matmul_forward_bf16(float* out, const float* inp, Bf16Linear* lin, int laye
     prof_end(PROF_GEMM, t0);
 }
 
-// matmul_backward in bf16 with layer's weights: dout16 (N,OC) and inp16 (N,C) are scratch for dout
+// matmul_backward_fp32's products in bf16 with layer's weights: dout16 (N,OC) and inp16 (N,C) are scratch for dout
 // and inp rounded to bf16 (inp is rounded again, not kept from the forward: no bf16 activations to store),
 // inp_packed (bf16_linear_act_bytes) for inp16 packed; dbias from fp32 dout.
 // dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_forward; no dbias).
@@ -380,136 +510,11 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
     prof_end(PROF_GEMM, t0);
 }
 
-// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n
-void gelu_forward(float* out, const float* inp, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf_vec(u));
-    }
-}
-
-// d (n) holds dout on entry and dinp on exit; inp: the GELU's input
-void gelu_backward_inplace(float* d, const float* inp, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf_vec(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        d[i] *= grad;
-    }
-}
-
-// Causal attention computes only the lower triangle of each head's (T,T) square: the rows (or, for the
-// products with att^T, the columns) go in blocks of ATT_BLOCK, and a block's GEMMs stop at the diagonal
-// (all six of a head's GEMMs: at T = 128 they do 63% of the full squares' work, at T = 1024 52%). Each dot
-// product still runs over its keys in order, only without the masked zeros, so the results are those of
-// the full squares wherever a GEMM does not split its K range (T up to OpenBLAS's K block, a few hundred).
-#define ATT_BLOCK 32
-
-// causal self-attention. qkv: (B,T,3C) with q, k, v each (NH heads of hs = C/NH);
-// att: (B,NH,T,T) softmax probabilities, zero above the diagonal; out: (B,T,C).
-// Parallel over (b, h); within a head, the products are single-threaded GEMMs on strided views of qkv.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    int C3 = 3 * C, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    blas_init();
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float* q = qkv + (size_t)b * T * C3 + h * hs;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* a = att + ((size_t)b * NH + h) * T * T;
-            float* o = out + (size_t)b * T * C + h * hs;
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-                float* ab = a + (size_t)r0 * T;
-                // scores (rows r0..r1, keys 0..r1) = scale * q @ k^T; the block's upper corner is masked below
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
-                            k, C3, 0.0f, ab, T);
-                for (int t = r0; t < r1; t++) {
-                    float* row = a + (size_t)t * T;
-                    float maxval = -FLT_MAX;
-                    #pragma omp simd reduction(max:maxval)
-                    for (int t2 = 0; t2 <= t; t2++) { maxval = row[t2] > maxval ? row[t2] : maxval; }
-                    float sum = 0.0f;
-                    #pragma omp simd reduction(+:sum)
-                    for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
-                    float inv = 1.0f / sum;
-                    #pragma omp simd
-                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; }
-                    for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
-                }
-                // out (rows r0..r1) = att @ v over the keys 0..r1
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ab, T, v, C3, 0.0f,
-                            o + (size_t)r0 * C, C);
-            }
-        }
-    }
-}
-
-// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T, T) one datt per thread.
-// att holds the probabilities on entry and is overwritten with d(scores), which the last two GEMMs use.
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
-                        int B, int T, int C, int NH) {
-    int C3 = 3 * C, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    blas_init();
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float* datt = scratch + (size_t)omp_get_thread_num() * T * T;
-            const float* q = qkv + (size_t)b * T * C3 + h * hs;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
-            float* dk = dq + C;
-            float* dv = dq + 2 * C;
-            const float* d = dout + (size_t)b * T * C + h * hs;
-            float* a = att + ((size_t)b * NH + h) * T * T;
-            // dv (keys c0..c1) = att^T @ dout over the queries c0..T (att is zero above the diagonal)
-            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
-                            d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
-            }
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-                // datt (rows r0..r1, keys 0..r1) = dout @ v^T, then row by row through the softmax, in place
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C, C,
-                            v, C3, 0.0f, datt + (size_t)r0 * T, T);
-                for (int t = r0; t < r1; t++) {
-                    float* row = a + (size_t)t * T;
-                    const float* drow = datt + (size_t)t * T;
-                    float dsum = 0.0f;
-                    #pragma omp simd reduction(+:dsum)
-                    for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
-                    #pragma omp simd
-                    for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (drow[t2] - dsum) * scale; }
-                }
-                // dq (rows r0..r1) = dscores @ k over the keys 0..r1
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T, T,
-                            k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-            }
-            // dk (keys c0..c1) = dscores^T @ q over the queries c0..T
-            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
-                            q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
-            }
-        }
-    }
-}
-
-// The same attention with its six products in bf16 (--precision bf16): q, k, v, the probabilities, dout
+// The attention with its six products in bf16: q, k, v, the probabilities, dout
 // and d(scores) are rounded to bf16 as the GPU's attention has them, the products accumulate in fp32, and
 // the softmax and its backward stay fp32 on fp32 scores (the probabilities kept for the backward are the
-// fp32 ones, rounded again there). The loops, blocks and parallel split are attention_forward's and
-// attention_backward's; each thread runs the products of its heads through its own oneDNN primitives (one
+// fp32 ones, rounded again there). The loops, blocks and parallel split are attention_forward_fp32's and
+// attention_backward_fp32's; each thread runs the products of its heads through its own oneDNN primitives (one
 // per product and block, made by that thread at start-up for the allocated (B, T): llmc/cpu_dnnl.h).
 enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
 typedef struct {
@@ -565,7 +570,7 @@ static void bf16_attention_destroy(Bf16Attention* ba) {
     memset(ba, 0, sizeof(*ba));
 }
 
-// attention_forward with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded.
+// attention_forward_fp32 with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded.
 void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attention* ba, bf16* qkv16,
                             int B, int T, int C, int NH) {
     int C3 = 3 * C, hs = C / NH;
@@ -606,7 +611,7 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attent
     }
 }
 
-// attention_backward with bf16 products; qkv16 (B,T,3C) and dout16 (B,T,C) are scratch for qkv and dout
+// attention_backward_fp32 with bf16 products; qkv16 (B,T,3C) and dout16 (B,T,C) are scratch for qkv and dout
 // rounded; scratch (threads, T, T) one d(att) per thread. att (the fp32 probabilities) is left as it is.
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                              Bf16Attention* ba, bf16* qkv16, bf16* dout16, int B, int T, int C, int NH) {
@@ -670,6 +675,61 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
             }
         }
     }
+}
+
+// ----------------------------------------------------------------------------
+// one call per layer: each matmul and attention picks its precision. bf: the bf16 products to run, or
+// none (fp32: the reference, and every forward at a shape other than the allocated one)
+
+// what a layer runs in bf16 (the model's gpt2_bf16 makes it): a linear layer's products at one depth, or
+// the attention's, with the model's scratch; all NULL: fp32
+typedef struct {
+    Bf16Linear* lin;   // matmul_*: the linear layer's primitives and weights
+    int layer;         // its depth
+    Bf16Attention* att; // attention_*: the attention's primitives
+    bf16* a;           // (N, max(4C, Vp)) scratch: a product's left operand (inp, dout); the attention's dout
+    bf16* b;           // (N, 4C) scratch: the dweight product's right operand (inp); the attention's qkv
+    void* packed;      // b packed for the dweight product
+    int dout_ready;    // the backward's dout is in `a` already, in bf16 (the lm head's dlogits)
+} Bf16Op;
+
+// out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]; bias NULL: out is
+// overwritten (the lm head)
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
+                    int N, int C, int OC, Bf16Op bf) {
+    if (bf.lin != NULL) {
+        matmul_forward_bf16(out, inp, bf.lin, bf.layer, bias, residual, N, C, OC, bf.a);
+    } else if (bias == NULL) {
+        PROF(PROF_GEMM, sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC));
+    } else {
+        matmul_forward_fp32(out, inp, weight, bias, residual, N, C, OC);
+    }
+}
+
+// dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=
+// (dbias NULL: none)
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC, Bf16Op bf) {
+    if (bf.lin != NULL) {
+        matmul_backward_bf16(dinp, dweight, dbias, bf.dout_ready ? NULL : dout, inp, bf.lin, bf.layer, N, C, OC,
+                             bf.a, bf.b, bf.packed);
+    } else {
+        matmul_backward_fp32(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    }
+}
+
+// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Bf16Op bf) {
+    if (bf.att != NULL) { attention_forward_bf16(out, att, qkv, bf.att, bf.b, B, T, C, NH); }
+    else { attention_forward_fp32(out, att, qkv, B, T, C, NH); }
+}
+
+// dqkv: (B,T,3C) overwritten from dout (B,T,C); scratch: (threads, T, T); in fp32 att is overwritten with
+// d(scores), in bf16 it is left as it is
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att, int B, int T,
+                        int C, int NH, Bf16Op bf) {
+    if (bf.att != NULL) { attention_backward_bf16(dqkv, scratch, dout, qkv, att, bf.att, bf.b, bf.a, B, T, C, NH); }
+    else { attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH); }
 }
 
 // the lm_head's loss, fused with the softmax and, in training, with its backward: logits (N,Vp), only the
@@ -781,7 +841,7 @@ typedef struct {
     float* att_scratch; // (threads, T, T)
 } ActivationTensors;
 
-enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_LM, NUM_LINEARS };
+enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_LM, NUM_LINEARS, BF16_ATTENTION = NUM_LINEARS };
 
 typedef struct {
     GPT2Config config;
@@ -994,6 +1054,21 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     gpt2_bf16_sync(model);
 }
 
+// what layer `which` (a LIN_*, or BF16_ATTENTION) at depth `layer` runs in bf16 when `on` (a pass at the
+// allocated shape of a bf16 model), else nothing: fp32
+static Bf16Op gpt2_bf16(GPT2* model, int on, int which, int layer) {
+    Bf16Op op;
+    memset(&op, 0, sizeof(op));
+    if (!on) { return op; }
+    if (which == BF16_ATTENTION) { op.att = &model->att16; } else { op.lin = &model->lin[which]; }
+    op.layer = layer;
+    op.a = model->bf16_a;
+    op.b = model->bf16_b;
+    op.packed = model->bf16_b_packed;
+    op.dout_ready = which == LIN_LM;  // crossentropy_forward writes the dlogits in bf16
+    return op;
+}
+
 // inputs, targets: (B, T) token ids; targets may be NULL (logits only, mean_loss = -1).
 // After it: acts.logits (B,T,Vp) and, with targets, acts.losses (B,T) and mean_loss.
 // dloss_scale != 0 (gpt2_forward_train): a training forward, which also turns the logits into the dlogits
@@ -1033,47 +1108,23 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
         float* residual3 = a.residual3 + l * ABT * C;
         PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
                                                p.ln1w + l * C, p.ln1b + l * C, BT, C));
-        if (lp) {
-            matmul_forward_bf16(qkv, ln1, &model->lin[LIN_QKV], l, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
-                                model->bf16_a);
-        } else {
-            matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
-        }
-        if (lp) {
-            PROF(PROF_ATTENTION, attention_forward_bf16(atty, att, qkv, &model->att16, model->bf16_b, B, T, C, NH));
-        } else {
-            PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
-        }
-        if (lp) {
-            matmul_forward_bf16(residual2, atty, &model->lin[LIN_ATTPROJ], l, p.attprojb + l * C, residual, BT, C, C,
-                                model->bf16_a);
-        } else {
-            matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C);
-        }
+        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
+                       gpt2_bf16(model, lp, LIN_QKV, l));
+        PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH, gpt2_bf16(model, lp, BF16_ATTENTION, l)));
+        matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C,
+                       gpt2_bf16(model, lp, LIN_ATTPROJ, l));
         PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
                                                p.ln2w + l * C, p.ln2b + l * C, BT, C));
-        if (lp) {
-            matmul_forward_bf16(fch, ln2, &model->lin[LIN_FC], l, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
-                                model->bf16_a);
-        } else {
-            matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C);
-        }
+        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
+                       gpt2_bf16(model, lp, LIN_FC, l));
         PROF(PROF_GELU, gelu_forward(fch_gelu, fch, BT * 4 * C));
-        if (lp) {
-            matmul_forward_bf16(residual3, fch_gelu, &model->lin[LIN_FCPROJ], l, p.fcprojb + l * C, residual2, BT, 4 * C,
-                                C, model->bf16_a);
-        } else {
-            matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT, 4 * C, C);
-        }
+        matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT,
+                       4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
     }
     const float* last = a.residual3 + (L - 1) * ABT * C;
     PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
-    if (lp) {
-        matmul_forward_bf16(a.logits, a.lnf, &model->lin[LIN_LM], 0, NULL, NULL, BT, C, Vp, model->bf16_a);
-    } else {
-        PROF(PROF_GEMM, sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp));
-    }
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, NULL, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
     model->dlogits_scale = 0.0f;
     if (targets != NULL) {
         float dloss = dloss_scale / (float)BT;
@@ -1123,19 +1174,12 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ActivationTensors a = model->acts;
     // the softmax + cross-entropy backward (unless the forward did it), then the lm_head
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
-    bf16 *s16a = model->bf16_a, *s16b = model->bf16_b;
     if (model->dlogits_scale != dloss_scale) {  // dlogits into acts.logits (fp32) or s16a (bf16)
         PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss_scale / (float)BT,
-                                                     lp ? s16a : NULL));
+                                                     lp ? model->bf16_a : NULL));
         model->dlogits_scale = dloss_scale;
     }
-    if (lp) {
-        matmul_backward_bf16(a.dbuf_c, g.wte, NULL, NULL, a.lnf, &model->lin[LIN_LM], 0, BT, C, Vp, s16a, s16b,
-                             model->bf16_b_packed);
-    } else {
-        PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
-        PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
-    }
+    matmul_backward(a.dbuf_c, g.wte, NULL, a.logits, a.lnf, p.wte, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
     memset(a.dresidual, 0, BT * C * sizeof(float));
     PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C,
                                             p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C));
@@ -1150,45 +1194,21 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         const float* fch = a.fch + l * ABT * 4 * C;
         const float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
         // dresidual holds d(residual3[l]) here
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
-                                 &model->lin[LIN_FCPROJ], l, BT, 4 * C, C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
-                            p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C);
-        }
+        matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+                        p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
         PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C));
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
-                                 &model->lin[LIN_FC], l, BT, C, 4 * C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
-                            p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
-        }
+        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
+                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, gpt2_bf16(model, lp, LIN_FC, l));
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2,
                                                 p.ln2w + l * C, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C));
         // dresidual holds d(residual2[l]) here
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
-                                 &model->lin[LIN_ATTPROJ], l, BT, C, C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
-                            p.attprojw + (size_t)l * C * C, BT, C, C);
-        }
+        matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
+                        p.attprojw + (size_t)l * C * C, BT, C, C, gpt2_bf16(model, lp, LIN_ATTPROJ, l));
         float* dqkv = a.dbuf_4c;  // (B, T, 3C)
-        if (lp) {
-            PROF(PROF_ATTENTION, attention_backward_bf16(dqkv, a.att_scratch, a.dbuf_c, qkv, att, &model->att16,
-                                                         s16b, s16a, B, T, C, NH));
-        } else {
-            PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
-        }
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
-                                 &model->lin[LIN_QKV], l, BT, C, 3 * C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
-                            p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
-        }
+        PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH,
+                                                gpt2_bf16(model, lp, BF16_ATTENTION, l)));
+        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
+                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, gpt2_bf16(model, lp, LIN_QKV, l));
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual,
                                                 p.ln1w + l * C, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
     }
