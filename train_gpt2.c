@@ -1331,7 +1331,7 @@ static HybridConfig hybrid_flags;  // --hybrid, --lookahead, ... (hybrid/hybrid.
 static const ArgSpec CPU_ARGS[] = {
     {"--precision", ARG_CHOICE, offsetof(TrainConfig, precision), 0, 0, 0,
      "the matmuls' operands: bf16 (oneDNN, fp32 accumulation) or fp32; auto: see the start-up table",
-     "auto|fp32|bf16", NULL},
+     "auto|fp32|bf16", NULL, 1},
 };
 
 static const ArgTable CPU_TABLES[] = {
@@ -1463,6 +1463,7 @@ int main(int argc, char** argv) {
     TrainRun* run = &tr.run;
     TrainConfig* cfg = &run->cfg;
     config_parse(cfg, argc, argv, &CLI);
+    run->cli = &CLI;
     run->num_processes = 1;
     run->rank0 = 1;
     if (cfg->output_dir != NULL) { config_make_dirs(cfg->output_dir); }

@@ -959,6 +959,7 @@ int main(int argc, char** argv) {
     TrainRun* run = &tr.run;
     TrainConfig* cfg = &run->cfg;
     config_parse(cfg, argc, argv, &CLI);
+    run->cli = &CLI;
     check_gpu_args(cfg);
     tr.multi_gpu = multi_gpu_config_init(cfg->num_processes, cfg->process_rank, cfg->gpus_per_node,
                                          cfg->init_method, cfg->fs_path, cfg->server_ip, cfg->zero_stage);

@@ -76,7 +76,7 @@ static inline void hybrid_config_default(HybridConfig* c) { *c = HYBRID_CONFIG_D
 
 // The flags as a table, one row per HybridConfig field, in the rows of the trainers' parser (llmc/args.h):
 // a trainer lists it beside its own (hybrid/run.h), so hybrid mode has no parser of its own.
-#define HYBRID_ARG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, 0, h, NULL, bare}
+#define HYBRID_ARG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, 0, h, NULL, bare, 0}
 static const ArgSpec HYBRID_ARGS[] = {
     HYBRID_ARG("--hybrid", ARG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
     HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off)"),

@@ -113,19 +113,19 @@ static inline TrainConfig config_default(void) {
 static const ArgSpec TRAIN_ARGS[] = {
     ARG("-i", ARG_STR, TrainConfig, train_pattern, 0, 0, 0, "train data shards (glob)"),
     ARG("-j", ARG_STR, TrainConfig, val_pattern, 0, 0, 0, "val data shards (glob; unset: the val_* shards beside -i's train_*, if any)"),
-    ARG("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
+    ARG_FIXED("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
     ARG("-o", ARG_STR, TrainConfig, output_dir, 0, 0, 0, "output dir, created with its parents: main.log, metrics.jsonl, summary.json, checkpoints"),
     ARG("-b", ARG_INT, TrainConfig, B, 1, TRAIN_MAX_B, 0, "micro batch size B (per process)"),
     ARG("-t", ARG_INT, TrainConfig, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
     ARG("-d", ARG_INT, TrainConfig, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all processes (multiple of B*T*processes; -1: B*T*processes)"),
-    ARG("-x", ARG_INT, TrainConfig, max_steps, 0, 1 << 30, 1, "number of steps (-1: one epoch of the train data; 0: no training, generate -g tokens)"),
-    ARG("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
-    ARG("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
-    ARG("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
-    ARG("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
+    ARG_FIXED("-x", ARG_INT, TrainConfig, max_steps, 0, 1 << 30, 1, "number of steps (-1: one epoch of the train data; 0: no training, generate -g tokens)"),
+    ARG_FIXED("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
+    ARG_FIXED("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
+    ARG_FIXED("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
+    ARG_FIXED("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
     ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
-    ARG("--beta1", ARG_FLOAT, TrainConfig, beta1, 0, 0.99999, 0, "AdamW beta1 (first-moment decay)"),
-    ARG("--beta2", ARG_FLOAT, TrainConfig, beta2, 0, 0.99999, 0, "AdamW beta2 (second-moment decay)"),
+    ARG_FIXED("--beta1", ARG_FLOAT, TrainConfig, beta1, 0, 0.99999, 0, "AdamW beta1 (first-moment decay)"),
+    ARG_FIXED("--beta2", ARG_FLOAT, TrainConfig, beta2, 0, 0.99999, 0, "AdamW beta2 (second-moment decay)"),
     ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
     ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
     ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps and after the last (0: off)"),
@@ -133,7 +133,7 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
     ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
     ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
-    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if -x -l -u -q -k -e --beta1 --beta2 --precision differ from the checkpoint's (0|1)"),
+    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if a flag fixed on resume differs from the checkpoint's (0|1)"),
     ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
     ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order and sampling"),
     ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples and bits per byte (unset: --vocab's tokenizer.bin, else data/gpt2_tokenizer.bin; missing: print ids)"),
@@ -250,6 +250,81 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         fatal("flag -d: total batch %d is not a multiple of B*T*processes = %d", c->total_batch,
               c->B * c->T * c->num_processes);
     }
+}
+
+// ----------------------------------------------------------------------------
+// the resume record: every row marked fixed on resume (ARG_FIXED), of every table, as one "flag value" line
+// (floats with every bit). A checkpoint keeps it (llmc/run_state.h); a resume compares it row by row.
+
+// calls fn(row, the struct it points into, arg) for every fixed row of TRAIN_ARGS and the trainer's tables
+static inline void config_each_fixed(const TrainConfig* c, const TrainCli* cli,
+                                     void (*fn)(const ArgSpec* row, const void* values, void* arg), void* arg) {
+    for (int i = 0; i < NUM_TRAIN_ARGS; i++) {
+        if (TRAIN_ARGS[i].fixed) { fn(&TRAIN_ARGS[i], c, arg); }
+    }
+    for (int k = 0; cli != NULL && k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        for (int i = 0; i < t->num_args; i++) {
+            if (t->args[i].fixed) { fn(&t->args[i], t->config != NULL ? t->config : (const void*)c, arg); }
+        }
+    }
+}
+
+typedef struct { char* out; size_t size, pos; } ConfigRecord;
+
+static inline void config_record_row(const ArgSpec* row, const void* values, void* arg) {
+    ConfigRecord* r = (ConfigRecord*)arg;
+    char v[4096];
+    arg_format_exact(v, sizeof(v), values, row);
+    int n = snprintf(r->out + r->pos, r->size - r->pos, "%s %s\n", row->flag, v);
+    if (n < 0 || (size_t)n >= r->size - r->pos) { fatal("flag %s: the resume record is full", row->flag); }
+    r->pos += (size_t)n;
+}
+
+// the record of the run's fixed flags into out (size bytes, NUL-terminated)
+static inline void config_fixed_record(const TrainConfig* c, const TrainCli* cli, char* out, size_t size) {
+    ConfigRecord r = {out, size, 0};
+    out[0] = '\0';
+    config_each_fixed(c, cli, config_record_row, &r);
+}
+
+// the value of `flag` in a record into out; 0 when the record has no line for it
+static inline int config_record_value(const char* record, const char* flag, char* out, size_t size) {
+    size_t n = strlen(flag);
+    for (const char* line = record; line != NULL && *line != '\0';) {
+        const char* end = strchr(line, '\n');
+        size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+        if (len > n && strncmp(line, flag, n) == 0 && line[n] == ' ') {
+            snprintf(out, size, "%.*s", (int)(len - n - 1), line + n + 1);
+            return 1;
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+typedef struct { const char* record; const char* path; } ConfigCheck;
+
+static inline void config_check_row(const ArgSpec* row, const void* values, void* arg) {
+    const ConfigCheck* k = (const ConfigCheck*)arg;
+    char now[4096], then[4096];
+    arg_format_exact(now, sizeof(now), values, row);
+    if (!config_record_value(k->record, row->flag, then, sizeof(then)) || strcmp(now, then) == 0) { return; }
+    if (row->type == ARG_FLOAT) {  // both as the usage text shows numbers
+        snprintf(then, sizeof(then), "%g", strtod(then, NULL));
+        arg_format_value(now, sizeof(now), values, row);
+    }
+    fatal("flag %s: %s differs from the checkpoint's %s (%s); resume with the run's flags, or add --allow-changed 1",
+          row->flag, now, then, k->path);
+}
+
+// A resume with another value of a flag fixed on resume would silently change the run: refused with one line
+// naming the first such flag and both values, unless --allow-changed 1. A flag the record lacks (a checkpoint
+// from before the flag was recorded) is not compared.
+static inline void config_check_fixed(const TrainConfig* c, const TrainCli* cli, const char* record, const char* path) {
+    if (c->allow_changed) { return; }
+    ConfigCheck k = {record, path};
+    config_each_fixed(c, cli, config_check_row, &k);
 }
 
 // mkdir -p: creates dir and its missing parents, or exits naming the one that cannot be made

@@ -26,6 +26,7 @@
 
 typedef struct {
     TrainConfig cfg;
+    const TrainCli* cli;      // the trainer's command line: its tables, whose fixed rows a checkpoint records
     int num_processes;
     int rank0;                // this process prints, logs and writes checkpoints
     DataLoader train_loader;

@@ -53,49 +53,22 @@ static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num
     s->init_seed = (uint64_t)c->seed;
     s->adam_steps = (uint64_t)run->adam_steps;
     s->has_run_flags = 1;
-    s->max_steps = c->max_steps;
-    s->lr = c->lr;
-    s->warmup = c->warmup;
-    s->final_frac = c->final_frac;
-    snprintf(s->schedule, sizeof(s->schedule), "%s", c->schedule);
-    snprintf(s->init, sizeof(s->init), "%s", c->init);
-    s->beta1 = c->beta1;
-    s->beta2 = c->beta2;
-    s->precision = c->precision;  // resolved by the CPU trainer before any checkpoint; 0 in train_gpt2cu
+    config_fixed_record(c, run->cli, s->run_flags, sizeof(s->run_flags));
     s->gns_s_sum = run->gns_s_sum;
     s->gns_g2_sum = run->gns_g2_sum;
     s->gns_steps = run->gns_steps;
 }
 
 // a resume with another schedule or init would silently change the run: refused, one line per the
-// first difference, unless --allow-changed 1
-static inline void run_state_check_flags(const TrainConfig* c, const TrainState* s, const char* path) {
-    if (c->allow_changed) { return; }
+// first difference, unless --allow-changed 1 (llmc/config.h compares the record row by row)
+static inline void run_state_check_flags(const TrainRun* run, const TrainState* s, const char* path) {
+    if (run->cfg.allow_changed) { return; }
     if (!s->has_run_flags) {  // an older file: nothing to compare against, and the user should know
-        fprintf(stderr, "note: %s predates the record of the run's flags: -x -l -u -q -k -e --beta1 --beta2 are not "
+        fprintf(stderr, "note: %s predates the record of the run's flags: the flags fixed on resume are not "
                         "checked against it\n", path);
         return;
     }
-    char now[112], then[112];
-    const char* flag = NULL;
-    if (c->max_steps != s->max_steps) { flag = "-x"; snprintf(now, sizeof(now), "%d", c->max_steps); snprintf(then, sizeof(then), "%d", s->max_steps); }
-    else if (c->lr != s->lr) { flag = "-l"; snprintf(now, sizeof(now), "%g", c->lr); snprintf(then, sizeof(then), "%g", s->lr); }
-    else if (c->warmup != s->warmup) { flag = "-u"; snprintf(now, sizeof(now), "%d", c->warmup); snprintf(then, sizeof(then), "%d", s->warmup); }
-    else if (c->final_frac != s->final_frac) { flag = "-q"; snprintf(now, sizeof(now), "%g", c->final_frac); snprintf(then, sizeof(then), "%g", s->final_frac); }
-    else if (strncmp(c->schedule, s->schedule, sizeof(s->schedule) - 1) != 0) { flag = "-k"; snprintf(now, sizeof(now), "%s", c->schedule); snprintf(then, sizeof(then), "%s", s->schedule); }
-    else if (strncmp(c->init, s->init, sizeof(s->init) - 1) != 0) { flag = "-e"; snprintf(now, sizeof(now), "%s", c->init); snprintf(then, sizeof(then), "%s", s->init); }
-    else if (c->beta1 != s->beta1) { flag = "--beta1"; snprintf(now, sizeof(now), "%g", c->beta1); snprintf(then, sizeof(then), "%g", s->beta1); }
-    else if (c->beta2 != s->beta2) { flag = "--beta2"; snprintf(now, sizeof(now), "%g", c->beta2); snprintf(then, sizeof(then), "%g", s->beta2); }
-    else if (s->precision != 0 && c->precision != 0 && c->precision != s->precision) {
-        const char* names[] = {"auto", "fp32", "bf16"};
-        flag = "--precision";
-        snprintf(now, sizeof(now), "%s", names[c->precision == PRECISION_BF16 ? 2 : 1]);
-        snprintf(then, sizeof(then), "%s", names[s->precision == PRECISION_BF16 ? 2 : 1]);
-    }
-    if (flag != NULL) {
-        fatal("flag %s: %s differs from the checkpoint's %s (%s); resume with the run's flags, or add --allow-changed 1",
-              flag, now, then, path);
-    }
+    config_check_fixed(&run->cfg, run->cli, s->run_flags, path);
 }
 
 // reads the state file of checkpoint `step` into s (m, v into the given buffers), checks it against
@@ -108,7 +81,7 @@ static inline void run_state_load(TrainRun* run, int step, size_t num_parameters
     size_t blob_bytes;
     state_read(path, &s, num_parameters, m, v, &blob, &blob_bytes);
     if (s.step != step) { fatal("%s: state is for step %d, expected %d", path, s.step, step); }
-    run_state_check_flags(&run->cfg, &s, path);
+    run_state_check_flags(run, &s, path);
     dataloader_state_load(&run->train_loader, blob, blob_bytes, path);
     free(blob);
     run->step = s.step;
