@@ -1384,7 +1384,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         r.skipped = 1;
         if (hybrid) { hybrid_skip_update(&tr->hybrid); }
     } else {
-        float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
+        float grad_scale = r.grad_norm > tr->run.cfg.grad_clip ? tr->run.cfg.grad_clip / r.grad_norm : 1.0f;
         tr->run.adam_steps++;
         if (hybrid) {
             hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,

@@ -860,7 +860,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         gpt2_sync_floatX(model, tr->run.step + 1);  // keeps params == round(master, seed(step))
         if (hybrid) { hybrid_skip_update(&tr->hybrid); }
     } else {
-        float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
+        float grad_scale = r.grad_norm > tr->run.cfg.grad_clip ? tr->run.cfg.grad_clip / r.grad_norm : 1.0f;
         tr->run.adam_steps++;
         if (hybrid) {  // the same AdamW, fused with the look-ahead
             hybrid_device_update(&tr->hybrid_dev, &tr->hybrid, &hb, grad_scale, tr->run.adam_steps,

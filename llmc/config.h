@@ -18,7 +18,6 @@
 #include "llmc/args.h"
 #include "llmc/schedulers.h"
 
-#define GRAD_CLIP 1.0f
 #define ADAM_BETA1 0.9f              // --beta1, --beta2 defaults
 #define ADAM_BETA2 0.95f
 #define ADAM_EPS 1e-8f
@@ -45,6 +44,7 @@ typedef struct {
     float weight_decay;        // -c
     float beta1;               // --beta1 AdamW
     float beta2;               // --beta2
+    float grad_clip;           // --grad-clip: the gradients' global norm is clipped to this
     int val_every;             // -v (0: off)
     int val_batches;           // -m (-1: all)
     int sample_every;          // -s (0: off)
@@ -87,6 +87,7 @@ static inline TrainConfig config_default(void) {
     c.lr = 3e-4f;
     c.beta1 = ADAM_BETA1;
     c.beta2 = ADAM_BETA2;
+    c.grad_clip = 1.0f;
     c.final_frac = 1.0f;
     c.schedule = "cosine";
     c.val_every = 20;
@@ -126,6 +127,7 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
     ARG_FIXED("--beta1", ARG_FLOAT, TrainConfig, beta1, 0, 0.99999, 0, "AdamW beta1 (first-moment decay)"),
     ARG_FIXED("--beta2", ARG_FLOAT, TrainConfig, beta2, 0, 0.99999, 0, "AdamW beta2 (second-moment decay)"),
+    ARG_FIXED("--grad-clip", ARG_FLOAT, TrainConfig, grad_clip, 1e-6, 1e9, 0, "clip the gradients' global norm to this"),
     ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
     ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
     ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps and after the last (0: off)"),
