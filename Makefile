@@ -121,7 +121,7 @@ bench-tokenizer: $(BUILD)/bench_tokenizer
 
 # the default corpus at small learned vocabularies (data/smallN: shards + vocab/), about a second each: the
 # quick start's N = 4096 (chosen by the vocabulary sweep, docs/results.md) and the study model's 1024
-# (configs/study_model.json); `make data-small SMALL_VOCAB=N` for another N
+# (configs/studies/study_model.json); `make data-small SMALL_VOCAB=N` for another N
 SMALL_VOCAB ?= 4096
 .PHONY: data-small
 data-small: data/small$(SMALL_VOCAB)/train_000000.bin data/small1024/train_000000.bin

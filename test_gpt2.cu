@@ -228,7 +228,7 @@ int main(int argc, char** argv) {
         int nb = gpt2_param_blocks(&m.config, offsets, block_wd, DEBUG_WD);
         float* coef = (float*)mallocCheck(nb * sizeof(float));
         uint64_t rng = 42;
-        for (int b = 0; b < nb; b++) { coef[b] = 2.0f * hmath_f32(&rng) - 0.5f; }
+        for (int b = 0; b < nb; b++) { coef[b] = 2.0f * random_f32(&rng) - 0.5f; }
         size_t* d_offsets = (size_t*)cudaMallocCheck((size_t)(nb + 1) * sizeof(size_t));
         float* d_coef = (float*)cudaMallocCheck(nb * sizeof(float));
         cudaCheck(cudaMemcpy(d_offsets, offsets, (size_t)(nb + 1) * sizeof(size_t), cudaMemcpyHostToDevice));

@@ -25,12 +25,15 @@
 #include "llmc/cpu_blas.h"     // the OpenBLAS kernel and the OpenMP wait policy (cpu_blas_init)
 #include "llmc/cpu_dnnl.h"     // bf16 matmuls through oneDNN (--precision bf16)
 #include "llmc/cpu_profile.h"  // where a step's time goes (the bench build only)
+#include "llmc/adamw.h"        // one AdamW element (adamw_element)
+#include "llmc/rand.h"         // the random init's stream
 #include "llmc/config.h"       // the flags
-#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's state
+#include "llmc/run.h"          // data, schedule, sampler, logs, counters
 #include "llmc/run_state.h"    // checkpoints and resume
 #include "llmc/report.h"       // the start-up table and the summary
 #include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint
 #include "llmc/kvcache.h"      // generation one position at a time (the samples)
+#include "hybrid/run.h"        // hybrid mode: its flags, its plan before a step and its report after it
 
 // ----------------------------------------------------------------------------
 // exp and tanh that vectorise. libm's expf/tanhf are scalar calls, and the loss and the GELU would
@@ -215,8 +218,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     }
 }
 
-// out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
+// out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL], in fp32
+void matmul_forward_fp32(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
                     int N, int C, int OC) {
     // one parallel region: each thread writes the bias (and residual) into its own slice of the output,
     // then its slice of the GEMM accumulates on top (beta = 1) while that slice is still in cache
@@ -254,8 +257,8 @@ static inline void colsum_part(int tid, int nth, float* out, const float* in, in
 
 // dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=.
 // One parallel region: the three outputs are disjoint and each thread's slices of them are independent.
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC) {
+void matmul_backward_fp32(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, int N, int C, int OC) {
     blas_init();
     double t0 = prof_begin();
     #pragma omp parallel
@@ -268,7 +271,137 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     prof_end(PROF_GEMM, t0);
 }
 
-// the same three products with bf16 operands and fp32 accumulation (--precision bf16, llmc/cpu_dnnl.h).
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n
+void gelu_forward(float* out, const float* inp, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf_vec(u));
+    }
+}
+
+// d (n) holds dout on entry and dinp on exit; inp: the GELU's input
+void gelu_backward_inplace(float* d, const float* inp, size_t n) {
+    #pragma omp parallel for simd schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf_vec(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        d[i] *= grad;
+    }
+}
+
+// Causal attention computes only the lower triangle of each head's (T,T) square: the rows (or, for the
+// products with att^T, the columns) go in blocks of ATT_BLOCK, and a block's GEMMs stop at the diagonal
+// (all six of a head's GEMMs: at T = 128 they do 63% of the full squares' work, at T = 1024 52%). Each dot
+// product still runs over its keys in order, only without the masked zeros, so the results are those of
+// the full squares wherever a GEMM does not split its K range (T up to OpenBLAS's K block, a few hundred).
+#define ATT_BLOCK 32
+
+// causal self-attention. qkv: (B,T,3C) with q, k, v each (NH heads of hs = C/NH);
+// att: (B,NH,T,T) softmax probabilities, zero above the diagonal; out: (B,T,C).
+// Parallel over (b, h); within a head, the products are single-threaded GEMMs on strided views of qkv.
+void attention_forward_fp32(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    blas_init();
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            const float* q = qkv + (size_t)b * T * C3 + h * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* a = att + ((size_t)b * NH + h) * T * T;
+            float* o = out + (size_t)b * T * C + h * hs;
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                float* ab = a + (size_t)r0 * T;
+                // scores (rows r0..r1, keys 0..r1) = scale * q @ k^T; the block's upper corner is masked below
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
+                            k, C3, 0.0f, ab, T);
+                for (int t = r0; t < r1; t++) {
+                    float* row = a + (size_t)t * T;
+                    float maxval = -FLT_MAX;
+                    #pragma omp simd reduction(max:maxval)
+                    for (int t2 = 0; t2 <= t; t2++) { maxval = row[t2] > maxval ? row[t2] : maxval; }
+                    float sum = 0.0f;
+                    #pragma omp simd reduction(+:sum)
+                    for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
+                    float inv = 1.0f / sum;
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; }
+                    for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
+                }
+                // out (rows r0..r1) = att @ v over the keys 0..r1
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ab, T, v, C3, 0.0f,
+                            o + (size_t)r0 * C, C);
+            }
+        }
+    }
+}
+
+// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T, T) one datt per thread.
+// att holds the probabilities on entry and is overwritten with d(scores), which the last two GEMMs use.
+void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
+                             int B, int T, int C, int NH) {
+    int C3 = 3 * C, hs = C / NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    blas_init();
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            float* datt = scratch + (size_t)omp_get_thread_num() * T * T;
+            const float* q = qkv + (size_t)b * T * C3 + h * hs;
+            const float* k = q + C;
+            const float* v = q + 2 * C;
+            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
+            float* dk = dq + C;
+            float* dv = dq + 2 * C;
+            const float* d = dout + (size_t)b * T * C + h * hs;
+            float* a = att + ((size_t)b * NH + h) * T * T;
+            // dv (keys c0..c1) = att^T @ dout over the queries c0..T (att is zero above the diagonal)
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
+                            d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
+            }
+            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+                // datt (rows r0..r1, keys 0..r1) = dout @ v^T, then row by row through the softmax, in place
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C, C,
+                            v, C3, 0.0f, datt + (size_t)r0 * T, T);
+                for (int t = r0; t < r1; t++) {
+                    float* row = a + (size_t)t * T;
+                    const float* drow = datt + (size_t)t * T;
+                    float dsum = 0.0f;
+                    #pragma omp simd reduction(+:dsum)
+                    for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
+                    #pragma omp simd
+                    for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (drow[t2] - dsum) * scale; }
+                }
+                // dq (rows r0..r1) = dscores @ k over the keys 0..r1
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T, T,
+                            k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+            }
+            // dk (keys c0..c1) = dscores^T @ q over the queries c0..T
+            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
+                            q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the bf16 products (--precision bf16): every matmul of the layers above with bf16 operands and fp32
+// accumulation through oneDNN (llmc/cpu_dnnl.h), each made once at start-up for the allocated (B, T).
+// The elementwise work around them (bias, residual, softmax) is the fp32 kernels', in the same order.
+
+// A linear layer's three products with bf16 operands and fp32 accumulation (llmc/cpu_dnnl.h).
 // A linear layer's primitives for its one shape at the allocated (B, T): out (N,OC) = inp (N,C) @ W^T,
 // dinp (N,C) = dout (N,OC) @ W, dW (OC,C) += dout^T @ inp, with bf16 operands read through strides (no
 // explicit transposes). The right operand can be packed into the layout its primitive reads fastest (the
@@ -330,7 +463,7 @@ static const void* bf16_linear_w(const Bf16Linear* l, int layer, int fwd) {
 // the bytes of packed inp the dweight product needs (the scratch matmul_backward_bf16 takes)
 static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return round64(dnnl_gemm_packed_bytes(&l->dweight)); }
 
-// matmul_forward in bf16 with layer's weights; scratch (N,C) takes inp in bf16.
+// matmul_forward_fp32's product in bf16 with layer's weights; scratch (N,C) takes inp in bf16.
 // One parallel region writes bias (+ residual) into out and rounds inp; the GEMM then accumulates on top.
 // bias NULL: out is overwritten (the lm head).
 void matmul_forward_bf16(float* out, const float* inp, Bf16Linear* lin, int layer, const float* bias,
@@ -357,7 +490,7 @@ void matmul_forward_bf16(float* out, const float* inp, Bf16Linear* lin, int laye
     prof_end(PROF_GEMM, t0);
 }
 
-// matmul_backward in bf16 with layer's weights: dout16 (N,OC) and inp16 (N,C) are scratch for dout
+// matmul_backward_fp32's products in bf16 with layer's weights: dout16 (N,OC) and inp16 (N,C) are scratch for dout
 // and inp rounded to bf16 (inp is rounded again, not kept from the forward: no bf16 activations to store),
 // inp_packed (bf16_linear_act_bytes) for inp16 packed; dbias from fp32 dout.
 // dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_forward; no dbias).
@@ -378,136 +511,11 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
     prof_end(PROF_GEMM, t0);
 }
 
-// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n
-void gelu_forward(float* out, const float* inp, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf_vec(u));
-    }
-}
-
-// d (n) holds dout on entry and dinp on exit; inp: the GELU's input
-void gelu_backward_inplace(float* d, const float* inp, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf_vec(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        d[i] *= grad;
-    }
-}
-
-// Causal attention computes only the lower triangle of each head's (T,T) square: the rows (or, for the
-// products with att^T, the columns) go in blocks of ATT_BLOCK, and a block's GEMMs stop at the diagonal
-// (all six of a head's GEMMs: at T = 128 they do 63% of the full squares' work, at T = 1024 52%). Each dot
-// product still runs over its keys in order, only without the masked zeros, so the results are those of
-// the full squares wherever a GEMM does not split its K range (T up to OpenBLAS's K block, a few hundred).
-#define ATT_BLOCK 32
-
-// causal self-attention. qkv: (B,T,3C) with q, k, v each (NH heads of hs = C/NH);
-// att: (B,NH,T,T) softmax probabilities, zero above the diagonal; out: (B,T,C).
-// Parallel over (b, h); within a head, the products are single-threaded GEMMs on strided views of qkv.
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
-    int C3 = 3 * C, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    blas_init();
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            const float* q = qkv + (size_t)b * T * C3 + h * hs;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* a = att + ((size_t)b * NH + h) * T * T;
-            float* o = out + (size_t)b * T * C + h * hs;
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-                float* ab = a + (size_t)r0 * T;
-                // scores (rows r0..r1, keys 0..r1) = scale * q @ k^T; the block's upper corner is masked below
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3,
-                            k, C3, 0.0f, ab, T);
-                for (int t = r0; t < r1; t++) {
-                    float* row = a + (size_t)t * T;
-                    float maxval = -FLT_MAX;
-                    #pragma omp simd reduction(max:maxval)
-                    for (int t2 = 0; t2 <= t; t2++) { maxval = row[t2] > maxval ? row[t2] : maxval; }
-                    float sum = 0.0f;
-                    #pragma omp simd reduction(+:sum)
-                    for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
-                    float inv = 1.0f / sum;
-                    #pragma omp simd
-                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; }
-                    for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
-                }
-                // out (rows r0..r1) = att @ v over the keys 0..r1
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, ab, T, v, C3, 0.0f,
-                            o + (size_t)r0 * C, C);
-            }
-        }
-    }
-}
-
-// dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T, T) one datt per thread.
-// att holds the probabilities on entry and is overwritten with d(scores), which the last two GEMMs use.
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
-                        int B, int T, int C, int NH) {
-    int C3 = 3 * C, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    blas_init();
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            float* datt = scratch + (size_t)omp_get_thread_num() * T * T;
-            const float* q = qkv + (size_t)b * T * C3 + h * hs;
-            const float* k = q + C;
-            const float* v = q + 2 * C;
-            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
-            float* dk = dq + C;
-            float* dv = dq + 2 * C;
-            const float* d = dout + (size_t)b * T * C + h * hs;
-            float* a = att + ((size_t)b * NH + h) * T * T;
-            // dv (keys c0..c1) = att^T @ dout over the queries c0..T (att is zero above the diagonal)
-            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
-                            d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
-            }
-            for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-                int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-                // datt (rows r0..r1, keys 0..r1) = dout @ v^T, then row by row through the softmax, in place
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, d + (size_t)r0 * C, C,
-                            v, C3, 0.0f, datt + (size_t)r0 * T, T);
-                for (int t = r0; t < r1; t++) {
-                    float* row = a + (size_t)t * T;
-                    const float* drow = datt + (size_t)t * T;
-                    float dsum = 0.0f;
-                    #pragma omp simd reduction(+:dsum)
-                    for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
-                    #pragma omp simd
-                    for (int t2 = 0; t2 <= t; t2++) { row[t2] = row[t2] * (drow[t2] - dsum) * scale; }
-                }
-                // dq (rows r0..r1) = dscores @ k over the keys 0..r1
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, a + (size_t)r0 * T, T,
-                            k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
-            }
-            // dk (keys c0..c1) = dscores^T @ q over the queries c0..T
-            for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
-                int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, a + (size_t)c0 * T + c0, T,
-                            q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
-            }
-        }
-    }
-}
-
-// The same attention with its six products in bf16 (--precision bf16): q, k, v, the probabilities, dout
+// The attention with its six products in bf16: q, k, v, the probabilities, dout
 // and d(scores) are rounded to bf16 as the GPU's attention has them, the products accumulate in fp32, and
 // the softmax and its backward stay fp32 on fp32 scores (the probabilities kept for the backward are the
-// fp32 ones, rounded again there). The loops, blocks and parallel split are attention_forward's and
-// attention_backward's; each thread runs the products of its heads through its own oneDNN primitives (one
+// fp32 ones, rounded again there). The loops, blocks and parallel split are attention_forward_fp32's and
+// attention_backward_fp32's; each thread runs the products of its heads through its own oneDNN primitives (one
 // per product and block, made by that thread at start-up for the allocated (B, T): llmc/cpu_dnnl.h).
 enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
 typedef struct {
@@ -563,7 +571,7 @@ static void bf16_attention_destroy(Bf16Attention* ba) {
     memset(ba, 0, sizeof(*ba));
 }
 
-// attention_forward with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded.
+// attention_forward_fp32 with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded.
 void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attention* ba, bf16* qkv16,
                             int B, int T, int C, int NH) {
     int C3 = 3 * C, hs = C / NH;
@@ -604,7 +612,7 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attent
     }
 }
 
-// attention_backward with bf16 products; qkv16 (B,T,3C) and dout16 (B,T,C) are scratch for qkv and dout
+// attention_backward_fp32 with bf16 products; qkv16 (B,T,3C) and dout16 (B,T,C) are scratch for qkv and dout
 // rounded; scratch (threads, T, T) one d(att) per thread. att (the fp32 probabilities) is left as it is.
 void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
                              Bf16Attention* ba, bf16* qkv16, bf16* dout16, int B, int T, int C, int NH) {
@@ -668,6 +676,61 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
             }
         }
     }
+}
+
+// ----------------------------------------------------------------------------
+// one call per layer: each matmul and attention picks its precision. bf: the bf16 products to run, or
+// none (fp32: the reference, and every forward at a shape other than the allocated one)
+
+// what a layer runs in bf16 (the model's gpt2_bf16 makes it): a linear layer's products at one depth, or
+// the attention's, with the model's scratch; all NULL: fp32
+typedef struct {
+    Bf16Linear* lin;   // matmul_*: the linear layer's primitives and weights
+    int layer;         // its depth
+    Bf16Attention* att; // attention_*: the attention's primitives
+    bf16* a;           // (N, max(4C, Vp)) scratch: a product's left operand (inp, dout); the attention's dout
+    bf16* b;           // (N, 4C) scratch: the dweight product's right operand (inp); the attention's qkv
+    void* packed;      // b packed for the dweight product
+    int dout_ready;    // the backward's dout is in `a` already, in bf16 (the lm head's dlogits)
+} Bf16Op;
+
+// out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]; bias NULL: out is
+// overwritten (the lm head)
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
+                    int N, int C, int OC, Bf16Op bf) {
+    if (bf.lin != NULL) {
+        matmul_forward_bf16(out, inp, bf.lin, bf.layer, bias, residual, N, C, OC, bf.a);
+    } else if (bias == NULL) {
+        PROF(PROF_GEMM, sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC));
+    } else {
+        matmul_forward_fp32(out, inp, weight, bias, residual, N, C, OC);
+    }
+}
+
+// dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=
+// (dbias NULL: none)
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC, Bf16Op bf) {
+    if (bf.lin != NULL) {
+        matmul_backward_bf16(dinp, dweight, dbias, bf.dout_ready ? NULL : dout, inp, bf.lin, bf.layer, N, C, OC,
+                             bf.a, bf.b, bf.packed);
+    } else {
+        matmul_backward_fp32(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    }
+}
+
+// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Bf16Op bf) {
+    if (bf.att != NULL) { attention_forward_bf16(out, att, qkv, bf.att, bf.b, B, T, C, NH); }
+    else { attention_forward_fp32(out, att, qkv, B, T, C, NH); }
+}
+
+// dqkv: (B,T,3C) overwritten from dout (B,T,C); scratch: (threads, T, T); in fp32 att is overwritten with
+// d(scores), in bf16 it is left as it is
+void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att, int B, int T,
+                        int C, int NH, Bf16Op bf) {
+    if (bf.att != NULL) { attention_backward_bf16(dqkv, scratch, dout, qkv, att, bf.att, bf.b, bf.a, B, T, C, NH); }
+    else { attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH); }
 }
 
 // the lm_head's loss, fused with the softmax and, in training, with its backward: logits (N,Vp), only the
@@ -779,7 +842,7 @@ typedef struct {
     float* att_scratch; // (threads, T, T)
 } ActivationTensors;
 
-enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_LM, NUM_LINEARS };
+enum { LIN_QKV, LIN_ATTPROJ, LIN_FC, LIN_FCPROJ, LIN_LM, NUM_LINEARS, BF16_ATTENTION = NUM_LINEARS };
 
 typedef struct {
     GPT2Config config;
@@ -972,9 +1035,8 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
     // Packed weights pay where one weight serves many rows, as the packing after each update costs about
     // what the matmul's own copying costs per call: the lm head's always (Vp x C; its products are a
-    // quarter to a half of a d12/d6 bf16 step), the layers' from 4096 rows (B*T) on. Measured on a Zen 4
-    // (docs/benchmark.md): packing the layers' cost as much as it saved up to 1024 rows, was within the
-    // noise at 2048 and gained 2-6% at 4096-8192.
+    // large share of a bf16 step), the layers' from 4096 rows (B*T) on: below that, packing the layers'
+    // costs about what it saves (docs/benchmark.md).
     int pack_layers = N >= 4096;
     bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers);
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers);
@@ -991,6 +1053,21 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     model->bf16_b_packed = aligned_alloc(64, act);
     if (model->bf16_b_packed == NULL) { fatal("bf16: out of memory for %zu bytes of scratch", act); }
     gpt2_bf16_sync(model);
+}
+
+// what layer `which` (a LIN_*, or BF16_ATTENTION) at depth `layer` runs in bf16 when `on` (a pass at the
+// allocated shape of a bf16 model), else nothing: fp32
+static Bf16Op gpt2_bf16(GPT2* model, int on, int which, int layer) {
+    Bf16Op op;
+    memset(&op, 0, sizeof(op));
+    if (!on) { return op; }
+    if (which == BF16_ATTENTION) { op.att = &model->att16; } else { op.lin = &model->lin[which]; }
+    op.layer = layer;
+    op.a = model->bf16_a;
+    op.b = model->bf16_b;
+    op.packed = model->bf16_b_packed;
+    op.dout_ready = which == LIN_LM;  // crossentropy_forward writes the dlogits in bf16
+    return op;
 }
 
 // inputs, targets: (B, T) token ids; targets may be NULL (logits only, mean_loss = -1).
@@ -1032,47 +1109,23 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
         float* residual3 = a.residual3 + l * ABT * C;
         PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
                                                p.ln1w + l * C, p.ln1b + l * C, BT, C));
-        if (lp) {
-            matmul_forward_bf16(qkv, ln1, &model->lin[LIN_QKV], l, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
-                                model->bf16_a);
-        } else {
-            matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C);
-        }
-        if (lp) {
-            PROF(PROF_ATTENTION, attention_forward_bf16(atty, att, qkv, &model->att16, model->bf16_b, B, T, C, NH));
-        } else {
-            PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH));
-        }
-        if (lp) {
-            matmul_forward_bf16(residual2, atty, &model->lin[LIN_ATTPROJ], l, p.attprojb + l * C, residual, BT, C, C,
-                                model->bf16_a);
-        } else {
-            matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C);
-        }
+        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
+                       gpt2_bf16(model, lp, LIN_QKV, l));
+        PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH, gpt2_bf16(model, lp, BF16_ATTENTION, l)));
+        matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C,
+                       gpt2_bf16(model, lp, LIN_ATTPROJ, l));
         PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
                                                p.ln2w + l * C, p.ln2b + l * C, BT, C));
-        if (lp) {
-            matmul_forward_bf16(fch, ln2, &model->lin[LIN_FC], l, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
-                                model->bf16_a);
-        } else {
-            matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C);
-        }
+        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
+                       gpt2_bf16(model, lp, LIN_FC, l));
         PROF(PROF_GELU, gelu_forward(fch_gelu, fch, BT * 4 * C));
-        if (lp) {
-            matmul_forward_bf16(residual3, fch_gelu, &model->lin[LIN_FCPROJ], l, p.fcprojb + l * C, residual2, BT, 4 * C,
-                                C, model->bf16_a);
-        } else {
-            matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT, 4 * C, C);
-        }
+        matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT,
+                       4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
     }
     const float* last = a.residual3 + (L - 1) * ABT * C;
     PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
-    if (lp) {
-        matmul_forward_bf16(a.logits, a.lnf, &model->lin[LIN_LM], 0, NULL, NULL, BT, C, Vp, model->bf16_a);
-    } else {
-        PROF(PROF_GEMM, sgemm(0, 1, BT, Vp, C, 1.0f, a.lnf, C, p.wte, C, 0.0f, a.logits, Vp));
-    }
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, NULL, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
     model->dlogits_scale = 0.0f;
     if (targets != NULL) {
         float dloss = dloss_scale / (float)BT;
@@ -1122,19 +1175,12 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ActivationTensors a = model->acts;
     // the softmax + cross-entropy backward (unless the forward did it), then the lm_head
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
-    bf16 *s16a = model->bf16_a, *s16b = model->bf16_b;
     if (model->dlogits_scale != dloss_scale) {  // dlogits into acts.logits (fp32) or s16a (bf16)
         PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss_scale / (float)BT,
-                                                     lp ? s16a : NULL));
+                                                     lp ? model->bf16_a : NULL));
         model->dlogits_scale = dloss_scale;
     }
-    if (lp) {
-        matmul_backward_bf16(a.dbuf_c, g.wte, NULL, NULL, a.lnf, &model->lin[LIN_LM], 0, BT, C, Vp, s16a, s16b,
-                             model->bf16_b_packed);
-    } else {
-        PROF(PROF_GEMM, sgemm(0, 0, BT, C, Vp, 1.0f, a.logits, Vp, p.wte, C, 0.0f, a.dbuf_c, C));
-        PROF(PROF_GEMM, sgemm(1, 0, Vp, C, BT, 1.0f, a.logits, Vp, a.lnf, C, 1.0f, g.wte, C));
-    }
+    matmul_backward(a.dbuf_c, g.wte, NULL, a.logits, a.lnf, p.wte, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
     memset(a.dresidual, 0, BT * C * sizeof(float));
     PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C,
                                             p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C));
@@ -1149,45 +1195,21 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         const float* fch = a.fch + l * ABT * 4 * C;
         const float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
         // dresidual holds d(residual3[l]) here
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
-                                 &model->lin[LIN_FCPROJ], l, BT, 4 * C, C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
-                            p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C);
-        }
+        matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+                        p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
         PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C));
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
-                                 &model->lin[LIN_FC], l, BT, C, 4 * C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
-                            p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C);
-        }
+        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
+                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, gpt2_bf16(model, lp, LIN_FC, l));
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2,
                                                 p.ln2w + l * C, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C));
         // dresidual holds d(residual2[l]) here
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
-                                 &model->lin[LIN_ATTPROJ], l, BT, C, C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
-                            p.attprojw + (size_t)l * C * C, BT, C, C);
-        }
+        matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
+                        p.attprojw + (size_t)l * C * C, BT, C, C, gpt2_bf16(model, lp, LIN_ATTPROJ, l));
         float* dqkv = a.dbuf_4c;  // (B, T, 3C)
-        if (lp) {
-            PROF(PROF_ATTENTION, attention_backward_bf16(dqkv, a.att_scratch, a.dbuf_c, qkv, att, &model->att16,
-                                                         s16b, s16a, B, T, C, NH));
-        } else {
-            PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH));
-        }
-        if (lp) {
-            matmul_backward_bf16(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
-                                 &model->lin[LIN_QKV], l, BT, C, 3 * C, s16a, s16b, model->bf16_b_packed);
-        } else {
-            matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
-                            p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C);
-        }
+        PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH,
+                                                gpt2_bf16(model, lp, BF16_ATTENTION, l)));
+        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
+                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, gpt2_bf16(model, lp, LIN_QKV, l));
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual,
                                                 p.ln1w + l * C, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
     }
@@ -1214,18 +1236,6 @@ float gpt2_grad_norm(GPT2* model) {
     return (float)sqrt(total);
 }
 
-// one element of AdamW (the expression hybrid/apply.h's fused pass reproduces bit for bit)
-#define ADAMW_ELEMENT(i)                                                    \
-    do {                                                                    \
-        float grad = g[i] * grad_scale;                                     \
-        float mi = beta1 * m[i] + (1.0f - beta1) * grad;                    \
-        float vi = beta2 * v[i] + (1.0f - beta2) * grad * grad;             \
-        m[i] = mi;                                                          \
-        v[i] = vi;                                                          \
-        float mhat = mi / bc1, vhat = vi / bc2;                             \
-        p[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * p[i]);              \
-    } while (0)
-
 // AdamW step t (1-based) on every parameter with gradient grads * grad_scale (grad_scale < 1 clips).
 // Decoupled weight decay on the 2-D weights only (PARAM_DECAYS).
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
@@ -1244,10 +1254,15 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         if (model->params_bf16 != NULL) {  // the same update, and the bf16 copy rounded in the same pass
             bf16* p16 = model->params_bf16 + offset;
             #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i); p16[i] = bf16_from_float(p[i]); }
+            for (size_t i = 0; i < n; i++) {
+                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
+                p16[i] = bf16_from_float(p[i]);
+            }
         } else {
             #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) { ADAMW_ELEMENT(i); }
+            for (size_t i = 0; i < n; i++) {
+                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
+            }
         }
         offset += n;
     }
@@ -1276,20 +1291,20 @@ void gpt2_free(GPT2* model) {
 
 #ifndef TESTING
 // ----------------------------------------------------------------------------
-// the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters, hybrid mode's
-// state) and the model
+// the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters), the model and
+// hybrid mode's state
 
-// MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine (290 GFLOP/s on
-// 2 threads). `make bench` measures the real peak next to the trainer.
+// MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine. `make bench` measures
+// the real peak next to the trainer.
 #define CPU_PEAK_GFLOPS_PER_THREAD 145.0
-// bf16's: oneDNN's bf16 matmul 2048^3 per core on a 2-core Zen 5 (643.8 GFLOP/s on 2 threads, the fastest
-// bf16 CPU measured here: a nominal peak below a CPU's real one prints an MFU above 100%); `make bench`
-// measures the machine's own (build/bench_sgemm 2048 5 bf16)
+// bf16's: oneDNN's bf16 matmul 2048^3 per core on the fastest bf16 CPU at hand (a nominal peak below a
+// CPU's real one prints an MFU above 100%); `make bench` measures the machine's own (build/bench_sgemm
+// 2048 5 bf16)
 #define CPU_BF16_PEAK_GFLOPS_PER_THREAD 320.0
 // --precision's value for this run, with the reason, for the start-up table; exits with one line when
 // bf16 is asked for and cannot be had. auto: bf16 where the CPU multiplies bf16 natively and oneDNN is in the
-// build (it trained the study model as well as fp32 and runs 1.6-2.7x faster: docs/results.md, "bf16 vs fp32",
-// docs/benchmark.md), fp32 elsewhere. fp32 stays the reference: the PyTorch and gradient checks run in it.
+// build (it trains as well as fp32 and runs faster: docs/results.md, "bf16 vs fp32", docs/benchmark.md),
+// fp32 elsewhere. fp32 stays the reference: the PyTorch and gradient checks run in it.
 static int resolve_precision(int flag, char* why, size_t size) {
     int native = cpu_has_native_bf16();
     if (flag == PRECISION_BF16) {
@@ -1308,18 +1323,26 @@ static int resolve_precision(int flag, char* why, size_t size) {
 typedef struct {
     TrainRun run;
     GPT2 model;
+    HybridState hybrid;       // hybrid mode (hybrid/hybrid.h); zeroed without --hybrid
     float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
     KVCache kv;               // the samples' keys and values, -t positions (with -g > 0)
 } Trainer;
 
+static HybridConfig hybrid_flags;  // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
+
 static const ArgSpec CPU_ARGS[] = {
     {"--precision", ARG_CHOICE, offsetof(TrainConfig, precision), 0, 0, 0,
      "the matmuls' operands: bf16 (oneDNN, fp32 accumulation) or fp32; auto: see the start-up table",
-     "auto|fp32|bf16", NULL},
+     "auto|fp32|bf16", NULL, 1},
+};
+
+static const ArgTable CPU_TABLES[] = {
+    {CPU_ARGS, 1, NULL, NULL, 0, NULL, 0},
+    HYBRID_ARG_TABLE(&hybrid_flags),
 };
 
 static const TrainCli CLI = {
-    "./train_gpt2", "GPT-2 training on the CPU, fp32 or bf16 matmuls", CPU_ARGS, 1,
+    "./train_gpt2", "GPT-2 training on the CPU, fp32 or bf16 matmuls", CPU_TABLES, 2,
     "Example: ./train_gpt2 -e d6 -b 8 -t 256 -x 50 -o out/d6\n"
     "Text from a model file: ./train_gpt2 -e out/d6/model_00000050.bin -x 0 --prompt \"And God said\" -g 200\n",
 };
@@ -1333,11 +1356,11 @@ static const TrainCli CLI = {
 static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr) {
     StepResult r = {0};
     r.grad_norm_micro1 = r.loss_micro1 = NAN;
-    double t0 = hmath_seconds();
+    double t0 = clock_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
     int B = tr->run.cfg.B, T = tr->run.cfg.T;
-    int correct = plan->phase == PHASE_CORRECT;
+    int correct = plan->phase == HYBRID_PHASE_CORRECT;
     if (!correct) { gpt2_zero_grad(model); }
     double loss_sum = 0.0;
     for (int k = 0; k < tr->run.grad_accum; k++) {
@@ -1345,7 +1368,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         float dloss_scale = 1.0f / tr->run.grad_accum;
         gpt2_forward_train(model, loader->inputs, loader->targets, B, T, dloss_scale);
         if (k == 0 && plan->observe) { r.loss_micro1 = model->mean_loss; }
-        if (k == 0 && plan->check && hybrid_check(&tr->run.hybrid, model->mean_loss)) {
+        if (k == 0 && plan->check && hybrid_check(&tr->hybrid, model->mean_loss)) {
             apply_rollback(model->params_memory, model->grads_memory, model->num_parameters);
             model->bf16_fresh = 0;
             gpt2_forward_train(model, loader->inputs, loader->targets, B, T, dloss_scale);
@@ -1358,15 +1381,15 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     }
     r.loss = (float)(loss_sum / tr->run.grad_accum);
     r.grad_norm = gpt2_grad_norm(model);
-    int hybrid = tr->run.cfg.hybrid.enabled;
+    int hybrid = hybrid_enabled(&tr->hybrid);
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
-        if (hybrid) { hybrid_skip_update(&tr->run.hybrid); }
+        if (hybrid) { hybrid_skip_update(&tr->hybrid); }
     } else {
-        float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
+        float grad_scale = r.grad_norm > tr->run.cfg.grad_clip ? tr->run.cfg.grad_clip / r.grad_norm : 1.0f;
         tr->run.adam_steps++;
         if (hybrid) {
-            hybrid_update(&tr->run.hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
+            hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->drift, grad_scale, tr->run.adam_steps);
             gpt2_bf16_updated(model);  // the fused pass rounded the bf16 copy too
         } else {
@@ -1375,7 +1398,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * B * T;
     tr->run.backward += (uint64_t)tr->run.grad_accum;
-    r.ms = (hmath_seconds() - t0) * 1000.0;
+    r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
@@ -1385,12 +1408,11 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
 // backward) for an exact rollback.
 static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     StepResult r = {0};
-    double t0 = hmath_seconds();
-    const HybridState* h = &tr->run.hybrid;
-    apply_predict(tr->model.params_memory, tr->model.grads_memory, tr->drift, h->offsets, h->nblocks, plan->coef, plan->keep);
+    double t0 = clock_seconds();
+    hybrid_apply_predict(&tr->hybrid, plan, tr->model.params_memory, tr->model.grads_memory, tr->drift);
     tr->model.bf16_fresh = 0;
     r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
-    r.ms = (hmath_seconds() - t0) * 1000.0;
+    r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
@@ -1441,7 +1463,7 @@ static void checkpoint(Trainer* tr) {
     checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
     model_write(path, &tr->model.config, tr->model.params_memory, tr->model.num_parameters);
     run_state_write(&tr->run, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory);
-    if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->drift, tr->model.grads_memory); }
+    if (hybrid_enabled(&tr->hybrid)) { hybrid_checkpoint_write(&tr->hybrid, &tr->run, tr->drift, tr->model.grads_memory); }
     run_state_commit(&tr->run);
 }
 
@@ -1451,6 +1473,7 @@ int main(int argc, char** argv) {
     TrainRun* run = &tr.run;
     TrainConfig* cfg = &run->cfg;
     config_parse(cfg, argc, argv, &CLI);
+    run->cli = &CLI;
     run->num_processes = 1;
     run->rank0 = 1;
     if (cfg->output_dir != NULL) { config_make_dirs(cfg->output_dir); }
@@ -1483,28 +1506,14 @@ int main(int argc, char** argv) {
         gpt2_free(&tr.model);
         return EXIT_SUCCESS;
     }
-    if (cfg->hybrid.enabled) {
-        int nblocks = 12 * mc->num_layers + 4;
-        size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
-        float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
-        gpt2_param_blocks(mc, offsets, block_wd, cfg->weight_decay);
-        hybrid_init(&run->hybrid, &cfg->hybrid, offsets, nblocks, run->total_steps, run_tokens_per_step(run), cfg->lr,
-                    cfg->beta1, cfg->beta2, ADAM_EPS, block_wd);
-        free(offsets);
-        free(block_wd);
-        hybrid_set_bf16_copy(&run->hybrid, tr.model.params_bf16);
+    hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS);
+    if (hybrid_enabled(&tr.hybrid)) {
+        hybrid_set_bf16_copy(&tr.hybrid, tr.model.params_bf16);
         tr.drift = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
     }
     if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
         run_state_load(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory);
-        if (cfg->hybrid.enabled) {
-            FILE* fp = run_state_open_hybrid(run, resume_step, path, sizeof(path));
-            char err[200];
-            if (hybrid_load(&run->hybrid, fp, tr.drift, tr.model.grads_memory, err, sizeof(err)) != 0) {
-                fatal("%s: %s", path, err);
-            }
-            fcloseCheck(fp, path);
-        }
+        if (hybrid_enabled(&tr.hybrid)) { hybrid_checkpoint_load(&tr.hybrid, run, resume_step, tr.drift, tr.model.grads_memory); }
     }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
         dataloader_reset(&run->train_loader, (uint64_t)cfg->seed);
@@ -1529,8 +1538,9 @@ int main(int argc, char** argv) {
     if (run->has_val && run->step == 0) { run_log_init_val(run, evaluate(&tr)); }
     while (run->step < run->total_steps) {
         float lr = lr_scheduler_get(&run->scheduler, run->step);
-        HybridPlan plan = run_step_begin(run, lr);
-        StepResult r = plan.phase == PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+        HybridPlan plan = hybrid_plan(&tr.hybrid, run->step, lr);  // a Full step, or hybrid mode's Predict or Correct
+        StepResult r = plan.phase == HYBRID_PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+        hybrid_report(&tr.hybrid, run, &r);                        // all of hybrid/'s bookkeeping happens in there
         run_step_end(run, &r);
         run_print_step(run, &r, lr);
         run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
@@ -1542,10 +1552,13 @@ int main(int argc, char** argv) {
             break;
         }
     }
-    report_summary(run, "");
+    char extra[3072] = "";
+    hybrid_summary(&tr.hybrid, run, extra, sizeof(extra));
+    report_summary(run, extra);
 
     free(tr.drift);
     kvcache_free(&tr.kv);
+    hybrid_free(&tr.hybrid);
     run_free(run);
     gpt2_free(&tr.model);
     return EXIT_SUCCESS;

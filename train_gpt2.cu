@@ -13,7 +13,7 @@
 #include <math.h>
 #include <time.h>
 #include "llmc/config.h"       // the flags
-#include "llmc/run.h"          // data, schedule, sampler, logs, counters, hybrid mode's state
+#include "llmc/run.h"          // data, schedule, sampler, logs, counters
 #include "llmc/run_state.h"    // checkpoints and resume
 #include "llmc/report.h"       // the start-up table and the summary
 #include "llmc/signals.h"      // Ctrl-C: stop after this step, with a checkpoint
@@ -32,7 +32,8 @@
 #include "llmc/adamw.cuh"
 #include "llmc/reduce.cuh"
 #include "llmc/zero.cuh"
-#include "llmc/hybrid_apply.cuh"
+#include "hybrid/run.h"        // hybrid mode: its flags, its plan before a step and its report after it
+#include "hybrid/device.cuh"   // and its device buffers and kernels
 
 // ----------------------------------------------------------------------------
 // GPT-2 model definition: GPT2Config and the parameter layout (llm.c order) come from llmc/checkpoint.h
@@ -694,8 +695,15 @@ static const ArgSpec GPU_ARGS[] = {
     ARG("-ps", ARG_STR, TrainConfig, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
 };
 
+static HybridConfig hybrid_flags;  // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
+
+static const ArgTable GPU_TABLES[] = {
+    {GPU_ARGS, (int)(sizeof(GPU_ARGS) / sizeof(GPU_ARGS[0])), NULL, NULL, 0, NULL, 0},
+    HYBRID_ARG_TABLE(&hybrid_flags),
+};
+
 static const TrainCli CLI = {
-    "./train_gpt2cu", "GPT-2 training on NVIDIA GPUs, " PRECISION_NAME, GPU_ARGS, (int)(sizeof(GPU_ARGS) / sizeof(GPU_ARGS[0])),
+    "./train_gpt2cu", "GPT-2 training on NVIDIA GPUs, " PRECISION_NAME, GPU_TABLES, 2,
     "Example: ./train_gpt2cu -e d12 -b 16 -t 1024 -d 524288 -x 100 -o out/d12\n"
     "Text from a model file: ./train_gpt2cu -e out/d12/model_00000100.bin -x 0 --prompt \"And God said\" -g 200\n"
     "Two GPUs, one process each: ./train_gpt2cu -pn 2 -pr 0 -pi fs -pf /tmp/run1 ... &\n"
@@ -749,17 +757,8 @@ typedef struct {
     double peak_device_mib;   // highest device memory in use seen at the logged points
     HybridPhase last_phase;   // for the device memory log at phase changes
     char device_name[256];
-    // hybrid mode (hybrid/hybrid.h decides on the host; llmc/hybrid_apply.cuh applies on the device)
-    int nblocks;              // 12*L + 4 parameter blocks
-    size_t* block_offsets;    // (nblocks+1) device, in floats
-    float* block_wd;          // (nblocks) device, AdamW's weight decay of each block
-    float* coef;              // (nblocks) device, this Predict step's coefficients
-    float* la_beta;           // (2*nblocks) device, the look-ahead's beta_prev and beta_next
-    double* stats;            // (nblocks*3) device, filled by the fused AdamW kernel
-    double* stats_partial;    // (nblocks*HYBRID_GPU_CHUNKS*3) device
-    float* drift;             // (shard) device, the drift: the EMA of the weights' displacement per step
-    float* host_drift;        // (P) pinned, checkpoint staging of the drift
-    float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
+    HybridState hybrid;       // hybrid mode (hybrid/hybrid.h decides on the host); zeroed without --hybrid
+    HybridDevice hybrid_dev;  // its device buffers (hybrid/device.cuh applies)
 } Trainer;
 
 // device memory in use now; remembered as the peak when it is the highest seen; logged with `where`
@@ -775,29 +774,12 @@ static void log_device_memory(Trainer* tr, const char* where) {
 // ----------------------------------------------------------------------------
 // hybrid mode on the device
 
-static void hybrid_setup(Trainer* tr) {
-    GPT2* model = &tr->model;
-    int nblocks = 12 * model->config.num_layers + 4;
-    size_t* offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
-    float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
-    tr->nblocks = gpt2_param_blocks(&model->config, offsets, block_wd, tr->run.cfg.weight_decay);
-    hybrid_init(&tr->run.hybrid, &tr->run.cfg.hybrid, offsets, nblocks, tr->run.total_steps, run_tokens_per_step(&tr->run),
-                tr->run.cfg.lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, block_wd);
-    tr->block_offsets = (size_t*)cudaMallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
-    tr->block_wd = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
-    cudaCheck(cudaMemcpy(tr->block_offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(tr->block_wd, block_wd, (size_t)nblocks * sizeof(float), cudaMemcpyHostToDevice));
-    tr->coef = (float*)cudaMallocCheck((size_t)nblocks * sizeof(float));
-    tr->la_beta = (float*)cudaMallocCheck((size_t)nblocks * 2 * sizeof(float));
-    tr->stats = (double*)cudaMallocCheck((size_t)nblocks * 3 * sizeof(double));
-    tr->stats_partial = (double*)cudaMallocCheck((size_t)nblocks * HYBRID_GPU_CHUNKS * 3 * sizeof(double));
-    size_t P = model->num_parameters;
-    tr->drift = (float*)cudaMallocCheck(model->shard_size * sizeof(float));
-    cudaCheck(cudaMemset(tr->drift, 0, model->shard_size * sizeof(float)));
-    cudaCheck(cudaMallocHost((void**)&tr->host_drift, P * sizeof(float)));
-    cudaCheck(cudaMallocHost((void**)&tr->host_keep, P * sizeof(float)));
-    free(offsets);
-    free(block_wd);
+// the model's flat buffers as hybrid mode reads and writes them (hybrid/device.cuh)
+static HybridBuffers hybrid_buffers(GPT2* model) {
+    HybridBuffers b = {model->master_weights, model->params_memory, model->grads_memory, model->m_memory,
+                       model->v_memory, model->num_parameters, model->num_parameters_padded, model->shard_offset,
+                       model->shard_size, model->multi_gpu, model->stream};
+    return b;
 }
 
 // a Predict step: theta += coef_b * d_b along the drift on this rank's shard (no forward, no backward, no
@@ -805,57 +787,13 @@ static void hybrid_setup(Trainer* tr) {
 static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     StepResult r;
     memset(&r, 0, sizeof(r));
-    double t0 = hmath_seconds();
-    GPT2* model = &tr->model;
-    cudaCheck(cudaMemcpyAsync(tr->coef, plan->coef, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
-    size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
-    hybrid_predict(model->master_weights, model->params_memory, model->grads_memory, tr->drift, tr->block_offsets,
-                   tr->nblocks, tr->coef, lo, hi, plan->keep, gpt2_step_seed(model, tr->run.step + 1), model->stream);
-    if (model->multi_gpu->zero_stage == 1) {
-        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
-                             model->stream);
-    }
-    cudaCheck(cudaStreamSynchronize(model->stream));
+    double t0 = clock_seconds();
+    HybridBuffers b = hybrid_buffers(&tr->model);
+    hybrid_device_predict(&tr->hybrid_dev, plan, &b, gpt2_step_seed(&tr->model, tr->run.step + 1));
     r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
-    r.ms = (hmath_seconds() - t0) * 1000.0;
+    r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
-}
-
-// a measured step's AdamW update in hybrid mode: the same update as gpt2_update, fused with the drift, the
-// look-ahead and the per-block statistics in one kernel on this rank's shard (the padding after the last
-// tensor has no block: plain AdamW), the statistics summed over ranks into h->stats for hybrid_report
-static void hybrid_update_step(Trainer* tr, float lr, float grad_scale) {
-    GPT2* model = &tr->model;
-    HybridState* h = &tr->run.hybrid;
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, tr->block_wd, tr->run.adam_steps, lr, grad_scale, NULL};
-    size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
-    uint32_t seed = gpt2_step_seed(model, tr->run.step + 1);
-    // the look-ahead's betas, as hybrid_plan decided them (hybrid/lookahead.h)
-    cudaCheck(cudaMemcpyAsync(tr->la_beta, h->la.beta_prev, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
-    cudaCheck(cudaMemcpyAsync(tr->la_beta + tr->nblocks, h->la.beta_next, (size_t)tr->nblocks * sizeof(float), cudaMemcpyHostToDevice, model->stream));
-    hybrid_adamw_lookahead_device(tr->stats, tr->stats_partial, model->master_weights, model->params_memory,
-                                  model->grads_memory, model->m_memory, model->v_memory, tr->drift, &st,
-                                  h->la.gamma, tr->la_beta, tr->block_offsets, tr->nblocks, lo, hi, seed, model->stream);
-    size_t pad = h->num_params > lo ? h->num_params : lo;
-    if (pad < hi) {
-        adamw_update(model->master_weights + pad, model->params_memory + pad, model->grads_memory + pad,
-                     model->m_memory + (pad - lo), model->v_memory + (pad - lo), hi - pad, pad, lr, h->beta1, h->beta2,
-                     tr->run.adam_steps, h->eps, 0.0f, grad_scale, seed, model->stream);
-    }
-    if (model->multi_gpu->zero_stage == 1) {
-        multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX), model->multi_gpu,
-                             model->stream);
-    }
-#ifdef MULTI_GPU
-    if (model->multi_gpu->zero_stage == 1) {
-        ncclCheck(ncclAllReduce(tr->stats, tr->stats, (size_t)tr->nblocks * 3, ncclDouble, ncclSum,
-                                model->multi_gpu->nccl_comm, model->stream));
-    }
-#endif
-    cudaCheck(cudaMemcpyAsync(h->stats, tr->stats, (size_t)tr->nblocks * 3 * sizeof(double), cudaMemcpyDeviceToHost,
-                              model->stream));
-    cudaCheck(cudaStreamSynchronize(model->stream));
 }
 
 // one Full (or Correct) step: every process steps the shared loader through grad_accum * processes micro
@@ -868,12 +806,12 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     StepResult r;
     memset(&r, 0, sizeof(r));
     r.grad_norm_micro1 = r.loss_micro1 = NAN;
-    double t0 = hmath_seconds();
+    double t0 = clock_seconds();
     GPT2* model = &tr->model;
     DataLoader* loader = &tr->run.train_loader;
-    HybridState* h = &tr->run.hybrid;
+    HybridBuffers hb = hybrid_buffers(model);
     int B = tr->run.cfg.B, T = tr->run.cfg.T, np = tr->multi_gpu.num_processes;
-    int hybrid = tr->run.cfg.hybrid.enabled;
+    int hybrid = hybrid_enabled(&tr->hybrid);
     // the gradient noise scale's input: rank 0's first micro batch alone (the logging rank; its micro batch
     // is the step's first on every process count), when a step has more than one
     int micro1 = tr->multi_gpu.process_rank == 0 && tr->run.grad_accum * np > 1;
@@ -883,14 +821,8 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         int rank0 = tr->multi_gpu.process_rank == 0;
         if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
         float loss = gpt2_sum_over_ranks(model, rank0 ? model->mean_loss : 0.0f);
-        if (hybrid_check(h, loss)) {
-            size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size;
-            hybrid_rollback_device(model->master_weights, model->params_memory, model->grads_memory, lo, hi,
-                                   gpt2_step_seed(model, tr->run.step + 1), model->stream);
-            if (model->multi_gpu->zero_stage == 1) {
-                multi_gpu_all_gather(model->params_memory, model->num_parameters_padded, sizeof(floatX),
-                                     model->multi_gpu, model->stream);
-            }
+        if (hybrid_check(&tr->hybrid, loss)) {
+            hybrid_device_rollback(&hb, gpt2_step_seed(model, tr->run.step + 1));
             log_device_memory(tr, "rollback");
             if (rank0) { gpt2_forward(model, loader->inputs, loader->targets, B, T); }
         }
@@ -926,12 +858,14 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     if (!isfinite(r.loss) || !isfinite(r.grad_norm)) {
         r.skipped = 1;
         gpt2_sync_floatX(model, tr->run.step + 1);  // keeps params == round(master, seed(step))
-        if (hybrid) { hybrid_skip_update(h); }
+        if (hybrid) { hybrid_skip_update(&tr->hybrid); }
     } else {
-        float grad_scale = r.grad_norm > GRAD_CLIP ? GRAD_CLIP / r.grad_norm : 1.0f;
+        float grad_scale = r.grad_norm > tr->run.cfg.grad_clip ? tr->run.cfg.grad_clip / r.grad_norm : 1.0f;
         tr->run.adam_steps++;
-        if (hybrid) { hybrid_update_step(tr, lr, grad_scale); }  // the same AdamW, fused with the look-ahead
-        else {
+        if (hybrid) {  // the same AdamW, fused with the look-ahead
+            hybrid_device_update(&tr->hybrid_dev, &tr->hybrid, &hb, grad_scale, tr->run.adam_steps,
+                                 gpt2_step_seed(model, tr->run.step + 1));
+        } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale,
                         tr->run.adam_steps, tr->run.step + 1);
         }
@@ -943,7 +877,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * np * B * T;
     tr->run.backward += (uint64_t)tr->run.grad_accum * np;
-    r.ms = (hmath_seconds() - t0) * 1000.0;
+    r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
     return r;
 }
@@ -991,72 +925,32 @@ static void generate(Trainer* tr) {
 // resume on another number of GPUs). Every rank takes part in the gathers; rank 0 writes.
 static void checkpoint(Trainer* tr) {
     GPT2* model = &tr->model;
-    HybridState* h = &tr->run.hybrid;
-    size_t P = model->num_parameters, lo = model->shard_offset;
-    size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
-    int zero1 = model->multi_gpu->zero_stage == 1;
-    int open_run = tr->run.cfg.hybrid.enabled && hybrid_run_open(h);
-    if (open_run) {  // the rollback point (in the gradient buffer, sharded like the weights)
-        multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
-                             model->stream);
-        cudaCheck(cudaMemcpyAsync(tr->host_keep, model->grads_memory, P * sizeof(float), cudaMemcpyDeviceToHost, model->stream));
-    }
-    if (tr->drift != NULL) {  // the drift, shard-local
-        const float* full = tr->drift;
-        if (zero1) {
-            cudaCheck(cudaMemcpyAsync(model->grads_memory + lo, tr->drift, model->shard_size * sizeof(float),
-                                      cudaMemcpyDeviceToDevice, model->stream));
-            multi_gpu_all_gather(model->grads_memory, model->num_parameters_padded, sizeof(float), model->multi_gpu,
-                                 model->stream);
-            full = model->grads_memory;
-        }
-        cudaCheck(cudaMemcpyAsync(tr->host_drift, full, P * sizeof(float), cudaMemcpyDeviceToHost, model->stream));
-    }
+    HybridBuffers hb = hybrid_buffers(model);
+    int hybrid = hybrid_enabled(&tr->hybrid);
+    if (hybrid) { hybrid_device_checkpoint_stage(&tr->hybrid_dev, &tr->hybrid, &hb); }
     gpt2_params_to_host(model, tr->host_params);
     gpt2_optimizer_to_host(model, tr->host_m, tr->host_v);
-    if (open_run && zero1) {  // the gathers above went through the gradient buffer: put this shard's keep back
-        cudaCheck(cudaMemcpyAsync(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float),
-                                  cudaMemcpyHostToDevice, model->stream));
-        cudaCheck(cudaStreamSynchronize(model->stream));
-    }
+    if (hybrid) { hybrid_device_checkpoint_done(&tr->hybrid_dev, &tr->hybrid, &hb); }
     if (tr->run.rank0) {
         char path[4096];
         checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
-        model_write(path, &model->config, tr->host_params, P);
-        run_state_write(&tr->run, P, tr->host_m, tr->host_v);
-        if (tr->run.cfg.hybrid.enabled) { run_state_write_hybrid(&tr->run, tr->host_drift, open_run ? tr->host_keep : NULL); }
+        model_write(path, &model->config, tr->host_params, model->num_parameters);
+        run_state_write(&tr->run, model->num_parameters, tr->host_m, tr->host_v);
+        if (hybrid) { hybrid_device_checkpoint_write(&tr->hybrid_dev, &tr->hybrid, &tr->run); }
         run_state_commit(&tr->run);
     }
     // nobody continues (or exits) before rank 0 has finished writing
     gpt2_sum_over_ranks(model, 0.0f);
 }
 
-// the hybrid state of checkpoint `step` onto the device: the drift, and an open Predict run's
-// rollback point into the gradient buffer
-static void gpu_load_hybrid(Trainer* tr, int step) {
-    GPT2* model = &tr->model;
-    char path[4096];
-    FILE* f = run_state_open_hybrid(&tr->run, step, path, sizeof(path));
-    char err[256];
-    if (hybrid_load(&tr->run.hybrid, f, tr->host_drift, tr->host_keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
-    fcloseCheck(f, path);
-    size_t P = model->num_parameters, lo = model->shard_offset;
-    size_t own = lo >= P ? 0 : (lo + model->shard_size <= P ? model->shard_size : P - lo);
-    cudaCheck(cudaMemset(tr->drift, 0, model->shard_size * sizeof(float)));
-    cudaCheck(cudaMemcpy(tr->drift, tr->host_drift + lo, own * sizeof(float), cudaMemcpyHostToDevice));
-    if (hybrid_run_open(&tr->run.hybrid)) {
-        cudaCheck(cudaMemcpy(model->grads_memory + lo, tr->host_keep + lo, own * sizeof(float), cudaMemcpyHostToDevice));
-    }
-}
-
 // device memory after the first step and at every phase change
 static void log_device_memory_after_step(Trainer* tr) {
     if (tr->run.step == 1) { log_device_memory(tr, "after the first step"); }
-    if (tr->run.cfg.hybrid.enabled && tr->run.hybrid.phase != tr->last_phase) {
+    if (hybrid_enabled(&tr->hybrid) && hybrid_phase(&tr->hybrid) != tr->last_phase) {
         char where[64];
-        snprintf(where, sizeof(where), "step %d, %s", tr->run.step, hybrid_phase_name(&tr->run.hybrid));
+        snprintf(where, sizeof(where), "step %d, %s", tr->run.step, hybrid_phase_name(&tr->hybrid));
         log_device_memory(tr, where);
-        tr->last_phase = tr->run.hybrid.phase;
+        tr->last_phase = hybrid_phase(&tr->hybrid);
     }
 }
 
@@ -1065,6 +959,7 @@ int main(int argc, char** argv) {
     TrainRun* run = &tr.run;
     TrainConfig* cfg = &run->cfg;
     config_parse(cfg, argc, argv, &CLI);
+    run->cli = &CLI;
     check_gpu_args(cfg);
     tr.multi_gpu = multi_gpu_config_init(cfg->num_processes, cfg->process_rank, cfg->gpus_per_node,
                                          cfg->init_method, cfg->fs_path, cfg->server_ip, cfg->zero_stage);
@@ -1110,11 +1005,13 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMallocHost((void**)&tr.host_params, P * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&tr.host_m, P * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&tr.host_v, P * sizeof(float)));
-        if (cfg->hybrid.enabled) { hybrid_setup(&tr); }
+        hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS);
+        HybridBuffers hb = hybrid_buffers(&tr.model);
+        if (hybrid_enabled(&tr.hybrid)) { hybrid_device_init(&tr.hybrid_dev, &tr.hybrid, &hb); }
         if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
             run_state_load(run, resume_step, P, tr.host_m, tr.host_v);
             gpt2_optimizer_from_host(&tr.model, tr.host_m, tr.host_v);
-            if (cfg->hybrid.enabled) { gpu_load_hybrid(&tr, resume_step); }
+            if (hybrid_enabled(&tr.hybrid)) { hybrid_device_load(&tr.hybrid_dev, &tr.hybrid, run, resume_step, &hb); }
             // the floatX copy as this step left it: the resumed run continues bit-exactly
             gpt2_sync_floatX(&tr.model, run->step);
         }
@@ -1134,7 +1031,7 @@ int main(int argc, char** argv) {
             report_config_end(resume_step);
         }
         log_device_memory(&tr, "start-up");
-        tr.last_phase = (HybridPhase)PHASE_COUNT;
+        tr.last_phase = (HybridPhase)HYBRID_PHASE_COUNT;
 
         // the training loop, as train_gpt2.c's; the processes agree on stopping (a signal reaches them at
         // different moments: rank 0's decision is everyone's)
@@ -1142,8 +1039,9 @@ int main(int argc, char** argv) {
         if (run->has_val && run->step == 0) { run_log_init_val(run, evaluate(&tr)); }
         while (run->step < run->total_steps) {
             float lr = lr_scheduler_get(&run->scheduler, run->step);
-            HybridPlan plan = run_step_begin(run, lr);
-            StepResult r = plan.phase == PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+            HybridPlan plan = hybrid_plan(&tr.hybrid, run->step, lr);  // a Full step, or hybrid mode's Predict or Correct
+            StepResult r = plan.phase == HYBRID_PHASE_PREDICT ? train_predict_step(&tr, &plan) : train_full_step(&tr, &plan, lr);
+            hybrid_report(&tr.hybrid, run, &r);                        // all of hybrid/'s bookkeeping happens in there
             run_step_end(run, &r);
             log_device_memory_after_step(&tr);
             run_print_step(run, &r, lr);
@@ -1152,7 +1050,7 @@ int main(int argc, char** argv) {
             // Predict steps communicate nothing, so the decision waits for the next measured step
             int stop = signals_stop_requested();
             if (np > 1) {
-                stop = run->predict && !run_last_step(run) ? 0
+                stop = r.unmeasured && !run_last_step(run) ? 0
                      : (int)gpt2_sum_over_ranks(&tr.model, run->rank0 && stop ? 1.0f : 0.0f);
             }
             if (run_checkpoint_due(run, stop)) { checkpoint(&tr); }
@@ -1163,8 +1061,9 @@ int main(int argc, char** argv) {
         }
         log_device_memory(&tr, "end");
         if (run->rank0) {
-            char extra[128];
+            char extra[3072];
             snprintf(extra, sizeof(extra), ", \"peak_device_mib\": %.1f, \"processes\": %d", tr.peak_device_mib, np);
+            hybrid_summary(&tr.hybrid, run, extra, sizeof(extra));
             report_summary(run, extra);
             printf("peak device memory %.1f MiB\n", tr.peak_device_mib);
         }
@@ -1173,13 +1072,9 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFreeHost(tr.host_v));
     }
 
-    if (cfg->hybrid.enabled && cfg->max_steps != 0) {
-        cudaCheck(cudaStreamSynchronize(tr.model.stream));
-        void* dev[] = {tr.block_offsets, tr.block_wd, tr.coef, tr.la_beta, tr.stats, tr.stats_partial, tr.drift};
-        for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
-        cudaCheck(cudaFreeHost(tr.host_drift));
-        cudaCheck(cudaFreeHost(tr.host_keep));
-    }
+    cudaCheck(cudaStreamSynchronize(tr.model.stream));
+    hybrid_device_free(&tr.hybrid_dev);
+    hybrid_free(&tr.hybrid);
     run_free(run);
     free(tr.gen_batch);
     free(tr.gen_row);

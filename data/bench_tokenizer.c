@@ -12,7 +12,6 @@
 #include "llmc/utils.h"
 #include "llmc/bpe.h"
 #include "data/shard.h"
-#include "hybrid/hmath.h"  // hmath_seconds: the one monotonic clock
 
 int main(int argc, char** argv) {
     if (argc < 2) { fprintf(stderr, "usage: %s SHARD [passes]\n", argv[0]); return 1; }
@@ -45,12 +44,12 @@ int main(int argc, char** argv) {
     for (int p = 0; p < passes; p++) {
         if (p == 0) { bpe_cache_clear(&tok); }
         ids.n = 0;
-        double t0 = hmath_seconds();
+        double t0 = clock_seconds();
         for (size_t k = 0; k < num_docs; k++) {
             ids.ids[ids.n++] = BPE_EOT;
             bpe_encode(&tok, text + doc_start[k], doc_start[k + 1] - doc_start[k], &ids);
         }
-        double dt = hmath_seconds() - t0;
+        double dt = clock_seconds() - t0;
         if (p == 0) { first = dt; } else if (dt < best) { best = dt; }
         if (ids.n != shard.num_tokens) { fatal("re-encoding gave %zu tokens, the shard has %zu", ids.n, shard.num_tokens); }
         for (size_t i = 0; i < ids.n; i++) {

@@ -14,7 +14,6 @@
 #include "data/bpe_learn.h"
 #include "data/jsonl.h"
 #include "data/shard.h"
-#include "hybrid/hmath.h"  // hmath_seconds: the one monotonic clock
 
 // where `encode` writes without -o: inside the repository's data/ (git-ignored), not the working directory
 #define DEFAULT_OUT_DIR "data/tokenized"
@@ -207,10 +206,10 @@ static int cmd_encode(BPETokenizer* tok, int argc, char** argv) {
     e.val_every = val_every;
     shard_writer_init(&e.train, out_dir, "train", shard_tokens, tok->vocab_size);
     shard_writer_init(&e.val, out_dir, "val", shard_tokens, tok->vocab_size);
-    double t0 = hmath_seconds();
+    double t0 = clock_seconds();
     if (first_file == argc) { read_documents("-", sep, jsonl, encode_doc, &e); }
     for (int i = first_file; i < argc; i++) { read_documents(argv[i], sep, jsonl, encode_doc, &e); }
-    double dt = hmath_seconds() - t0;
+    double dt = clock_seconds() - t0;
     size_t train_tokens = e.train.tokens_written + e.train.n, val_tokens = e.val.tokens_written + e.val.n;
     if (train_tokens == 0) { fatal("no training documents in the input (empty input, or every document went to val)"); }
     if (e.val_every > 0 && e.docs[1] == 0) {
@@ -316,14 +315,14 @@ static int cmd_learn(int argc, char** argv) {
     for (int i = first_file; i < argc; i++) {
         if (strcmp(argv[i], "-") != 0) { fcloseCheck(fopenCheck(argv[i], "rb"), argv[i]); }
     }
-    double t0 = hmath_seconds();
+    double t0 = clock_seconds();
     BPELearner L;
     bpe_learn_init(&L);
     if (first_file == argc) { read_documents("-", sep, jsonl, learn_doc, &L); }
     for (int i = first_file; i < argc; i++) { read_documents(argv[i], sep, jsonl, learn_doc, &L); }
-    double t1 = hmath_seconds();
+    double t1 = clock_seconds();
     int got = bpe_learn_run(&L, (int)n_tokens);
-    double t2 = hmath_seconds();
+    double t2 = clock_seconds();
     bpe_learn_write(&L, out_dir);
     fprintf(stderr, "learned %d tokens (%d merges) from %d distinct words in %.2f s (counting %.2f s, merging %.2f s)%s\n",
             got, L.nmerges, L.nwords, t2 - t0, t1 - t0, t2 - t1, got < n_tokens ? ": the text has no more pairs to merge" : "");

@@ -57,15 +57,15 @@ int main(int argc, char** argv) {
     double cpu0 = cpu_s();
     for (int s = 0; s < steps; s++) {
         if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); cpu0 = cpu_s(); }
-        for (int i = 0; i <= B * T; i++) { x[i] = (int)(hmath_u32(&rng) % (uint32_t)V); }
-        double t0 = hmath_seconds();
+        for (int i = 0; i <= B * T; i++) { x[i] = (int)(random_u32(&rng) % (uint32_t)V); }
+        double t0 = clock_seconds();
         gpt2_zero_grad(&model);
         gpt2_forward_train(&model, x, x + 1, B, T, 1.0f);  // as the trainer's step: dlogits made in the forward
         gpt2_backward(&model, x, x + 1, 1.0f);
         float norm;
         PROF(PROF_GRAD_NORM, norm = gpt2_grad_norm(&model));
         PROF(PROF_ADAMW, gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, norm > 1.0f ? 1.0f / norm : 1.0f, s + 1));
-        ms[s] = (hmath_seconds() - t0) * 1000.0;
+        ms[s] = (clock_seconds() - t0) * 1000.0;
     }
     int n = steps - warmup;
     double cpu_ms = (cpu_s() - cpu0) * 1000.0 / n;  // per step; / (threads * mean_ms): how busy the threads were

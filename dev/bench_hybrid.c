@@ -36,7 +36,7 @@ static void axpy(float* a, const float* b, size_t n, float s) {
 
 static void fill(float* x, size_t n, float scale, uint64_t seed) {
     uint64_t rng = seed;
-    for (size_t i = 0; i < n; i++) { x[i] = scale * (hmath_f32(&rng) - 0.5f); }
+    for (size_t i = 0; i < n; i++) { x[i] = scale * (random_f32(&rng) - 0.5f); }
 }
 
 int main(int argc, char** argv) {

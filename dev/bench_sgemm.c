@@ -16,7 +16,7 @@
 #include <omp.h>
 #include "llmc/cpu_blas.h"
 #include "llmc/cpu_dnnl.h"
-#include "hybrid/hmath.h"  // hmath_seconds: the one monotonic clock
+#include "llmc/utils.h"  // clock_seconds: the one monotonic clock
 
 int main(int argc, char** argv) {
     cpu_blas_init(argc, argv);  // the OpenBLAS kernel and the OpenMP wait policy (may re-execute once)
@@ -44,9 +44,9 @@ int main(int argc, char** argv) {
         memset(&g, 0, sizeof(g));
         dnnl_gemm_create(&g, 0, 1, n, n, n, n, n, n, 0, 0);
         for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
-            double t0 = hmath_seconds();
+            double t0 = clock_seconds();
             dnnl_gemm_run(&g, a16, b16, c);
-            double dt = hmath_seconds() - t0;
+            double dt = clock_seconds() - t0;
             if (r > 0 && dt < best) { best = dt; }
         }
         double gflops = 2.0 * n * (double)n * n / best / 1e9;
@@ -57,9 +57,9 @@ int main(int argc, char** argv) {
         return 0;
     }
     for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
-        double t0 = hmath_seconds();
+        double t0 = clock_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double dt = hmath_seconds() - t0;
+        double dt = clock_seconds() - t0;
         if (r > 0 && dt < best) { best = dt; }
     }
     double gflops = 2.0 * n * (double)n * n / best / 1e9;

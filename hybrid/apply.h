@@ -2,7 +2,7 @@
  * hybrid/apply.h — the per-element work of hybrid mode, as plain CPU reference loops.
  * The facade (hybrid/hybrid.h) decides per-block numbers; these loops touch the flat fp32 parameter
  * buffer the trainer owns and the drift buffer m (P floats, the EMA of the weights' displacement per
- * step). A GPU trainer mirrors each loop with one kernel (llmc/hybrid_apply.cuh), and the CPU tests pin
+ * step). A GPU trainer mirrors each loop with one kernel (hybrid/apply.cuh), and the CPU tests pin
  * down what that kernel must compute. Three loops:
  *   apply_adamw_lookahead  a measured step: AdamW fused with the drift update and the look-ahead, and the
  *                          per-block statistics the facade needs; one pass over theta, g, m, v and the drift
@@ -27,7 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-#include "hmath.h"
+#include "llmc/adamw.h"  // adamw_element
+#include "llmc/bf16.h"   // bf16_from_float
 
 // no contraction inside the loops that must round exactly as written (GCC: per function; clang: the
 // standard pragma at the top of the function body, so the includer's code is not affected)
@@ -80,14 +81,14 @@ static inline void apply_rollback(float* params, const float* keep, size_t n) {
 // drift d. Per element of block b, with g = grads * grad_scale, bp = the look-ahead the weights hold now
 // (beta_prev[b]) and bn = the one to add (beta_next[b]):
 //   m' = b1 m + (1-b1) g;  v' = b2 v + (1-b2) g^2
-//   theta' = theta - lr * ( (m'/bc1) / (sqrt(v'/bc2) + eps) + wd_b theta )   (as the plain AdamW loop)
+//   theta' = theta - lr * ( (m'/bc1) / (sqrt(v'/bc2) + eps) + wd_b theta )   (llmc/adamw.h's element)
 //   delta = theta' - theta, the update as applied
 //   d <- gamma d + (1-gamma) (bp d + delta)    (the displacement includes the look-ahead it undid)
 //   theta <- theta' + bn d
 // so the next gradient is taken at the look-ahead point and no theta_prev is kept. With bp = bn = 0
-// (the drift's prefill) d gathers and the weights are AdamW's, bit for bit: theta' is written with
-// exactly the expression of the trainer's plain AdamW loop (compiled with the same contraction), and
-// delta is derived from it rather than recomputed.
+// (the drift's prefill) d gathers and the weights are AdamW's, bit for bit: theta' is the one AdamW
+// element every update pass uses (compiled with the same contraction), and delta is derived from it
+// rather than recomputed.
 // stats (nblocks, 3): <delta_b, d_b>, |d_b|^2 (d before this step), |delta_b|^2, in double. Each block is
 // cut into APPLY_CHUNKS fixed chunks summed in a fixed (simd) order, the chunk sums added in chunk
 // order: the same bits whatever the thread count, which bit-exact resume needs.
@@ -118,25 +119,18 @@ typedef struct {
     int t;              // AdamW step count of this update (1-based)
     float lr;           // lr of the step
     float grad_scale;   // the clipping factor applied to the gradients
-    uint16_t* params16; // (P) or NULL: the trainer's bf16 copy of the weights, rounded (hmath_bf16) in the same
+    uint16_t* params16; // (P) or NULL: the trainer's bf16 copy of the weights, rounded (bf16_from_float) in the same
                         // pass from the weights it writes, so that a bf16 trainer needs no pass of its own
 } ApplyAdamStep;
 
-#define APPLY_ADAMW_LOOP(DOLD, AFTER)                                                      \
+#define APPLY_ADAMW_LOOP(AFTER)                                                            \
     _Pragma("omp simd reduction(+:dot, dd, uu)")                                           \
     for (size_t i = lo; i < hi; i++) {                                                     \
         float p = params[i];                                                               \
-        float grad = grads[i] * grad_scale;                                                \
-        float mo = m[i], vo = v[i];                                                        \
-        float mi = beta1 * mo + (1.0f - beta1) * grad;                                     \
-        float vi = beta2 * vo + (1.0f - beta2) * grad * grad;                              \
-        m[i] = mi;                                                                         \
-        v[i] = vi;                                                                         \
-        float mhat = mi / bc1, vhat = vi / bc2;                                            \
-        float pn = p - lr * (mhat / (sqrtf(vhat) + eps) + wd * p);                         \
+        float pn = adamw_element(p, grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd); \
         params[i] = pn;                                                                    \
         float delta = pn - p;                                                              \
-        float dold = DOLD;                                                                 \
+        float dold = d[i];                                                                 \
         AFTER                                                                              \
         dot += (double)delta * dold;                                                       \
         dd += (double)dold * dold;                                                         \
@@ -162,13 +156,13 @@ static inline void apply_adamw_lookahead(float* params, const float* grads, floa
             apply_chunk(offsets, b, c, chunk, &lo, &hi);
             double dot = 0.0, dd = 0.0, uu = 0.0;
             if (p16 != NULL) {
-                APPLY_ADAMW_LOOP(d[i], float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
+                APPLY_ADAMW_LOOP(float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
                                        d[i] = mn;
                                        float pf = fmaf(bn, mn, pn);
                                        params[i] = pf;
-                                       p16[i] = hmath_bf16(pf);)
+                                       p16[i] = bf16_from_float(pf);)
             } else {
-                APPLY_ADAMW_LOOP(d[i], float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
+                APPLY_ADAMW_LOOP(float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
                                        d[i] = mn;
                                        params[i] = fmaf(bn, mn, pn);)
             }

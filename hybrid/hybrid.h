@@ -6,17 +6,19 @@
  *   the look-ahead (hybrid/lookahead.h): every measured step, theta += beta_t m fused into AdamW's pass;
  *   Predict runs (hybrid/predict.h): every K measured steps, H steps of theta += c m without a batch,
  *     then a Correct step at the predicted point, which may roll the run back.
- * Per step a trainer calls:
- *     HybridPlan p = hybrid_plan(h, step, lr);
+ * Per step (a trainer's loop calls the first and the last through hybrid/run.h):
+ *     HybridPlan p = hybrid_plan(h, step, lr);   (without --hybrid: a Full step, nothing else)
  *     Predict:  apply_predict(params, keep, drift, offsets, nblocks, p.coef, p.keep) or its kernel
  *     else:     forward the first micro batch; if p.check and hybrid_check(h, loss): apply_rollback
  *               (theta_0 from the keep buffer) and forward again; the other micro batches, backward, clip;
- *               then hybrid_update (the fused AdamW pass, filling h->stats) or its kernel
- *     hybrid_report(h, loss or NAN, loss_micro1 (p.observe) or NAN, grad_norm or NAN, noise_s, noise_g2
- *                   (or NAN: one micro batch), ms);
+ *               then hybrid_update (the fused AdamW pass) or its kernel (hybrid_update_numbers in,
+ *               hybrid_stats_out back)
+ *     hybrid_observe(h, loss or NAN, loss_micro1 (p.observe) or NAN, grad_norm or NAN, noise_s, noise_g2
+ *                    (or NAN: one micro batch), ms);
  * All bookkeeping lives here; the trainer runs only the per-element loops (hybrid/apply.h) or their
- * kernels. The keep buffer is any P-float buffer idle from a Predict run's first step to its Correct
- * step's backward (the gradients). Allocation happens in hybrid_init only. Depends on libc.
+ * kernels, and reads or writes no field of HybridState. The keep buffer is any P-float buffer idle from a
+ * Predict run's first step to its Correct step's backward (the gradients). Allocation happens in
+ * hybrid_init only. Depends on llmc/args.h (the flag table's rows) and llmc/utils.h (the clock).
  */
 #ifndef HYBRID_HYBRID_H
 #define HYBRID_HYBRID_H
@@ -27,7 +29,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "hybrid/hmath.h"
+#include "llmc/utils.h"   // clock_seconds
+#include "llmc/args.h"    // ArgSpec: the flag table
 #include "hybrid/hio.h"
 #include "hybrid/apply.h"
 #include "hybrid/lookahead.h"
@@ -54,47 +57,48 @@ typedef struct {
 } HybridConfig;
 
 // The defaults are EMA-Nesterov's beta0 0.5 and 10% prefill, kept on to the end of the schedule (β_t
-// shrinks with the learning rate anyway; EMA-Nesterov's cool-down of the last 30% ended measurably higher
-// in the studies, docs/results.md), and no Predict runs: the look-ahead costs nothing measurable (make
-// bench); Predict runs are for the study to size. The noise gate's 2 lies between the regimes measured
-// (B_noise / tokens per step ~10-20 and 2-6: the look-ahead pays; ~1: it costs).
-static inline void hybrid_config_default(HybridConfig* c) {
-    c->enabled = 0;
-    c->lookahead = 0.5f;
-    c->drift_decay = -1.0f;
-    c->warmup = -1;
-    c->cooldown = 0.0f;
-    c->predict_steps = 0;
-    c->full_steps = 4;
-    c->divergence_threshold = 3.0f;
-    c->noise_gate = 2.0f;
-}
-
-// The flags as a table, one row per HybridConfig field. The trainer's command-line parser
-// (llmc/args.h through llmc/config.h) reads this table, so hybrid mode has no parser of its own.
-typedef enum { HYBRID_FLAG_INT, HYBRID_FLAG_FLOAT } HybridFlagType;
-typedef struct {
-    const char* flag;
-    HybridFlagType type;
-    size_t offset;          // into HybridConfig
-    double min, max;        // valid range (numbers)
-    const char* bare;       // value of the flag given without one (a bare --hybrid), or NULL
-    const char* help;
-} HybridFlag;
-
-#define HYBRID_FLAG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, bare, h}
-static const HybridFlag HYBRID_FLAGS[] = {
-    HYBRID_FLAG("--hybrid", HYBRID_FLAG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
-    HYBRID_FLAG("--lookahead", HYBRID_FLAG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off)"),
-    HYBRID_FLAG("--drift-decay", HYBRID_FLAG_FLOAT, drift_decay, -1, 0.9999, NULL, "hybrid: EMA decay of the drift (-1: a memory of 10% of the schedule, at most 100 steps: 0.99)"),
-    HYBRID_FLAG("--hybrid-warmup", HYBRID_FLAG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
-    HYBRID_FLAG("--hybrid-cooldown", HYBRID_FLAG_FLOAT, cooldown, 0, 1, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
-    HYBRID_FLAG("--predict-steps", HYBRID_FLAG_INT, predict_steps, 0, 16, NULL, "hybrid: steps of a Predict run along the drift (0: none)"),
-    HYBRID_FLAG("--full-steps", HYBRID_FLAG_INT, full_steps, 1, 1 << 20, NULL, "hybrid: min measured steps between Predict runs"),
-    HYBRID_FLAG("--divergence-threshold", HYBRID_FLAG_FLOAT, divergence_threshold, 0.1, 1000, NULL, "hybrid: z-score of a jump (grad norm backs beta off; Correct loss rolls back)"),
-    HYBRID_FLAG("--noise-gate", HYBRID_FLAG_FLOAT, noise_gate, 0, 1e6, NULL, "hybrid: look-ahead only while the gradient noise scale >= this x tokens per step (0: always; needs 2+ micro batches to measure)"),
+// shrinks with the learning rate anyway; why no cool-down: docs/hybrid.md), and no Predict runs: the
+// look-ahead adds no pass over the weights, Predict runs are a choice a run makes. The noise gate's
+// threshold sits between the regimes where the look-ahead pays and where it costs (docs/hybrid.md).
+static const HybridConfig HYBRID_CONFIG_DEFAULT = {
+    0,      // enabled
+    0.5f,   // lookahead
+    -1.0f,  // drift_decay
+    -1,     // warmup
+    0.0f,   // cooldown
+    0,      // predict_steps
+    4,      // full_steps
+    3.0f,   // divergence_threshold
+    2.0f,   // noise_gate
 };
-#define NUM_HYBRID_FLAGS ((int)(sizeof(HYBRID_FLAGS) / sizeof(HYBRID_FLAGS[0])))
+
+static inline void hybrid_config_default(HybridConfig* c) { *c = HYBRID_CONFIG_DEFAULT; }
+
+// The flags as a table, one row per HybridConfig field, in the rows of the trainers' parser (llmc/args.h):
+// a trainer lists it beside its own (hybrid/run.h), so hybrid mode has no parser of its own.
+#define HYBRID_ARG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, 0, h, NULL, bare, 0}
+static const ArgSpec HYBRID_ARGS[] = {
+    HYBRID_ARG("--hybrid", ARG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
+    HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off)"),
+    HYBRID_ARG("--drift-decay", ARG_FLOAT, drift_decay, -1, 0.9999, NULL, "hybrid: EMA decay of the drift (-1: a memory of 10% of the schedule, at most 100 steps: 0.99)"),
+    HYBRID_ARG("--hybrid-warmup", ARG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
+    HYBRID_ARG("--hybrid-cooldown", ARG_FLOAT, cooldown, 0, 1, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
+    HYBRID_ARG("--predict-steps", ARG_INT, predict_steps, 0, 16, NULL, "hybrid: steps of a Predict run along the drift (0: none)"),
+    HYBRID_ARG("--full-steps", ARG_INT, full_steps, 1, 1 << 20, NULL, "hybrid: min measured steps between Predict runs"),
+    HYBRID_ARG("--divergence-threshold", ARG_FLOAT, divergence_threshold, 0.1, 1000, NULL, "hybrid: z-score of a jump (grad norm backs beta off; Correct loss rolls back)"),
+    HYBRID_ARG("--noise-gate", ARG_FLOAT, noise_gate, 0, 1e6, NULL, "hybrid: look-ahead only while the gradient noise scale >= this x tokens per step (0: always; needs 2+ micro batches to measure)"),
+};
+#define NUM_HYBRID_ARGS ((int)(sizeof(HYBRID_ARGS) / sizeof(HYBRID_ARGS[0])))
+
+// a hybrid flag set without hybrid mode would be silently ignored: refused, naming the flag
+static inline void hybrid_config_check(const void* config) {
+    const HybridConfig* c = (const HybridConfig*)config;
+    const HybridConfig* d = &HYBRID_CONFIG_DEFAULT;
+    if (c->enabled) { return; }
+    if (c->lookahead != d->lookahead) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
+    if (c->predict_steps != d->predict_steps) { fatal("flag --predict-steps: needs hybrid mode (--hybrid)"); }
+    if (c->drift_decay != d->drift_decay) { fatal("flag --drift-decay: needs hybrid mode (--hybrid)"); }
+}
 
 // ----------------------------------------------------------------------------
 // state
@@ -130,11 +134,11 @@ typedef struct {
     const float* coef;          // Predict: (nblocks) coefficients along the drift
     int keep;                   // Predict: the run's first step, which keeps theta_0 in the keep buffer
     int check;                  // Correct steps: the first micro batch's loss to hybrid_check before the backward
-    int observe;                // other measured steps (with Predict runs): that loss to hybrid_report, after
+    int observe;                // other measured steps (with Predict runs): that loss to hybrid_observe, after
                                 // the step (no wait in its middle: on a GPU the loss is a copy to the host)
 } HybridPlan;
 
-static inline double hybrid_now_ms(void) { return hmath_seconds() * 1e3; }
+static inline double hybrid_now_ms(void) { return clock_seconds() * 1e3; }
 
 // offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
 // hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);
@@ -168,7 +172,7 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
                    stop, nblocks);
     predict_init(&h->pr, cfg->predict_steps, cfg->full_steps, cfg->divergence_threshold, start, stop);
     metrics_init(&h->metrics);
-    h->phase = PHASE_WARMUP;
+    h->phase = HYBRID_PHASE_WARMUP;
     h->check_loss = NAN;
 }
 
@@ -182,26 +186,28 @@ static inline void hybrid_free(HybridState* h) {
 // the step
 
 // the plan of step `step` (0-based) at learning rate lr: a Predict step's coefficients, or a measured
-// step's look-ahead (kept here for hybrid_update or the trainer's kernel: h->la.beta_prev, beta_next)
+// step's look-ahead (kept here for hybrid_update, or for the trainer's kernel: hybrid_update_numbers).
+// A state that hybrid_init never saw (zeroed: hybrid mode off) plans a Full step.
 static inline HybridPlan hybrid_plan(HybridState* h, int step, float lr) {
-    double t0 = hybrid_now_ms();
     HybridPlan p;
     memset(&p, 0, sizeof(p));
+    if (!h->cfg.enabled) { p.phase = HYBRID_PHASE_FULL; return p; }  // hybrid mode off: a plain Full step
+    double t0 = hybrid_now_ms();
     h->step = step;
     h->lr = lr;
     h->rolled_back = 0;
     h->check_loss = NAN;
     h->phase = predict_next(&h->pr, step);
     p.phase = h->phase;
-    if (h->phase == PHASE_PREDICT) {
+    if (h->phase == HYBRID_PHASE_PREDICT) {
         p.keep = h->pr.run_done == 0;
         predict_coef(&h->pr, h->stats, h->nblocks, h->coef);
         predict_step_done(&h->pr);
         p.coef = h->coef;
     } else {
         lookahead_plan(&h->la, step, lr, h->lr_peak, h->stats);
-        p.check = h->pr.horizon > 0 && h->phase == PHASE_CORRECT;
-        p.observe = h->pr.horizon > 0 && h->phase != PHASE_CORRECT;
+        p.check = h->pr.horizon > 0 && h->phase == HYBRID_PHASE_CORRECT;
+        p.observe = h->pr.horizon > 0 && h->phase != HYBRID_PHASE_CORRECT;
     }
     h->decide_ms = hybrid_now_ms() - t0;
     return p;
@@ -230,6 +236,44 @@ static inline void hybrid_update(HybridState* h, float* params, const float* gra
                           h->offsets, h->nblocks, h->partial, h->stats);
 }
 
+// what a device's fused pass needs of this step's update (the mirror of hybrid_update's arguments): the
+// AdamW step, the drift's decay, the look-ahead's per-block betas (host arrays, nblocks each), and
+// where the blocks end (the elements past it, padding, take a plain AdamW step)
+typedef struct {
+    ApplyAdamStep adam;         // weight_decay: the host's (nblocks); a device pass passes its own copy
+    float gamma;
+    const float* beta_prev;     // (nblocks) the look-ahead the weights hold now
+    const float* beta_next;     // (nblocks) the one to add
+    int nblocks;
+    size_t num_params;          // offsets[nblocks]
+} HybridUpdate;
+
+static inline HybridUpdate hybrid_update_numbers(const HybridState* h, float grad_scale, int t) {
+    HybridUpdate u;
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, NULL};
+    u.adam = st;
+    u.gamma = h->la.gamma;
+    u.beta_prev = h->la.beta_prev;
+    u.beta_next = h->la.beta_next;
+    u.nblocks = h->nblocks;
+    u.num_params = h->num_params;
+    return u;
+}
+
+// the parameter blocks' boundaries, (nblocks+1) floats into the flat parameters (a device keeps a copy)
+static inline const size_t* hybrid_block_offsets(const HybridState* h) { return h->offsets; }
+
+// where a device's fused pass returns its statistics, (nblocks, 3) doubles on the host: <delta,m>, |m|^2,
+// |delta|^2 per block (as hybrid_update fills them), before hybrid_observe
+static inline double* hybrid_stats_out(HybridState* h) { return h->stats; }
+
+// CPU reference of a Predict step (the plan's): theta_b += coef_b m_b along the drift (P), in params (P);
+// the run's first step keeps theta_0 in keep (P)
+static inline void hybrid_apply_predict(const HybridState* h, const HybridPlan* p, float* params, float* keep,
+                                        const float* drift) {
+    apply_predict(params, keep, drift, h->offsets, h->nblocks, p->coef, p->keep);
+}
+
 // the trainer keeps a bf16 copy of the weights (P values, NULL: none): hybrid_update rounds it as it writes
 // the weights, as the trainer's own AdamW pass does
 static inline void hybrid_set_bf16_copy(HybridState* h, uint16_t* params16) { h->params16 = params16; }
@@ -244,13 +288,13 @@ static inline void hybrid_skip_update(HybridState* h) {
 // noise_g2 the step's estimates of the gradient noise scale's terms, the noise's trace S and |G|^2
 // (llmc/run.h), NAN where not measured; ms the step's wall time (hybrid/'s own time for the step is added
 // to it and returned)
-static inline double hybrid_report(HybridState* h, float loss, float loss_micro1, float grad_norm, double noise_s,
+static inline double hybrid_observe(HybridState* h, float loss, float loss_micro1, float grad_norm, double noise_s,
                                    double noise_g2, double ms) {
     double t0 = hybrid_now_ms();
-    if (h->phase != PHASE_CORRECT && isfinite(loss_micro1)) {
+    if (h->phase != HYBRID_PHASE_CORRECT && isfinite(loss_micro1)) {
         predict_observe_loss(&h->pr, loss_micro1);  // p.observe: the history a Correct step is judged against
     }
-    if (h->phase != PHASE_PREDICT) {
+    if (h->phase != HYBRID_PHASE_PREDICT) {
         int ok = isfinite(loss);
         lookahead_observe(&h->la, ok ? grad_norm : NAN, ok ? noise_s : NAN, ok ? noise_g2 : NAN, h->stats);
         predict_measured(&h->pr, h->phase);
@@ -271,15 +315,15 @@ static inline int hybrid_take_event(const HybridState* h, char* buf, size_t n) {
 }
 
 // "phase" of the step, for the step line and metrics.jsonl
-static inline const char* hybrid_phase_name(const HybridState* h) { return phase_name(h->phase); }
+static inline const char* hybrid_phase_name(const HybridState* h) { return predict_phase_name(h->phase); }
 
 // the hybrid fields of this step's metrics.jsonl line: the look-ahead's beta (before the per-block caps;
 // null outside the window and while the noise gate is closed), the position in a Predict run, whether it was rolled back
 static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
     char beta[32], run[16];
-    if (h->phase != PHASE_PREDICT && h->la.active) { snprintf(beta, sizeof(beta), "%.6g", h->la.beta0 * (h->lr / h->lr_peak) * h->la.backoff); }
+    if (h->phase != HYBRID_PHASE_PREDICT && h->la.active) { snprintf(beta, sizeof(beta), "%.6g", h->la.beta0 * (h->lr / h->lr_peak) * h->la.backoff); }
     else { snprintf(beta, sizeof(beta), "null"); }
-    if (h->phase == PHASE_PREDICT) { snprintf(run, sizeof(run), "%d", h->pr.run_done); } else { snprintf(run, sizeof(run), "null"); }
+    if (h->phase == HYBRID_PHASE_PREDICT) { snprintf(run, sizeof(run), "%d", h->pr.run_done); } else { snprintf(run, sizeof(run), "null"); }
     return snprintf(buf, n, "\"beta\": %s, \"predict_run_step\": %s, \"rollback\": %d", beta, run, h->rolled_back);
 }
 

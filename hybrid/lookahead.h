@@ -1,12 +1,12 @@
 /*
- * hybrid/lookahead.h — hybrid mode's second design: predict the slow drift, not the last step.
- * A single AdamW update is mostly noise and the bounce across sharp directions; repeating it (the
- * first design's Predict step) repeats the bounce. What is predictable is the drift: m, an EMA
+ * hybrid/lookahead.h — the look-ahead: predict the slow drift, not the last step.
+ * A single AdamW update is mostly noise and the bounce across sharp directions; repeating it repeats the
+ * bounce. What is predictable is the drift: m, an EMA
  * (decay gamma, a memory of 10% of the schedule up to 100 steps) of the weights' displacement. Before
  * each step the weights move ahead along it, theta += beta_t m, and the step's gradient is taken at
  * that point (EMA-Nesterov). The look-ahead costs no forward, no backward and no pass of its own: it
  * is fused into AdamW's pass (apply_adamw_lookahead in hybrid/apply.h; the GPU kernel in
- * llmc/hybrid_apply.cuh). It takes no slot of the schedule: `-x N` is still N backward passes.
+ * hybrid/apply.cuh). It takes no slot of the schedule: `-x N` is still N backward passes.
  *
  * This header decides the per-block betas on the host:
  *   beta_t = --lookahead * lr_t / lr_peak * backoff, inside the window the facade sets ([the drift's
@@ -20,10 +20,9 @@
  *            recent mean and variance) halves beta; quiet steps let it grow back;
  *   gate:    no look-ahead is added while the gradient noise scale B_noise (a running estimate from the
  *            steps' two gradient norms, llmc/run.h) is below --noise-gate times the tokens per step.
- *            Measured on the study model: the look-ahead pays where a step's tokens are far below
- *            B_noise (1,024 tokens at B_noise 10-20k) and costs where they are about at it (16,384 at
- *            5-30k), where a tuned LR already takes the drift's step. With one micro batch per step
- *            B_noise cannot be measured, and the gate stays open.
+ *            The look-ahead pays where a step's tokens are far below B_noise and costs where they are
+ *            about at it, where a tuned LR already takes the drift's step (docs/hybrid.md). With one
+ *            micro batch per step B_noise cannot be measured, and the gate stays open.
  * The state is a few numbers per block, allocated in lookahead_init and saved with the hybrid state.
  */
 #ifndef HYBRID_LOOKAHEAD_H

@@ -14,8 +14,8 @@
 #include "hybrid/predict.h"
 
 typedef struct {
-    int steps[PHASE_COUNT];
-    double ms[PHASE_COUNT];       // wall ms per phase, as the trainer measured each step
+    int steps[HYBRID_PHASE_COUNT];
+    double ms[HYBRID_PHASE_COUNT];       // wall ms per phase, as the trainer measured each step
     double decide_ms;             // host time spent in hybrid/'s decisions and bookkeeping
 } HybridMetrics;
 
@@ -30,7 +30,7 @@ static inline double metrics_peak_rss_mib(void) {
 
 static inline int metrics_total_steps(const HybridMetrics* m) {
     int t = 0;
-    for (int p = 0; p < PHASE_COUNT; p++) { t += m->steps[p]; }
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) { t += m->steps[p]; }
     return t;
 }
 
@@ -50,18 +50,18 @@ static inline size_t metrics_summary_fields(const HybridMetrics* m, char* buf, s
     int total = metrics_total_steps(m);
     double time_total = 0.0;
     buf[0] = '\0';
-    for (int p = 0; p < PHASE_COUNT; p++) { time_total += m->ms[p]; }
-    for (int p = 0; p < PHASE_COUNT; p++) {
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) { time_total += m->ms[p]; }
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char key[32];
-        snprintf(key, sizeof(key), "steps_%s", phase_name((HybridPhase)p));
+        snprintf(key, sizeof(key), "steps_%s", predict_phase_name((HybridPhase)p));
         metrics_field(buf, n, &pos, key, m->steps[p], 1);
     }
-    for (int p = 0; p < PHASE_COUNT; p++) {
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char key[32];
-        snprintf(key, sizeof(key), "time_s_%s", phase_name((HybridPhase)p));
+        snprintf(key, sizeof(key), "time_s_%s", predict_phase_name((HybridPhase)p));
         metrics_field(buf, n, &pos, key, m->ms[p] / 1000.0, 0);
     }
-    metrics_field(buf, n, &pos, "pct_steps_without_backward", total ? 100.0 * m->steps[PHASE_PREDICT] / total : 0.0, 0);
+    metrics_field(buf, n, &pos, "pct_steps_without_backward", total ? 100.0 * m->steps[HYBRID_PHASE_PREDICT] / total : 0.0, 0);
     metrics_field(buf, n, &pos, "decide_ms_per_step", total ? m->decide_ms / total : NAN, 0);
     metrics_field(buf, n, &pos, "hybrid_time_s", time_total / 1000.0, 0);
     metrics_field(buf, n, &pos, "peak_rss_mib", metrics_peak_rss_mib(), 0);
@@ -70,16 +70,16 @@ static inline size_t metrics_summary_fields(const HybridMetrics* m, char* buf, s
 
 static inline void metrics_print_table(const HybridMetrics* m, FILE* f) {
     int total = metrics_total_steps(m);
-    double full_ms = m->steps[PHASE_FULL] ? m->ms[PHASE_FULL] / m->steps[PHASE_FULL] : NAN;
+    double full_ms = m->steps[HYBRID_PHASE_FULL] ? m->ms[HYBRID_PHASE_FULL] / m->steps[HYBRID_PHASE_FULL] : NAN;
     fprintf(f, "+--------------------------------------+------------------+\n");
     fprintf(f, "| hybrid summary                       |                  |\n");
     fprintf(f, "+--------------------------------------+------------------+\n");
-    for (int p = 0; p < PHASE_COUNT; p++) {
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char label[64];
-        snprintf(label, sizeof(label), "%s steps / time (s)", phase_name((HybridPhase)p));
+        snprintf(label, sizeof(label), "%s steps / time (s)", predict_phase_name((HybridPhase)p));
         fprintf(f, "| %-36s | %6d / %7.2f |\n", label, m->steps[p], m->ms[p] / 1000.0);
     }
-    fprintf(f, "| %-36s | %15.1f%% |\n", "steps without backward", total ? 100.0 * m->steps[PHASE_PREDICT] / total : 0.0);
+    fprintf(f, "| %-36s | %15.1f%% |\n", "steps without backward", total ? 100.0 * m->steps[HYBRID_PHASE_PREDICT] / total : 0.0);
     fprintf(f, "| %-36s | %16.4f |\n", "decision ms per step", total ? m->decide_ms / total : NAN);
     fprintf(f, "| %-36s | %15.3f%% |\n", "decision cost / Full step", 100.0 * (total ? m->decide_ms / total : NAN) / full_ms);
     fprintf(f, "| %-36s | %16.1f |\n", "peak RSS (MiB)", metrics_peak_rss_mib());
@@ -87,10 +87,10 @@ static inline void metrics_print_table(const HybridMetrics* m, FILE* f) {
 }
 
 static inline void metrics_io(HybridIO* io, HybridMetrics* m) {
-    hio_i32s(io, m->steps, PHASE_COUNT);
-    hio_f64s(io, m->ms, PHASE_COUNT);
+    hio_i32s(io, m->steps, HYBRID_PHASE_COUNT);
+    hio_f64s(io, m->ms, HYBRID_PHASE_COUNT);
     hio_f64(io, &m->decide_ms);
-    for (int p = 0; p < PHASE_COUNT && !io->writing && !io->failed; p++) {
+    for (int p = 0; p < HYBRID_PHASE_COUNT && !io->writing && !io->failed; p++) {
         if (m->steps[p] < 0 || m->steps[p] >= (1 << 30)) { hio_fail(io, "step counts out of range"); }
     }
 }

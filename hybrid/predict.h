@@ -5,7 +5,7 @@
  * capped so that |c_b m_b| <= PREDICT_CAP times the block's last update), and takes H slots of the
  * schedule without a forward or a backward. The step after a run is its Correct step: a Full step taken
  * at the predicted point. Where a Full step is expensive (many micro batches) H steps of one memory pass
- * each are cheap; whether they are worth their slots is what the study measures (rho).
+ * each are cheap; whether they are worth their slots is what scripts/compare_hybrid measures (rho).
  * Safe by construction: the Correct step's first micro batch loss is judged against the recent losses of
  * measured steps (a z-score above --divergence-threshold, from an EMA of their mean and variance). A jump
  * rolls the run back (the trainer restores theta_0 from its keep buffer, hybrid/apply.h) and doubles the
@@ -26,12 +26,12 @@
 #define PREDICT_LOSS_ALPHA 0.05 // EMA weight of the measured losses' mean and variance
 #define PREDICT_LOSS_MIN 10    // measured losses before a run may start (the z-score needs a history)
 
-typedef enum { PHASE_WARMUP = 0, PHASE_FULL = 1, PHASE_PREDICT = 2, PHASE_CORRECT = 3 } HybridPhase;
-#define PHASE_COUNT 4
+typedef enum { HYBRID_PHASE_WARMUP = 0, HYBRID_PHASE_FULL = 1, HYBRID_PHASE_PREDICT = 2, HYBRID_PHASE_CORRECT = 3 } HybridPhase;
+#define HYBRID_PHASE_COUNT 4
 
-static inline const char* phase_name(HybridPhase p) {
-    static const char* names[PHASE_COUNT] = {"warmup", "full", "predict", "correct"};
-    return (p >= 0 && p < PHASE_COUNT) ? names[p] : "?";
+static inline const char* predict_phase_name(HybridPhase p) {
+    static const char* names[HYBRID_PHASE_COUNT] = {"warmup", "full", "predict", "correct"};
+    return (p >= 0 && p < HYBRID_PHASE_COUNT) ? names[p] : "?";
 }
 
 typedef struct {
@@ -61,12 +61,12 @@ static inline void predict_init(PredictRuns* pr, int horizon, int every, float z
 // the phase of step `step` (0-based): the open run goes on, a finished one is corrected, a new one starts
 // when the gap has passed and the run fits in the window (and the losses have a history to judge by)
 static inline HybridPhase predict_next(PredictRuns* pr, int step) {
-    if (pr->run_done > 0) { return pr->run_done < pr->horizon ? PHASE_PREDICT : PHASE_CORRECT; }
-    if (step < pr->start) { return PHASE_WARMUP; }
+    if (pr->run_done > 0) { return pr->run_done < pr->horizon ? HYBRID_PHASE_PREDICT : HYBRID_PHASE_CORRECT; }
+    if (step < pr->start) { return HYBRID_PHASE_WARMUP; }
     if (pr->horizon > 0 && pr->since >= pr->gap && pr->loss_n >= PREDICT_LOSS_MIN && step + pr->horizon < pr->stop) {
-        return PHASE_PREDICT;
+        return HYBRID_PHASE_PREDICT;
     }
-    return PHASE_FULL;
+    return HYBRID_PHASE_FULL;
 }
 
 // a Predict step's coefficients: one step of the drift per block, capped (stats: the last measured
@@ -98,7 +98,7 @@ static inline void predict_observe_loss(PredictRuns* pr, double loss) {
 // a measured step's first micro batch loss. On a Correct step: returns 1 if the run must be rolled back
 // (a jump against the recent losses, or a non-finite loss); the loss then stays out of the history.
 static inline int predict_check(PredictRuns* pr, HybridPhase phase, float loss) {
-    if (phase == PHASE_CORRECT) {
+    if (phase == HYBRID_PHASE_CORRECT) {
         double sd = sqrt(pr->loss_var);
         int jump = !isfinite(loss) || (sd > 0.0 && ((double)loss - pr->loss_mean) / sd > pr->zmax);
         pr->run_done = 0;
@@ -115,7 +115,7 @@ static inline int predict_check(PredictRuns* pr, HybridPhase phase, float loss) 
 
 // after a measured step (Full or Correct): the gap counts it; after a Correct step a new gap begins
 static inline void predict_measured(PredictRuns* pr, HybridPhase phase) {
-    pr->since = phase == PHASE_CORRECT ? 0 : pr->since + 1;
+    pr->since = phase == HYBRID_PHASE_CORRECT ? 0 : pr->since + 1;
 }
 
 static inline void predict_io(HybridIO* io, PredictRuns* pr) {

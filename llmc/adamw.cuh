@@ -1,8 +1,6 @@
 /*
  * llmc/adamw.cuh — AdamW on fp32 master weights, writing the floatX working copy with stochastic rounding.
- * Math as the CPU path (bias-corrected moments, decoupled weight decay):
- *   g = grad * grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
- *   p -= lr * ( (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps) + wd * p )
+ * The element is llmc/adamw.h's, the CPU trainer's (bias-corrected moments, decoupled weight decay).
  * Works on any contiguous range [offset, offset+n) of the flat parameters (ZeRO-1 shards); `idx_base`
  * is the global index of the first element, so the rounding noise does not depend on the sharding.
  */
@@ -10,18 +8,7 @@
 #define LLMC_ADAMW_CUH
 
 #include "llmc/cuda_common.cuh"
-
-// one element: g the scaled gradient; m, v updated in place; returns the new weight. The plain kernel
-// and hybrid mode's fused one (llmc/hybrid_apply.cuh) both use it, so they round alike.
-__device__ __forceinline__ float adamw_element(float p, float g, float& m, float& v, float lr, float beta1,
-                                               float beta2, float beta1_correction, float beta2_correction, float eps,
-                                               float weight_decay) {
-    m = beta1 * m + (1.0f - beta1) * g;
-    v = beta2 * v + (1.0f - beta2) * g * g;
-    float m_hat = m / beta1_correction;
-    float v_hat = v / beta2_correction;
-    return p - lr * (m_hat / (sqrtf(v_hat) + eps) + weight_decay * p);
-}
+#include "llmc/adamw.h"  // adamw_element, the one definition of the update
 
 __global__ void adamw_kernel(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem,
                              size_t n, size_t idx_base, float lr, float beta1, float beta2,
@@ -30,7 +17,7 @@ __global__ void adamw_kernel(float* master, floatX* params, const float* grads, 
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
     float m = m_mem[i], v = v_mem[i];
-    float p = adamw_element(master[i], grads[i] * grad_scale, m, v, lr, beta1, beta2, beta1_correction,
+    float p = adamw_element(master[i], grads[i] * grad_scale, &m, &v, lr, beta1, beta2, beta1_correction,
                             beta2_correction, eps, weight_decay);
     m_mem[i] = m;
     v_mem[i] = v;

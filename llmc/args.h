@@ -25,10 +25,12 @@ typedef struct {
     const char* help;
     const char* choices; // ARG_CHOICE only
     const char* bare;    // value when the flag is given without one (next argument missing or a flag), or NULL
+    int fixed;           // fixed on resume: recorded in each checkpoint, and a resume with another value is refused
 } ArgSpec;
 
-// one table row: ARG(flag, type, Config, field, min, max, allow_minus1, help)
-#define ARG(f, t, Config, field, lo, hi, m1, h) {f, t, offsetof(Config, field), lo, hi, m1, h, NULL, NULL}
+// one table row: ARG(flag, type, Config, field, min, max, allow_minus1, help); ARG_FIXED: fixed on resume
+#define ARG(f, t, Config, field, lo, hi, m1, h) {f, t, offsetof(Config, field), lo, hi, m1, h, NULL, NULL, 0}
+#define ARG_FIXED(f, t, Config, field, lo, hi, m1, h) {f, t, offsetof(Config, field), lo, hi, m1, h, NULL, NULL, 1}
 
 // the name of choice `k` in "a|b|c" into out; 0 when there is no such choice
 static inline int arg_choice_name(char* out, size_t size, const char* choices, int k) {
@@ -48,15 +50,23 @@ static inline const ArgSpec* arg_find(const ArgSpec* specs, int n, const char* f
     return NULL;
 }
 
-static inline void arg_format_value(char* out, size_t size, const void* config, const ArgSpec* a) {
+// the value as the usage text and the start-up table show it; arg_format_exact: every bit of a float (the
+// record a resume is checked against)
+static inline void arg_format(char* out, size_t size, const void* config, const ArgSpec* a, int exact) {
     const char* base = (const char*)config + a->offset;
     switch (a->type) {
         case ARG_STR: { const char* s = *(const char* const*)base; snprintf(out, size, "%s", s ? s : "(none)"); break; }
         case ARG_INT: snprintf(out, size, "%d", *(const int*)base); break;
-        case ARG_FLOAT: snprintf(out, size, "%g", *(const float*)base); break;
+        case ARG_FLOAT: snprintf(out, size, exact ? "%.9g" : "%g", *(const float*)base); break;
         case ARG_CHOICE: arg_choice_name(out, size, a->choices, *(const int*)base); break;
         default: snprintf(out, size, "%lld", *(const long long*)base); break;
     }
+}
+static inline void arg_format_value(char* out, size_t size, const void* config, const ArgSpec* a) {
+    arg_format(out, size, config, a, 0);
+}
+static inline void arg_format_exact(char* out, size_t size, const void* config, const ArgSpec* a) {
+    arg_format(out, size, config, a, 1);
 }
 
 // stores `value` into the field of `config`, or exits with one line naming the flag and the valid range
@@ -101,7 +111,7 @@ static inline void arg_print_usage(FILE* out, const ArgSpec* specs, int n, const
                  : specs[i].type == ARG_CHOICE ? specs[i].choices : "int");
         char head[160];
         snprintf(head, sizeof(head), "%s %s", specs[i].flag, type);
-        fprintf(out, "  %-30s %s (default %s)\n", head, specs[i].help, def);
+        fprintf(out, "  %-30s %s (default %s%s)\n", head, specs[i].help, def, specs[i].fixed ? "; fixed on resume" : "");
     }
 }
 

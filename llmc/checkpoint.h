@@ -11,10 +11,11 @@
  * [4] master weights, [5] shuffle, [10] step, [20..21] sampling rng, [30..31] shard index,
  * [32..33] batch index in that shard; ours: [40..41] num parameters, [42..43] loader blob bytes,
  * [44..45] tokens consumed, [46..47] backward passes, [48..49] training seconds (double),
- * [50..51] init seed, [52..53] AdamW updates applied (its bias-correction step), [60..101] the flags a
- * resume must not change (below), [102..105] the gradient noise scale's two sums (doubles), [106] the
- * steps in them, [107] 1 when 102..106 are set. After the header: m (P fp32), v (P fp32), loader blob
- * (llmc/dataloader.h).
+ * [50..51] init seed, [52..53] AdamW updates applied (its bias-correction step), [60] 2 when the record of
+ * the flags fixed on resume follows the blob (1: an older file, the flags in slots 61..101), [102..105]
+ * the gradient noise scale's two sums (doubles), [106] the steps in them, [107] 1 when 102..106 are set,
+ * [108] the record's bytes. After the header: m (P fp32), v (P fp32), loader blob (llmc/dataloader.h),
+ * the record (text, one "flag value" line per flag: llmc/config.h).
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -29,6 +30,7 @@
 #define MODEL_VERSION_BF16 5
 #define STATE_MAGIC 20240527
 #define STATE_VERSION 1
+#define STATE_RECORD_MAX 16384  // bytes of the record of the run's fixed flags
 #define NUM_PARAMETER_TENSORS 16
 
 typedef struct {
@@ -71,7 +73,7 @@ static inline size_t gpt2_num_parameters(const GPT2Config* c) {
 // weight decay applies to the 2-D weights only (llm.c): wte, wpe, qkvw, attprojw, fcw, fcprojw
 static const int PARAM_DECAYS[NUM_PARAMETER_TENSORS] = {1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0};
 
-// hybrid mode's parameter blocks: each tensor of each layer, 12 L + 4 blocks (wte, wpe, lnfw, lnfb are
+// the parameter blocks: each tensor of each layer, 12 L + 4 blocks (wte, wpe, lnfw, lnfb are
 // one block each). offsets: (12L+5) in floats; weight_decay: (12L+4), the AdamW decay each block gets
 // (wd on the 2-D weights, else 0). Returns the number of blocks.
 static inline int gpt2_param_blocks(const GPT2Config* c, size_t* offsets, float* weight_decay, float wd) {
@@ -179,23 +181,32 @@ typedef struct {
     double train_time_s;      // cumulative training seconds
     uint64_t init_seed;
     uint64_t adam_steps;      // AdamW updates applied so far
-    // the flags a resume must not change (slots 60-97; files without them, has_run_flags 0, are not checked)
+    // the flags a resume must not change, one "flag value" line each (files without them: has_run_flags 0,
+    // nothing is checked)
     int has_run_flags;
-    int max_steps;            // -x
-    float lr;                 // -l
-    int warmup;               // -u
-    float final_frac;         // -q
-    char schedule[16];        // -k
-    char init[112];           // -e (longer values are cut)
-    float beta1, beta2;       // --beta1, --beta2 (slots 98-100; files without them had 0.9 and 0.95)
-    int precision;            // train_gpt2's --precision as run, PRECISION_FP32 or _BF16 (slot 101; 0: not
-                              // recorded: older files and train_gpt2cu's)
+    char run_flags[STATE_RECORD_MAX];
     double gns_s_sum, gns_g2_sum; // the gradient noise scale's sums over the run so far (slots 102-107;
     int gns_steps;                // files without them: 0, so a resumed summary covers the steps since)
 } TrainState;
 
 static inline void put_u64(int* h, int slot, uint64_t v) { memcpy(h + slot, &v, 8); }
 static inline uint64_t get_u64(const int* h, int slot) { uint64_t v; memcpy(&v, h + slot, 8); return v; }
+
+// the record of a file from before it was text (slots 61..101, the flags then fixed on resume), as text
+static inline void state_legacy_record(const int* h, char* out, size_t size) {
+    float lr, final_frac, beta1 = 0.9f, beta2 = 0.95f;  // the only AdamW betas before they were flags
+    char schedule[16], init[112];
+    memcpy(&lr, h + 62, 4);
+    memcpy(&final_frac, h + 64, 4);
+    memcpy(schedule, h + 66, sizeof(schedule));
+    memcpy(init, h + 70, sizeof(init));
+    schedule[sizeof(schedule) - 1] = '\0';
+    init[sizeof(init) - 1] = '\0';
+    if (h[100] == 1) { memcpy(&beta1, h + 98, 4); memcpy(&beta2, h + 99, 4); }
+    const char* precision = h[101] == 1 ? "--precision fp32\n" : h[101] == 2 ? "--precision bf16\n" : "";
+    snprintf(out, size, "-x %d\n-l %.9g\n-u %d\n-q %.9g\n-k %s\n-e %s\n--beta1 %.9g\n--beta2 %.9g\n%s", h[61], lr, h[63],
+             final_frac, schedule, init, beta1, beta2, precision);
+}
 
 // m, v: (num_parameters) AdamW moments; blob: the data loader position
 static inline void state_write(const char* path, const TrainState* s, const float* m, const float* v,
@@ -218,19 +229,9 @@ static inline void state_write(const char* path, const TrainState* s, const floa
     memcpy(header + 48, &s->train_time_s, 8);
     put_u64(header, 50, s->init_seed);
     put_u64(header, 52, s->adam_steps);
-    if (s->has_run_flags) {
-        header[60] = 1;
-        header[61] = s->max_steps;
-        memcpy(header + 62, &s->lr, 4);
-        header[63] = s->warmup;
-        memcpy(header + 64, &s->final_frac, 4);
-        memcpy(header + 66, s->schedule, sizeof(s->schedule));
-        memcpy(header + 70, s->init, sizeof(s->init));
-        memcpy(header + 98, &s->beta1, 4);
-        memcpy(header + 99, &s->beta2, 4);
-        header[100] = 1;
-        header[101] = s->precision;
-    }
+    size_t record = s->has_run_flags ? strnlen(s->run_flags, STATE_RECORD_MAX - 1) : 0;
+    header[60] = s->has_run_flags ? 2 : 0;
+    header[108] = (int)record;
     memcpy(header + 102, &s->gns_s_sum, 8);
     memcpy(header + 104, &s->gns_g2_sum, 8);
     header[106] = s->gns_steps;
@@ -241,6 +242,7 @@ static inline void state_write(const char* path, const TrainState* s, const floa
     atomic_write(&af, m, sizeof(float), s->num_parameters);
     atomic_write(&af, v, sizeof(float), s->num_parameters);
     atomic_write(&af, blob, 1, blob_bytes);
+    atomic_write(&af, s->run_flags, 1, record);
     atomic_commit(&af);
 }
 
@@ -274,24 +276,12 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
     memcpy(&s->train_time_s, header + 48, 8);
     s->init_seed = get_u64(header, 50);
     s->adam_steps = get_u64(header, 52);
-    if (header[60] == 1) {
-        s->has_run_flags = 1;
-        s->max_steps = header[61];
-        memcpy(&s->lr, header + 62, 4);
-        s->warmup = header[63];
-        memcpy(&s->final_frac, header + 64, 4);
-        memcpy(s->schedule, header + 66, sizeof(s->schedule));
-        memcpy(s->init, header + 70, sizeof(s->init));
-        s->schedule[sizeof(s->schedule) - 1] = '\0';
-        s->init[sizeof(s->init) - 1] = '\0';
-        s->beta1 = 0.9f;  // the only AdamW betas before they were flags
-        s->beta2 = 0.95f;
-        if (header[100] == 1) {
-            memcpy(&s->beta1, header + 98, 4);
-            memcpy(&s->beta2, header + 99, 4);
-        }
-        s->precision = header[101];
+    if (header[108] < 0 || header[108] >= STATE_RECORD_MAX) {
+        fatal("%s: corrupt state (a record of %d bytes)", path, header[108]);
     }
+    size_t record = (size_t)header[108];  // in the file even where slot 60 says it does not count
+    s->has_run_flags = header[60] == 2 || header[60] == 1;
+    if (header[60] == 1) { state_legacy_record(header, s->run_flags, sizeof(s->run_flags)); }
     if (header[107] == 1) {
         memcpy(&s->gns_s_sum, header + 102, 8);
         memcpy(&s->gns_g2_sum, header + 104, 8);
@@ -304,9 +294,9 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
     if (s->num_parameters != num_parameters) {
         fatal("%s: state is for %zu parameters, the model has %zu", path, s->num_parameters, num_parameters);
     }
-    if (s->step < 0 || nb > (1u << 30) || bytes != sizeof(header) + 2 * num_parameters * sizeof(float) + nb) {
+    if (s->step < 0 || nb > (1u << 30) || bytes != sizeof(header) + 2 * num_parameters * sizeof(float) + nb + record) {
         fatal("%s: state file is %zu bytes, its header implies %zu (truncated or corrupt)", path, bytes,
-              sizeof(header) + 2 * num_parameters * sizeof(float) + nb);
+              sizeof(header) + 2 * num_parameters * sizeof(float) + nb + record);
     }
     // AdamW's bias correction divides by 1 - beta^t: a count that is not in [0, step] would put
     // Inf/NaN into the first update (skipped steps do not count, so adam_steps <= step always)
@@ -318,6 +308,9 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
     *blob = (unsigned char*)mallocCheck(nb > 0 ? nb : 1);
     if (nb > 0) { freadCheck(*blob, 1, nb, fp, path); }
     *blob_bytes = nb;
+    char tail[STATE_RECORD_MAX];
+    if (record > 0) { freadCheck(tail, 1, record, fp, path); }
+    if (header[60] == 2) { memcpy(s->run_flags, tail, record); s->run_flags[record] = '\0'; }
     fcloseCheck(fp, path);
     for (size_t i = 0; i < num_parameters; i++) {
         if (!isfinite(m[i]) || !isfinite(v[i]) || v[i] < 0.0f) {
@@ -336,7 +329,7 @@ static inline void checkpoint_path(char* out, size_t size, const char* dir, cons
     } else if (strcmp(kind, "DONE") == 0) {
         n = snprintf(out, size, "%s/DONE_%08d", dir, step);
     } else {
-        n = snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);  // model, hybrid
+        n = snprintf(out, size, "%s/%s_%08d.bin", dir, kind, step);  // model, or a feature's file
     }
     if (n < 0 || (size_t)n >= size) { fatal("%s: output path too long", dir); }
 }
@@ -379,21 +372,41 @@ static inline int checkpoint_find_latest(const char* dir) {
     return n > 0 ? steps[n - 1] : -1;
 }
 
+// whether name is a file of checkpoint `step`: KIND_%08d.bin or state_%08d_00000.bin (any KIND: the
+// model's, the state's, a feature's own)
+static inline int checkpoint_file_of(const char* name, int step) {
+    char tail[32];
+    const char* us = strrchr(name, '_');
+    if (us != NULL && strcmp(us, "_00000.bin") == 0) {  // state_%08d_00000.bin
+        snprintf(tail, sizeof(tail), "_%08d_00000.bin", step);
+        return strlen(name) > strlen(tail) && strcmp(name + strlen(name) - strlen(tail), tail) == 0;
+    }
+    snprintf(tail, sizeof(tail), "_%08d.bin", step);
+    return strlen(name) > strlen(tail) && strcmp(name + strlen(name) - strlen(tail), tail) == 0;
+}
+
 // keeps the newest `keep` complete checkpoints (0 = all). The DONE marker goes first, so a checkpoint
-// interrupted half-way through deletion is never mistaken for a complete one.
+// interrupted half-way through deletion is never mistaken for a complete one; then every file of its step.
 static inline void checkpoint_prune(const char* dir, int keep) {
     if (keep <= 0) { return; }
     int steps[4096];
     int n = checkpoint_list_done(dir, steps, 4096);
-    static const char* kinds[] = {"DONE", "model", "state", "hybrid"};
     for (int i = 0; i < n - keep; i++) {
-        for (int k = 0; k < 4; k++) {
-            char path[4096];
-            checkpoint_path(path, sizeof(path), dir, kinds[k], steps[i]);
+        char path[4096];
+        checkpoint_path(path, sizeof(path), dir, "DONE", steps[i]);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            fprintf(stderr, "warning: %s: cannot delete old checkpoint file (%s)\n", path, strerror(errno));
+        }
+        DIR* d = opendir(dir);
+        struct dirent* e;
+        while (d != NULL && (e = readdir(d)) != NULL) {
+            if (!checkpoint_file_of(e->d_name, steps[i])) { continue; }
+            if (snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= (int)sizeof(path)) { continue; }
             if (unlink(path) != 0 && errno != ENOENT) {
                 fprintf(stderr, "warning: %s: cannot delete old checkpoint file (%s)\n", path, strerror(errno));
             }
         }
+        if (d != NULL) { closedir(d); }
     }
 }
 

@@ -1,8 +1,8 @@
 /*
  * llmc/config.h — a run's configuration: one TrainConfig field per command-line flag, the flag table
- * both trainers parse (hybrid/'s flags joined in as rows of it), usage, the checks between flags,
- * and the two path decisions made from flags (the output dir, the val shards beside -i).
- * A trainer adds its own flags through a TrainCli; nothing here knows a model or a device.
+ * both trainers parse, usage, the checks between flags, and the two path decisions made from flags (the
+ * output dir, the val shards beside -i). A trainer adds its own flags, and any feature's (each a table of
+ * rows into its own config struct), through a TrainCli; nothing here knows a model, a device or a feature.
  */
 #ifndef LLMC_CONFIG_H
 #define LLMC_CONFIG_H
@@ -17,10 +17,7 @@
 #include "llmc/utils.h"
 #include "llmc/args.h"
 #include "llmc/schedulers.h"
-#include "hybrid/hybrid.h"
 
-#define MAX_FAULTS 5                 // consecutive NaN/Inf steps before giving up
-#define GRAD_CLIP 1.0f
 #define ADAM_BETA1 0.9f              // --beta1, --beta2 defaults
 #define ADAM_BETA2 0.95f
 #define ADAM_EPS 1e-8f
@@ -47,6 +44,7 @@ typedef struct {
     float weight_decay;        // -c
     float beta1;               // --beta1 AdamW
     float beta2;               // --beta2
+    float grad_clip;           // --grad-clip: the gradients' global norm is clipped to this
     int val_every;             // -v (0: off)
     int val_batches;           // -m (-1: all)
     int sample_every;          // -s (0: off)
@@ -73,7 +71,6 @@ typedef struct {
     const char* init_method;   // -pi
     const char* fs_path;       // -pf
     const char* server_ip;     // -ps
-    HybridConfig hybrid;       // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
 } TrainConfig;
 
 static inline TrainConfig config_default(void) {
@@ -90,6 +87,7 @@ static inline TrainConfig config_default(void) {
     c.lr = 3e-4f;
     c.beta1 = ADAM_BETA1;
     c.beta2 = ADAM_BETA2;
+    c.grad_clip = 1.0f;
     c.final_frac = 1.0f;
     c.schedule = "cosine";
     c.val_every = 20;
@@ -110,26 +108,26 @@ static inline TrainConfig config_default(void) {
 #endif
     c.fs_path = "/tmp";
     c.server_ip = "127.0.0.1";
-    hybrid_config_default(&c.hybrid);
     return c;
 }
 
 static const ArgSpec TRAIN_ARGS[] = {
     ARG("-i", ARG_STR, TrainConfig, train_pattern, 0, 0, 0, "train data shards (glob)"),
     ARG("-j", ARG_STR, TrainConfig, val_pattern, 0, 0, 0, "val data shards (glob; unset: the val_* shards beside -i's train_*, if any)"),
-    ARG("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
+    ARG_FIXED("-e", ARG_STR, TrainConfig, init, 0, 0, 0, "init: llm.c model file (v3 fp32), or dN = random init, depth N (C=64N, N heads)"),
     ARG("-o", ARG_STR, TrainConfig, output_dir, 0, 0, 0, "output dir, created with its parents: main.log, metrics.jsonl, summary.json, checkpoints"),
     ARG("-b", ARG_INT, TrainConfig, B, 1, TRAIN_MAX_B, 0, "micro batch size B (per process)"),
     ARG("-t", ARG_INT, TrainConfig, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
     ARG("-d", ARG_INT, TrainConfig, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all processes (multiple of B*T*processes; -1: B*T*processes)"),
-    ARG("-x", ARG_INT, TrainConfig, max_steps, 0, 1 << 30, 1, "number of steps (-1: one epoch of the train data; 0: no training, generate -g tokens)"),
-    ARG("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
-    ARG("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
-    ARG("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
-    ARG("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
+    ARG_FIXED("-x", ARG_INT, TrainConfig, max_steps, 0, 1 << 30, 1, "number of steps (-1: one epoch of the train data; 0: no training, generate -g tokens)"),
+    ARG_FIXED("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
+    ARG_FIXED("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),
+    ARG_FIXED("-q", ARG_FLOAT, TrainConfig, final_frac, 0, 1, 0, "final learning rate as a fraction of the peak"),
+    ARG_FIXED("-k", ARG_STR, TrainConfig, schedule, 0, 0, 0, "learning rate schedule: cosine | linear | constant | wsd"),
     ARG("-c", ARG_FLOAT, TrainConfig, weight_decay, 0, 1e3, 0, "weight decay (2-D weights only)"),
-    ARG("--beta1", ARG_FLOAT, TrainConfig, beta1, 0, 0.99999, 0, "AdamW beta1 (first-moment decay)"),
-    ARG("--beta2", ARG_FLOAT, TrainConfig, beta2, 0, 0.99999, 0, "AdamW beta2 (second-moment decay)"),
+    ARG_FIXED("--beta1", ARG_FLOAT, TrainConfig, beta1, 0, 0.99999, 0, "AdamW beta1 (first-moment decay)"),
+    ARG_FIXED("--beta2", ARG_FLOAT, TrainConfig, beta2, 0, 0.99999, 0, "AdamW beta2 (second-moment decay)"),
+    ARG_FIXED("--grad-clip", ARG_FLOAT, TrainConfig, grad_clip, 1e-6, 1e9, 0, "clip the gradients' global norm to this"),
     ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
     ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
     ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps and after the last (0: off)"),
@@ -137,7 +135,7 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-n", ARG_INT, TrainConfig, ckpt_every, 0, 1 << 30, 0, "checkpoint every N steps and at the end (0: off; needs -o)"),
     ARG("-nk", ARG_INT, TrainConfig, ckpt_keep, 0, 1 << 30, 0, "keep only the last K checkpoints (0: all)"),
     ARG("-y", ARG_INT, TrainConfig, resume, 0, 1, 0, "resume from the latest complete checkpoint in -o (0|1)"),
-    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if -x -l -u -q -k -e --beta1 --beta2 --precision differ from the checkpoint's (0|1)"),
+    ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if a flag fixed on resume differs from the checkpoint's (0|1)"),
     ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
     ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order and sampling"),
     ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples and bits per byte (unset: --vocab's tokenizer.bin, else data/gpt2_tokenizer.bin; missing: print ids)"),
@@ -148,33 +146,39 @@ static const ArgSpec TRAIN_ARGS[] = {
 };
 #define NUM_TRAIN_ARGS ((int)(sizeof(TRAIN_ARGS) / sizeof(TRAIN_ARGS[0])))
 
-// hybrid/hybrid.h's flag table as rows of this parser's table (fields inside TrainConfig.hybrid)
-static inline const ArgSpec* config_hybrid_args(void) {
-    static ArgSpec rows[NUM_HYBRID_FLAGS];
-    for (int k = 0; k < NUM_HYBRID_FLAGS; k++) {
-        const HybridFlag* f = &HYBRID_FLAGS[k];
-        ArgSpec a = {f->flag, f->type == HYBRID_FLAG_INT ? ARG_INT : ARG_FLOAT,
-                     offsetof(TrainConfig, hybrid) + f->offset, f->min, f->max, 0, f->help, NULL, f->bare};
-        rows[k] = a;
-    }
-    return rows;
-}
+// a table of flags beside the shared one: the trainer's own (config NULL: rows into TrainConfig) or a
+// feature's (rows into its own config struct, which the parse first resets to its defaults)
+typedef struct {
+    const ArgSpec* args;
+    int num_args;
+    void* config;              // the struct the rows point into; NULL: the TrainConfig parsed
+    const void* defaults;      // that struct's defaults (usage text, the parse's start); NULL with config NULL
+    size_t size;               // sizeof of that struct
+    void (*check)(const void* config);  // the checks between the table's flags, after the parse, or NULL
+    int first_row_enables;     // the first row (an int) turns the feature on; while off, the start-up table
+                               // shows that row alone
+} ArgTable;
 
-// what a trainer adds to the command line: its name, its own flags, its checks
+// what a trainer adds to the command line: its name, its own flags and any feature's, its examples
 typedef struct {
     const char* program;       // "./train_gpt2"
     const char* about;         // the usage line's tail
-    const ArgSpec* args;       // the trainer's own flags (may be NULL)
-    int num_args;
+    const ArgTable* tables;    // flags beyond TRAIN_ARGS, table by table (may be NULL)
+    int num_tables;
     const char* example;       // usage lines after the flags
 } TrainCli;
+
+// the struct a table's rows point into, for the TrainConfig c being parsed
+static inline void* config_table_target(const ArgTable* t, TrainConfig* c) { return t->config != NULL ? t->config : c; }
 
 static inline void config_print_usage(FILE* out, const TrainCli* cli) {
     TrainConfig d = config_default();
     fprintf(out, "usage: %s [options]   (%s; llm.c's flags)\n", cli->program, cli->about);
     arg_print_usage(out, TRAIN_ARGS, NUM_TRAIN_ARGS, &d);
-    if (cli->args != NULL) { arg_print_usage(out, cli->args, cli->num_args, &d); }
-    arg_print_usage(out, config_hybrid_args(), NUM_HYBRID_FLAGS, &d);
+    for (int k = 0; k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        arg_print_usage(out, t->args, t->num_args, t->config != NULL ? t->defaults : (const void*)&d);
+    }
     fprintf(out, "  %-30s this text\n", "-h, --help");
     fprintf(out, "%s", cli->example);
 }
@@ -213,12 +217,20 @@ static inline void config_resolve_vocab(TrainConfig* c) {
 // fills c from the command line, or exits 1 with one line naming the flag and the problem
 static inline void config_parse(TrainConfig* c, int argc, char** argv, const TrainCli* cli) {
     *c = config_default();
+    for (int k = 0; k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        if (t->config != NULL) { memcpy(t->config, t->defaults, t->size); }
+    }
     for (int i = 1; i < argc; i++) {
         const char* flag = argv[i];
         if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { config_print_usage(stdout, cli); exit(EXIT_SUCCESS); }
         if (arg_parse_one(c, TRAIN_ARGS, NUM_TRAIN_ARGS, argc, argv, &i)) { continue; }
-        if (cli->args != NULL && arg_parse_one(c, cli->args, cli->num_args, argc, argv, &i)) { continue; }
-        if (arg_parse_one(c, config_hybrid_args(), NUM_HYBRID_FLAGS, argc, argv, &i)) { continue; }
+        int found = 0;
+        for (int k = 0; k < cli->num_tables && !found; k++) {
+            const ArgTable* t = &cli->tables[k];
+            found = arg_parse_one(config_table_target(t, c), t->args, t->num_args, argc, argv, &i);
+        }
+        if (found) { continue; }
         fatal("unknown flag '%s' (%s -h lists the flags)", flag, cli->program);
     }
     config_resolve_vocab(c);
@@ -227,12 +239,9 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
-    if (!c->hybrid.enabled) {  // a hybrid flag set without hybrid mode would be silently ignored
-        HybridConfig d;
-        hybrid_config_default(&d);
-        if (c->hybrid.lookahead != d.lookahead) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
-        if (c->hybrid.predict_steps != d.predict_steps) { fatal("flag --predict-steps: needs hybrid mode (--hybrid)"); }
-        if (c->hybrid.drift_decay != d.drift_decay) { fatal("flag --drift-decay: needs hybrid mode (--hybrid)"); }
+    for (int k = 0; k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        if (t->check != NULL) { t->check(config_table_target(t, c)); }
     }
     if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
     if ((long long)c->B * c->T > TRAIN_MAX_BT) {
@@ -243,6 +252,81 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         fatal("flag -d: total batch %d is not a multiple of B*T*processes = %d", c->total_batch,
               c->B * c->T * c->num_processes);
     }
+}
+
+// ----------------------------------------------------------------------------
+// the resume record: every row marked fixed on resume (ARG_FIXED), of every table, as one "flag value" line
+// (floats with every bit). A checkpoint keeps it (llmc/run_state.h); a resume compares it row by row.
+
+// calls fn(row, the struct it points into, arg) for every fixed row of TRAIN_ARGS and the trainer's tables
+static inline void config_each_fixed(const TrainConfig* c, const TrainCli* cli,
+                                     void (*fn)(const ArgSpec* row, const void* values, void* arg), void* arg) {
+    for (int i = 0; i < NUM_TRAIN_ARGS; i++) {
+        if (TRAIN_ARGS[i].fixed) { fn(&TRAIN_ARGS[i], c, arg); }
+    }
+    for (int k = 0; cli != NULL && k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        for (int i = 0; i < t->num_args; i++) {
+            if (t->args[i].fixed) { fn(&t->args[i], t->config != NULL ? t->config : (const void*)c, arg); }
+        }
+    }
+}
+
+typedef struct { char* out; size_t size, pos; } ConfigRecord;
+
+static inline void config_record_row(const ArgSpec* row, const void* values, void* arg) {
+    ConfigRecord* r = (ConfigRecord*)arg;
+    char v[4096];
+    arg_format_exact(v, sizeof(v), values, row);
+    int n = snprintf(r->out + r->pos, r->size - r->pos, "%s %s\n", row->flag, v);
+    if (n < 0 || (size_t)n >= r->size - r->pos) { fatal("flag %s: the resume record is full", row->flag); }
+    r->pos += (size_t)n;
+}
+
+// the record of the run's fixed flags into out (size bytes, NUL-terminated)
+static inline void config_fixed_record(const TrainConfig* c, const TrainCli* cli, char* out, size_t size) {
+    ConfigRecord r = {out, size, 0};
+    out[0] = '\0';
+    config_each_fixed(c, cli, config_record_row, &r);
+}
+
+// the value of `flag` in a record into out; 0 when the record has no line for it
+static inline int config_record_value(const char* record, const char* flag, char* out, size_t size) {
+    size_t n = strlen(flag);
+    for (const char* line = record; line != NULL && *line != '\0';) {
+        const char* end = strchr(line, '\n');
+        size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+        if (len > n && strncmp(line, flag, n) == 0 && line[n] == ' ') {
+            snprintf(out, size, "%.*s", (int)(len - n - 1), line + n + 1);
+            return 1;
+        }
+        line = end != NULL ? end + 1 : NULL;
+    }
+    return 0;
+}
+
+typedef struct { const char* record; const char* path; } ConfigCheck;
+
+static inline void config_check_row(const ArgSpec* row, const void* values, void* arg) {
+    const ConfigCheck* k = (const ConfigCheck*)arg;
+    char now[4096], then[4096];
+    arg_format_exact(now, sizeof(now), values, row);
+    if (!config_record_value(k->record, row->flag, then, sizeof(then)) || strcmp(now, then) == 0) { return; }
+    if (row->type == ARG_FLOAT) {  // both as the usage text shows numbers
+        snprintf(then, sizeof(then), "%g", strtod(then, NULL));
+        arg_format_value(now, sizeof(now), values, row);
+    }
+    fatal("flag %s: %s differs from the checkpoint's %s (%s); resume with the run's flags, or add --allow-changed 1",
+          row->flag, now, then, k->path);
+}
+
+// A resume with another value of a flag fixed on resume would silently change the run: refused with one line
+// naming the first such flag and both values, unless --allow-changed 1. A flag the record lacks (a checkpoint
+// from before the flag was recorded) is not compared.
+static inline void config_check_fixed(const TrainConfig* c, const TrainCli* cli, const char* record, const char* path) {
+    if (c->allow_changed) { return; }
+    ConfigCheck k = {record, path};
+    config_each_fixed(c, cli, config_check_row, &k);
 }
 
 // mkdir -p: creates dir and its missing parents, or exits naming the one that cannot be made

@@ -88,9 +88,9 @@ static inline int blas_core_rank(const char* name) {
 }
 
 // The OpenMP wait policy we set when the user set neither OMP_WAIT_POLICY nor GOMP_SPINCOUNT: idle workers
-// sleep. On small shared machines a spinning worker burns the time slice its partner needs; measured with
-// scripts/bench_threads.sh (docs/correctness.md), passive was within noise of the best policy on a quiet
-// machine and the best under load, while active and bounded spins lost up to 17% under load.
+// sleep. On small shared machines a spinning worker burns the time slice its partner needs; passive is
+// within noise of the best policy on a quiet machine and the best under load (scripts/bench_threads.sh,
+// docs/correctness.md).
 #define LLMC_WAIT_POLICY_VAR "OMP_WAIT_POLICY"
 #define LLMC_WAIT_POLICY_VALUE "passive"
 

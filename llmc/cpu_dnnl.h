@@ -1,7 +1,7 @@
 /*
  * llmc/cpu_dnnl.h — bf16 matrix multiplies on the CPU through oneDNN (train_gpt2 --precision bf16): bf16
  * operands, fp32 accumulation and fp32 output, on CPUs that multiply bf16 pairs natively (avx512_bf16,
- * AMX). What it defines: the fp32 -> bf16 rounding (round to nearest even, NaN stays NaN), the detection of
+ * AMX). What it defines: the rows' conversion to bf16 (llmc/bf16.h's rounding), the detection of
  * native bf16 dot products (with a test override), and DnnlGemm, one oneDNN matmul primitive for one fixed
  * shape and operand layout, created once at start-up and executed with fresh data pointers each call.
  * Why fixed shapes: a primitive's JIT kernels and blocking are chosen for its shape; creating them takes
@@ -22,21 +22,10 @@
 #include <string.h>
 #include "llmc/utils.h"
 #include "llmc/cpu_blas.h"  // cpu_features_detect
-#include "hybrid/hmath.h"    // hmath_bf16
+#include "llmc/bf16.h"      // bf16, bf16_from_float
 #ifdef LLMC_DNNL
 #include <oneapi/dnnl/dnnl.h>
 #endif
-
-typedef uint16_t bf16;  // the upper half of an fp32: 1 sign, 8 exponent, 7 mantissa bits
-
-// fp32 -> bf16, round to nearest even (hybrid/hmath.h: hybrid mode's fused pass rounds with it too)
-static inline bf16 bf16_from_float(float f) { return hmath_bf16(f); }
-static inline float bf16_to_float(bf16 h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 // rows (n, cols) of src, row stride lds, into dst (n, cols) contiguous; for thread tid of nth (rows split)
 static inline void bf16_convert_rows(bf16* dst, const float* src, size_t n, size_t cols, size_t lds, int tid, int nth) {
@@ -119,7 +108,7 @@ static inline void dnnl_scratch_reserve_in(DnnlContext* cx, const_dnnl_primitive
 // Products that the threads of a parallel region each run on their own data (the attention's per-head
 // ones): each thread makes its own context and its own primitives, inside the region. A primitive made
 // there runs on one thread; made outside, it splits itself for all threads, and run inside a region it
-// runs those pieces one after the other (measured on a Zen 4: 11.0 against 6.9 us for a 32 x 256 x 64).
+// runs those pieces one after the other, slower than one thread's own primitive.
 // (dnnl_context_init first, outside the region: the engine is shared)
 static inline void dnnl_local_init(DnnlContext* cx) {
     if (dnnl_ctx.engine == NULL) { fatal("oneDNN: dnnl_local_init before dnnl_context_init"); }

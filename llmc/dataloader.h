@@ -169,9 +169,8 @@ static inline void dataloader_init(DataLoader* loader, const char* pattern, int 
     dataloader_reset(loader, seed);
 }
 
-// loads the next batch into inputs/targets without advancing: the next dataloader_next_batch loads the
-// same batch again (hybrid mode's probes look at the batch a Correct step will train on)
-static inline void dataloader_peek_batch(DataLoader* loader) {
+// loads the next batch into inputs/targets and advances; crosses shards and epochs as needed
+static inline void dataloader_next_batch(DataLoader* loader) {
     int shard = loader->shard_order[loader->shard_pos];
     const char* path = loader->glob_result.gl_pathv[shard];
     if (loader->open_shard != shard) {
@@ -187,12 +186,6 @@ static inline void dataloader_peek_batch(DataLoader* loader) {
         loader->inputs[i] = loader->buffer[i];
         loader->targets[i] = loader->buffer[i + 1];
     }
-}
-
-// loads the next batch into inputs/targets and advances; crosses shards and epochs as needed
-static inline void dataloader_next_batch(DataLoader* loader) {
-    dataloader_peek_batch(loader);
-    int shard = loader->shard_order[loader->shard_pos];
     loader->batch_pos++;
     if (loader->batch_pos == loader->shard_batches[shard]) {
         loader->shard_pos++;

@@ -1,7 +1,7 @@
 /*
  * llmc/report.h — what a run tells its user besides the per-step lines: the start-up table (every flag
  * with its value, the model, the run, and the trainer's own rows) and, at the end, summary.json and the
- * closing lines (with hybrid mode's summary table).
+ * closing lines.
  */
 #ifndef LLMC_REPORT_H
 #define LLMC_REPORT_H
@@ -16,7 +16,7 @@
 
 static inline void report_row(const char* name, const char* value) { printf("| %-20s | %-50s |\n", name, value); }
 
-static inline void report_flag_rows(const TrainConfig* cfg, const ArgSpec* specs, int n) {
+static inline void report_flag_rows(const void* cfg, const ArgSpec* specs, int n) {
     for (int i = 0; i < n; i++) {
         char v[256];
         arg_format_value(v, sizeof(v), cfg, &specs[i]);
@@ -33,8 +33,12 @@ static inline void report_config_begin(const TrainRun* run, const TrainCli* cli,
     report_row("Parameter", "Value");
     printf("%s", REPORT_LINE);
     report_flag_rows(&run->cfg, TRAIN_ARGS, NUM_TRAIN_ARGS);
-    if (cli->args != NULL) { report_flag_rows(&run->cfg, cli->args, cli->num_args); }
-    report_flag_rows(&run->cfg, config_hybrid_args(), run->cfg.hybrid.enabled ? NUM_HYBRID_FLAGS : 1);
+    for (int k = 0; k < cli->num_tables; k++) {
+        const ArgTable* t = &cli->tables[k];
+        const void* values = t->config != NULL ? t->config : (const void*)&run->cfg;
+        int on = !t->first_row_enables || *(const int*)((const char*)values + t->args[0].offset);
+        report_flag_rows(values, t->args, on ? t->num_args : 1);
+    }
     printf("%s", REPORT_LINE);
     const char* names[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};
     int values[] = {c->max_seq_len, c->vocab_size, c->padded_vocab_size, c->num_layers, c->num_heads, c->channels};
@@ -54,7 +58,8 @@ static inline void report_config_end(int resume_step) {
     printf("%s", REPORT_LINE);
 }
 
-// summary.json; extra: more "key": value pairs of the backend (leading ", "), or ""
+// summary.json; extra: more "key": value pairs of the trainer and its features (each with a leading ", "),
+// or ""
 static inline void report_summary(TrainRun* run, const char* extra) {
     char body[4096];
     char val[64];
@@ -64,23 +69,12 @@ static inline void report_summary(TrainRun* run, const char* extra) {
         snprintf(bpb, sizeof(bpb), "%.9g", run_val_bpb(run, run->last_val_loss));
     }
     if (isfinite(run_gns(run))) { snprintf(gns, sizeof(gns), "%.6g", run_gns(run)); }
-    int n = snprintf(body, sizeof(body),
+    snprintf(body, sizeof(body),
              "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"val_bpb\": %s, \"train_loss\": %.9g, "
              "\"backward\": %llu, \"tokens\": %llu, \"gradient_noise_scale\": %s%s",
              run->step, run->train_time_s, val, bpb, run->last_train_loss, (unsigned long long)run->backward,
              (unsigned long long)run->tokens, gns, extra);
-    if (run->cfg.hybrid.enabled) {
-        const int* ps = run->hybrid.metrics.steps;
-        n += snprintf(body + n, sizeof(body) - n,
-                      ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
-                      ps[PHASE_WARMUP], ps[PHASE_FULL], ps[PHASE_PREDICT], ps[PHASE_CORRECT]);
-        n += hybrid_summary_fields(&run->hybrid, body + n, sizeof(body) - n - 2);
-        snprintf(body + n, sizeof(body) - n, "}");
-    } else {
-        snprintf(body + n, sizeof(body) - n, ", \"phase_steps\": {\"full\": %d}", run->step);
-    }
     logger_write_summary(&run->logger, body);
-    if (run->cfg.hybrid.enabled) { hybrid_print_summary(&run->hybrid, stdout); }
     printf("done: %d steps, %.2f s training time, %llu backward passes\n", run->step, run->train_time_s,
            (unsigned long long)run->backward);
     if (isfinite(run_gns(run))) {

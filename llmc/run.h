@@ -1,10 +1,10 @@
 /*
  * llmc/run.h — a training run as both trainers keep it besides the model: the configuration, the data
- * loaders, the LR schedule, the sampler, the logs, the counters a checkpoint saves, and hybrid mode's
- * state. The helpers here are the parts of a step that do not touch the model: hybrid/'s plan before it
- * and its report after it, the console line, the metrics line, the count of
+ * loaders, the LR schedule, the sampler, the logs and the counters a checkpoint saves. The helpers here
+ * are the parts of a step that do not touch the model: the console line, the metrics line, the count of
  * non-finite steps, and when to evaluate, sample or checkpoint. Each trainer's main() holds the loop
- * itself and calls these; the model's forward, backward and update stay in the trainer.
+ * itself and calls these; the model's forward, backward and update stay in the trainer, and a feature
+ * that acts on steps tags the StepResult (its phase, its metrics fields) before the loop logs it.
  */
 #ifndef LLMC_RUN_H
 #define LLMC_RUN_H
@@ -21,12 +21,12 @@
 #include "llmc/tokenizer.h"
 #include "llmc/sampler.h"
 #include "llmc/logger.h"
-#include "hybrid/hybrid.h"
 
 #define MAX_FAULTS 5  // consecutive NaN/Inf steps before giving up
 
 typedef struct {
     TrainConfig cfg;
+    const TrainCli* cli;      // the trainer's command line: its tables, whose fixed rows a checkpoint records
     int num_processes;
     int rank0;                // this process prints, logs and writes checkpoints
     DataLoader train_loader;
@@ -53,11 +53,6 @@ typedef struct {
     int gns_steps;
     double val_bytes;         // text bytes of the val targets one evaluation sees (0: unknown, no bits per byte)
     double val_tokens;        // and their number
-    HybridState hybrid;
-    // the step in progress (run_step_begin .. run_log_step)
-    int predict;              // it was a Predict step
-    const char* phase;        // its phase's name ("full" without --hybrid)
-    char hybrid_json[256];    // its hybrid fields for metrics.jsonl
 } TrainRun;
 
 // what a trainer's step returns
@@ -65,9 +60,14 @@ typedef struct {
     float loss;       // mean over the step's micro batches (and processes)
     float grad_norm;  // before clipping
     float grad_norm_micro1; // the first micro batch's gradient alone (NAN: one micro batch, or not measured)
-    float loss_micro1;      // the first micro batch's loss (hybrid plan's observe; NAN: not measured)
+    float loss_micro1;      // the first micro batch's loss (NAN: not measured)
     int skipped;      // non-finite loss or norm: no update
     double ms;
+    // what a feature that planned the step adds for the logs (all zero: a plain step)
+    const char* phase;      // the step's phase for the step line and metrics.jsonl (NULL: "full", not printed)
+    int unmeasured;         // a step without a batch: no loss, no norm; `what` says what it did
+    char what[96];          // such a step's console text
+    char json[256];         // more "key": value pairs for its metrics line ("": none)
 } StepResult;
 
 static inline size_t run_val_begin(TrainRun* run);
@@ -155,7 +155,6 @@ static inline void run_free(TrainRun* run) {
     if (run->cfg.max_steps != 0) { dataloader_free(&run->train_loader); }
     if (run->has_val) { dataloader_free(&run->val_loader); }
     free(run->loader_blob);
-    if (run->cfg.hybrid.enabled && run->cfg.max_steps != 0) { hybrid_free(&run->hybrid); }
 }
 
 // what one step trains on: every micro batch of every process
@@ -168,12 +167,11 @@ static inline double run_tokens_per_step(const TrainRun* run) {
 // true gradient's squared norm G2 = (Bb |G_Bb|^2 - b |G_b|^2) / (Bb - b) and of the noise's trace
 // S = (|G_b|^2 - |G_Bb|^2) / (1/b - 1/Bb); B_noise = S / G2. One step's estimate is noisy (it can be
 // negative); a ratio of sums is the stable one. The summary's sums cover the second half of the run
-// (steps past total/2): B_noise grows as the loss falls (5k to 20k tokens over the study model's
-// large-batch runs), and over the whole run the first steps' large G2 would dominate the sum (the same
-// runs gave 217 tokens). Steps with more tokens than B_noise gain little per token from a larger batch:
-// the regime a study must know.
-// The step's S and G2 (NAN, NAN where not measured: one micro batch, a skipped step); hybrid mode's noise
-// gate keeps a running ratio of them (hybrid/lookahead.h).
+// (steps past total/2): B_noise grows as the loss falls, and over the whole run the first steps' large
+// G2 would dominate the sum. Steps with more tokens than B_noise gain little per token from a larger
+// batch: the regime a comparison of runs must know.
+// The step's S and G2 (NAN, NAN where not measured: one micro batch, a skipped step); a feature may keep
+// a running ratio of them.
 static inline void run_noise_terms(const TrainRun* run, const StepResult* r, double* s, double* g2) {
     int micro = run->grad_accum * run->num_processes;  // micro batches per step, over every process
     *s = *g2 = NAN;
@@ -205,45 +203,16 @@ static inline double run_gns(const TrainRun* run) {
 // ----------------------------------------------------------------------------
 // around a step
 
-// what this step is: a Full step without --hybrid, else hybrid/'s plan (its time is training time)
-static inline HybridPlan run_step_begin(TrainRun* run, float lr) {
-    if (!run->cfg.hybrid.enabled) {
-        HybridPlan p;
-        memset(&p, 0, sizeof(p));
-        p.phase = PHASE_FULL;
-        return p;
-    }
-    return hybrid_plan(&run->hybrid, run->step, lr);
-}
-
-// hybrid/ records the step (and adds its own time to the step's), the step counts as done, and the last
-// train loss is kept
-static inline void run_step_end(TrainRun* run, StepResult* r) {
-    run->predict = 0;
-    run->phase = "full";
-    run->hybrid_json[0] = '\0';
-    if (run->cfg.hybrid.enabled) {
-        double s, g2;
-        run_noise_terms(run, r, &s, &g2);
-        double own = hybrid_report(&run->hybrid, r->skipped ? NAN : r->loss, r->loss_micro1, r->skipped ? NAN : r->grad_norm,
-                                   s, g2, r->ms);
-        r->ms += own;
-        run->train_time_s += own / 1000.0;
-        hybrid_step_json(&run->hybrid, run->hybrid_json, sizeof(run->hybrid_json));
-        char event[160];
-        if (hybrid_take_event(&run->hybrid, event, sizeof(event)) && run->rank0) { printf("%s\n", event); }
-        run->predict = run->hybrid.phase == PHASE_PREDICT;
-        run->phase = hybrid_phase_name(&run->hybrid);
-    }
+// the step counts as done, and the last train loss is kept
+static inline void run_step_end(TrainRun* run, const StepResult* r) {
     run->step++;
-    if (!run->predict) { run->last_train_loss = r->loss; }
+    if (!r->unmeasured) { run->last_train_loss = r->loss; }
 }
 
 static inline void run_print_step(const TrainRun* run, const StepResult* r, float lr) {
     if (!run->rank0) { return; }
-    if (run->predict) {
-        printf("step %4d/%d | predict %d/%d along the drift | lr %.2e | %.2f ms\n",
-               run->step, run->total_steps, run->hybrid.pr.run_done, run->hybrid.pr.horizon, lr, r->ms);
+    if (r->unmeasured) {
+        printf("step %4d/%d | %s | lr %.2e | %.2f ms\n", run->step, run->total_steps, r->what, lr, r->ms);
         return;
     }
     double tok_s = (double)run->grad_accum * run->num_processes * run->cfg.B * run->cfg.T / (r->ms / 1000.0);
@@ -251,7 +220,7 @@ static inline void run_print_step(const TrainRun* run, const StepResult* r, floa
     if (run->peak_flops > 0.0) { snprintf(mfu, sizeof(mfu), "%.1f%%", 100.0 * run->flops_per_token * tok_s / run->peak_flops); }
     printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %s MFU | %.0f tok/s%s%s\n",
            run->step, run->total_steps, r->loss, r->grad_norm, lr, r->ms, mfu, tok_s,
-           run->cfg.hybrid.enabled ? " | " : "", run->cfg.hybrid.enabled ? run->phase : "");
+           r->phase != NULL ? " | " : "", r->phase != NULL ? r->phase : "");
 }
 
 // val after the step: every -v steps and after the last one
@@ -288,17 +257,17 @@ static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, fl
     StepMetrics m;
     memset(&m, 0, sizeof(m));
     m.step = run->step;
-    m.phase = run->phase;
-    m.has_loss = !run->predict;
+    m.phase = r->phase != NULL ? r->phase : "full";
+    m.has_loss = !r->unmeasured;
     m.loss = r->loss;
     m.lr = lr;
-    m.has_norm = !run->predict;
+    m.has_norm = !r->unmeasured;
     m.grad_norm = r->grad_norm;
-    double gns = run->predict || r->skipped ? NAN : run_gns_step(run, r);
-    m.has_gns = isfinite(r->grad_norm_micro1) && !run->predict;
+    double gns = r->unmeasured || r->skipped ? NAN : run_gns_step(run, r);
+    m.has_gns = isfinite(r->grad_norm_micro1) && !r->unmeasured;
     m.grad_norm_micro1 = r->grad_norm_micro1;
     m.gns = gns;
-    m.extra = run->cfg.hybrid.enabled ? run->hybrid_json : NULL;
+    m.extra = r->json[0] != '\0' ? r->json : NULL;
     m.ms = r->ms;
     m.train_time_s = run->train_time_s;
     m.tokens = run->tokens;

@@ -2,8 +2,8 @@
  * llmc/run_state.h — a run's checkpoints as the trainers use them: where a run starts (the latest
  * complete checkpoint with -y 1, else -e), the shared state file (counters, AdamW m and v, the data
  * position, the sampler's stream and the flags that define the schedule), the refusal to resume with
- * another schedule, hybrid mode's state file, and the DONE marker that completes a checkpoint.
- * The file formats themselves are llmc/checkpoint.h's; the model file is the trainer's to write.
+ * another schedule, and the DONE marker that completes a checkpoint. The file formats themselves are
+ * llmc/checkpoint.h's; the model file is the trainer's to write, as is a feature's own file.
  */
 #ifndef LLMC_RUN_STATE_H
 #define LLMC_RUN_STATE_H
@@ -53,49 +53,22 @@ static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num
     s->init_seed = (uint64_t)c->seed;
     s->adam_steps = (uint64_t)run->adam_steps;
     s->has_run_flags = 1;
-    s->max_steps = c->max_steps;
-    s->lr = c->lr;
-    s->warmup = c->warmup;
-    s->final_frac = c->final_frac;
-    snprintf(s->schedule, sizeof(s->schedule), "%s", c->schedule);
-    snprintf(s->init, sizeof(s->init), "%s", c->init);
-    s->beta1 = c->beta1;
-    s->beta2 = c->beta2;
-    s->precision = c->precision;  // resolved by the CPU trainer before any checkpoint; 0 in train_gpt2cu
+    config_fixed_record(c, run->cli, s->run_flags, sizeof(s->run_flags));
     s->gns_s_sum = run->gns_s_sum;
     s->gns_g2_sum = run->gns_g2_sum;
     s->gns_steps = run->gns_steps;
 }
 
 // a resume with another schedule or init would silently change the run: refused, one line per the
-// first difference, unless --allow-changed 1
-static inline void run_state_check_flags(const TrainConfig* c, const TrainState* s, const char* path) {
-    if (c->allow_changed) { return; }
+// first difference, unless --allow-changed 1 (llmc/config.h compares the record row by row)
+static inline void run_state_check_flags(const TrainRun* run, const TrainState* s, const char* path) {
+    if (run->cfg.allow_changed) { return; }
     if (!s->has_run_flags) {  // an older file: nothing to compare against, and the user should know
-        fprintf(stderr, "note: %s predates the record of the run's flags: -x -l -u -q -k -e --beta1 --beta2 are not "
+        fprintf(stderr, "note: %s predates the record of the run's flags: the flags fixed on resume are not "
                         "checked against it\n", path);
         return;
     }
-    char now[112], then[112];
-    const char* flag = NULL;
-    if (c->max_steps != s->max_steps) { flag = "-x"; snprintf(now, sizeof(now), "%d", c->max_steps); snprintf(then, sizeof(then), "%d", s->max_steps); }
-    else if (c->lr != s->lr) { flag = "-l"; snprintf(now, sizeof(now), "%g", c->lr); snprintf(then, sizeof(then), "%g", s->lr); }
-    else if (c->warmup != s->warmup) { flag = "-u"; snprintf(now, sizeof(now), "%d", c->warmup); snprintf(then, sizeof(then), "%d", s->warmup); }
-    else if (c->final_frac != s->final_frac) { flag = "-q"; snprintf(now, sizeof(now), "%g", c->final_frac); snprintf(then, sizeof(then), "%g", s->final_frac); }
-    else if (strncmp(c->schedule, s->schedule, sizeof(s->schedule) - 1) != 0) { flag = "-k"; snprintf(now, sizeof(now), "%s", c->schedule); snprintf(then, sizeof(then), "%s", s->schedule); }
-    else if (strncmp(c->init, s->init, sizeof(s->init) - 1) != 0) { flag = "-e"; snprintf(now, sizeof(now), "%s", c->init); snprintf(then, sizeof(then), "%s", s->init); }
-    else if (c->beta1 != s->beta1) { flag = "--beta1"; snprintf(now, sizeof(now), "%g", c->beta1); snprintf(then, sizeof(then), "%g", s->beta1); }
-    else if (c->beta2 != s->beta2) { flag = "--beta2"; snprintf(now, sizeof(now), "%g", c->beta2); snprintf(then, sizeof(then), "%g", s->beta2); }
-    else if (s->precision != 0 && c->precision != 0 && c->precision != s->precision) {
-        const char* names[] = {"auto", "fp32", "bf16"};
-        flag = "--precision";
-        snprintf(now, sizeof(now), "%s", names[c->precision == PRECISION_BF16 ? 2 : 1]);
-        snprintf(then, sizeof(then), "%s", names[s->precision == PRECISION_BF16 ? 2 : 1]);
-    }
-    if (flag != NULL) {
-        fatal("flag %s: %s differs from the checkpoint's %s (%s); resume with the run's flags, or add --allow-changed 1",
-              flag, now, then, path);
-    }
+    config_check_fixed(&run->cfg, run->cli, s->run_flags, path);
 }
 
 // reads the state file of checkpoint `step` into s (m, v into the given buffers), checks it against
@@ -108,7 +81,7 @@ static inline void run_state_load(TrainRun* run, int step, size_t num_parameters
     size_t blob_bytes;
     state_read(path, &s, num_parameters, m, v, &blob, &blob_bytes);
     if (s.step != step) { fatal("%s: state is for step %d, expected %d", path, s.step, step); }
-    run_state_check_flags(&run->cfg, &s, path);
+    run_state_check_flags(run, &s, path);
     dataloader_state_load(&run->train_loader, blob, blob_bytes, path);
     free(blob);
     run->step = s.step;
@@ -122,14 +95,6 @@ static inline void run_state_load(TrainRun* run, int step, size_t num_parameters
     run->gns_steps = s.gns_steps;
 }
 
-// the open hybrid state file of checkpoint `step` (caller: hybrid_load, then fcloseCheck)
-static inline FILE* run_state_open_hybrid(const TrainRun* run, int step, char* path, size_t size) {
-    checkpoint_path(path, size, run->cfg.output_dir, "hybrid", step);
-    FILE* fp = fopen(path, "rb");
-    if (fp == NULL) { fatal("%s: cannot open (%s); was the run saved without --hybrid?", path, strerror(errno)); }
-    return fp;
-}
-
 // the standard state file (rank 0): counters, m, v, loader position
 static inline void run_state_write(TrainRun* run, size_t num_parameters, const float* m, const float* v) {
     char path[4096];
@@ -138,19 +103,6 @@ static inline void run_state_write(TrainRun* run, size_t num_parameters, const f
     dataloader_state_save(&run->train_loader, run->loader_blob);
     checkpoint_path(path, sizeof(path), run->cfg.output_dir, "state", run->step);
     state_write(path, &s, m, v, run->loader_blob, dataloader_state_size(&run->train_loader));
-}
-
-// hybrid_%08d.bin of this step (rank 0); keep: the rollback point of an open Predict run, or NULL
-static inline void run_state_write_hybrid(TrainRun* run, const float* drift, const float* keep) {
-    char path[4096];
-    checkpoint_path(path, sizeof(path), run->cfg.output_dir, "hybrid", run->step);
-    AtomicFile af;
-    atomic_open(&af, path);
-    char err[256];
-    if (hybrid_save(&run->hybrid, af.fp, drift, keep, err, sizeof(err)) != 0) {
-        fatal("%s: cannot write the hybrid state (%s)", path, err);
-    }
-    atomic_commit(&af);
 }
 
 // after the trainer wrote this step's files (rank 0): the DONE marker that makes them a checkpoint, then -nk

@@ -82,7 +82,7 @@ static inline int sampler_draw(Sampler* s, const float* logits, int V) {
     }
     double sum = 0.0;
     for (int i = 0; i < V; i++) { sum += logits[i] >= cut ? exp((logits[i] - maxval) / t) : 0.0; }
-    double coin = hmath_f32(&s->rng) * sum, cdf = 0.0;
+    double coin = random_f32(&s->rng) * sum, cdf = 0.0;
     int next = -1;
     for (int i = 0; i < V; i++) {
         if (logits[i] < cut) { continue; }

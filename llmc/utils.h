@@ -1,5 +1,5 @@
 /*
- * llmc/utils.h — checked wrappers for file I/O and allocation, and atomic file writes.
+ * llmc/utils.h — checked wrappers for file I/O and allocation, atomic file writes, and the one clock.
  * Every failure prints one line naming the file (or the size) and the problem, then exits 1:
  * a trainer that runs for hours must fail loudly and early, never crash or continue on bad data.
  * Atomic writes (temp file + fsync + rename + directory fsync) are how checkpoints survive kill -9
@@ -16,6 +16,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 #include <sys/stat.h>
+#include <time.h>
+
+// seconds on the monotonic clock: step times, timings, benchmarks
+static inline double clock_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 // ----------------------------------------------------------------------------
 // fatal errors: one line on stderr, exit status 1

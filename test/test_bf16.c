@@ -185,12 +185,12 @@ static void check_attention(int B, int T, int C, int NH) {
     Bf16Attention ba;
     memset(&ba, 0, sizeof(ba));
     bf16_attention_create(&ba, T, C, NH, threads);
-    attention_forward(out32, att32, qkv, B, T, C, NH);
+    attention_forward_fp32(out32, att32, qkv, B, T, C, NH);
     attention_forward_bf16(out16, att16, qkv, &ba, qkv_16, B, T, C, NH);
     double e_att = rel_err(att16, att32, na), e_out = rel_err(out16, out32, nc);
     memset(ba.p16, 0x7f, (size_t)threads * T * T * sizeof(bf16));  // the backward takes nothing from the forward's
     attention_backward_bf16(dqkv16, scratch, dout, qkv, att16, &ba, qkv_16, dout_16, B, T, C, NH);
-    attention_backward(dqkv32, scratch, dout, qkv, att32, B, T, C, NH);  // overwrites att32
+    attention_backward_fp32(dqkv32, scratch, dout, qkv, att32, B, T, C, NH);  // overwrites att32
     double e_d = rel_err(dqkv16, dqkv32, n3);
     double tol = 1.0 / 64;
     cr_assert_leq(e_att, tol, "B=%d T=%d C=%d NH=%d: probabilities off by %g", B, T, C, NH, e_att);
@@ -224,7 +224,7 @@ Test(bf16_matmul, bf16_is_really_used) {
     Bf16Linear lin;
     memset(&lin, 0, sizeof(lin));
     bf16_linear_create(&lin, N, C, OC, 1, w16, 1, 0);
-    matmul_forward(o32, inp, w, zero, NULL, N, C, OC);
+    matmul_forward_fp32(o32, inp, w, zero, NULL, N, C, OC);
     matmul_forward_bf16(o16, inp, &lin, 0, zero, NULL, N, C, OC, s);
     double maxdiff = 0.0;
     for (size_t i = 0; i < (size_t)N * OC; i++) { maxdiff = fmax(maxdiff, fabs(o32[i] - o16[i])); }

@@ -604,7 +604,7 @@ def bad_configs_give_one_line_errors():
 
 @test
 def committed_configs_load_and_pass_only_their_trainers_flags():
-    """Every study in configs/ is a reproduction command in the docs: it must still load, and every flag its
+    """Every study in configs/ and configs/studies/ is a reproduction command in the docs: it must still load, and every flag its
     arms pass must be one its trainer lists in -h (a renamed or removed flag breaks them here, not for a
     reader). A trainer that is not built here (./train_gpt2cu without nvcc) has its configs checked against
     the CPU trainer's flags minus the CPU-only --precision, the one flag the two CLIs do not share."""
@@ -622,7 +622,8 @@ def committed_configs_load_and_pass_only_their_trainers_flags():
     cu = os.path.join(ROOT, "train_gpt2cu")
     known["./train_gpt2cu"] = flags_of(cu) if os.access(cu, os.X_OK) else known["./train_gpt2"] - {"--precision"}
     check("--hybrid" in known["./train_gpt2"] and "-x" in known["./train_gpt2"], "flag list of -h not parsed")
-    paths = sorted(glob.glob(os.path.join(ROOT, "configs", "*.json")) + glob.glob(os.path.join(ROOT, "configs", "*.toml")))
+    paths = sorted(glob.glob(os.path.join(ROOT, "configs", "*.json")) + glob.glob(os.path.join(ROOT, "configs", "*.toml")) +
+                   glob.glob(os.path.join(ROOT, "configs", "studies", "*.json")))
     check(len(paths) >= 10, f"only {len(paths)} configs found")
     for path in paths:
         cfg = cl.load_config(path)  # fills in the default trainer

@@ -40,13 +40,13 @@ Test(dataloader, train_order_follows_contract_over_three_epochs) {
     uint64_t rng = seed ^ 0xD1B54A32D192ED03ull;
     for (int epoch = 0; epoch < 3; epoch++) {
         int shards[3] = {0, 1, 2};
-        for (int i = 2; i > 0; i--) { int j = hmath_u32(&rng) % (i + 1); int t = shards[i]; shards[i] = shards[j]; shards[j] = t; }
+        for (int i = 2; i > 0; i--) { int j = random_u32(&rng) % (i + 1); int t = shards[i]; shards[i] = shards[j]; shards[j] = t; }
         for (int si = 0; si < 3; si++) {
             int s = shards[si];
             int nb = (int)((shard_tokens[s] - 1) / BT);
             int order[8];
             for (int i = 0; i < nb; i++) { order[i] = i; }
-            for (int i = nb - 1; i > 0; i--) { int j = hmath_u32(&rng) % (i + 1); int t = order[i]; order[i] = order[j]; order[j] = t; }
+            for (int i = nb - 1; i > 0; i--) { int j = random_u32(&rng) % (i + 1); int t = order[i]; order[i] = order[j]; order[j] = t; }
             for (int k = 0; k < nb; k++) {
                 dataloader_next_batch(&loader);
                 int base = s * 1000 + order[k] * BT;
@@ -106,30 +106,6 @@ Test(dataloader, state_blob_restores_the_position) {
         dataloader_next_batch(&a);
         dataloader_next_batch(&b);
         cr_assert_arr_eq(a.inputs, b.inputs, BT * sizeof(int), "batch %d after restore", i);
-    }
-    dataloader_free(&a);
-    dataloader_free(&b);
-}
-
-// peek loads the batch that next_batch will load, and moves nothing: a run with peeks in it (hybrid mode's
-// probes) reads the same batches in the same order as one without, across shard and epoch boundaries
-Test(dataloader, peek_loads_the_next_batch_and_moves_nothing) {
-    DataLoader a, b;
-    dataloader_init(&a, pattern, B, T, 5000, 1, 7);
-    dataloader_init(&b, pattern, B, T, 5000, 1, 7);
-    int peeked[BT];
-    for (int i = 0; i < 30; i++) {  // 12 batches an epoch: crosses both
-        if (i % 3 != 2) {
-            dataloader_peek_batch(&a);
-            memcpy(peeked, a.inputs, sizeof(peeked));
-            dataloader_peek_batch(&a);
-            cr_assert_arr_eq(a.inputs, peeked, sizeof(peeked), "batch %d: a second peek differs", i);
-        }
-        dataloader_next_batch(&a);
-        dataloader_next_batch(&b);
-        cr_assert_arr_eq(a.inputs, b.inputs, BT * sizeof(int), "batch %d", i);
-        cr_assert_arr_eq(a.targets, b.targets, BT * sizeof(int), "batch %d targets", i);
-        if (i % 3 != 2) { cr_assert_arr_eq(a.inputs, peeked, sizeof(peeked), "batch %d is not the one peeked", i); }
     }
     dataloader_free(&a);
     dataloader_free(&b);

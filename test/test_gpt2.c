@@ -207,7 +207,7 @@ Test(gpt2_vs_pytorch_odd_shapes, ten_adamw_steps_match) { check_ten_adamw_steps(
 static void write_shard(const char* path, int ntok, uint64_t* rng) {
     int header[256] = {20240520, 1, ntok, 0};
     uint16_t* tok = (uint16_t*)mallocCheck(ntok * sizeof(uint16_t));
-    for (int i = 0; i < ntok; i++) { tok[i] = (uint16_t)(hmath_u32(rng) % 50257); }
+    for (int i = 0; i < ntok; i++) { tok[i] = (uint16_t)(random_u32(rng) % 50257); }
     FILE* fp = fopenCheck(path, "wb");
     fwriteCheck(header, sizeof(int), 256, fp, path);
     fwriteCheck(tok, sizeof(uint16_t), ntok, fp, path);

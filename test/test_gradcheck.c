@@ -9,7 +9,7 @@
  * <= RTOL along the gradient direction. RTOL, ATOL: 1e-4, 1e-5 for the linear maps (encoder, matmul, residual,
  * layernorm weight and bias); 1e-3, 5e-5 through the nonlinear ones (layernorm input, attention, GELU,
  * softmax-cross-entropy); 5e-3, 5e-4 for the whole model, whose loss is fp32 (h = 1e-2 throughout).
- * The residual add is fused into matmul_forward and checked there. Then the whole model: a tiny GPT-2 (V=64 padded to 128, L=2, NH=2, C=16, T=8, B=2, weights large enough
+ * The residual add is fused into matmul_forward_fp32 and checked there. Then the whole model: a tiny GPT-2 (V=64 padded to 128, L=2, NH=2, C=16, T=8, B=2, weights large enough
  * that every nonlinearity matters), each of the 16 parameter tensors, f = the mean loss.
  */
 #define TESTING
@@ -25,7 +25,7 @@ typedef double (*ScalarFn)(void* ctx);
 static uint64_t test_rng = 0x1234567ull;
 
 static float randn(void) {
-    float u1 = 1.0f - hmath_f32(&test_rng), u2 = hmath_f32(&test_rng);
+    float u1 = 1.0f - random_f32(&test_rng), u2 = random_f32(&test_rng);
     return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853f * u2);
 }
 
@@ -78,7 +78,7 @@ static double check_input(const char* layer, const char* input, float* x, const 
         }
         picked[np++] = best;
     }
-    for (int k = 0; k < N_RANDOM; k++) { picked[np++] = hmath_u32(&test_rng) % n; }
+    for (int k = 0; k < N_RANDOM; k++) { picked[np++] = random_u32(&test_rng) % n; }
     for (int k = 0; k < np; k++) {
         size_t i = picked[k];
         double fd = fd_coord(x, i, h, f, ctx);
@@ -162,7 +162,7 @@ Test(gradcheck, layernorm) {
 // is dout itself (the trainer's residual connections are this fused add)
 static double matmul_f(void* p) {
     Ctx* c = (Ctx*)p;
-    matmul_forward(c->out, c->a, c->b, c->c, c->d, N_, C_, OC_);
+    matmul_forward_fp32(c->out, c->a, c->b, c->c, c->d, N_, C_, OC_);
     return project(c->out, c->w, c->nout);
 }
 
@@ -173,14 +173,14 @@ Test(gradcheck, matmul_and_residual) {
     c.a = randn_alloc(N_ * C_, 0, 1); c.b = randn_alloc(OC_ * C_, 0, 1); c.c = randn_alloc(OC_, 0, 1);
     c.d = randn_alloc(c.nout, 0, 1);
     float *dinp = zeros(N_ * C_), *dw = zeros(OC_ * C_), *db = zeros(OC_);
-    matmul_backward(dinp, dw, db, c.w, c.a, c.b, N_, C_, OC_);
+    matmul_backward_fp32(dinp, dw, db, c.w, c.a, c.b, N_, C_, OC_);
     check_input("matmul", "inp", c.a, dinp, N_ * C_, 1e-2f, 1e-4, 1e-5, matmul_f, &c);
     check_input("matmul", "weight", c.b, dw, OC_ * C_, 1e-2f, 1e-4, 1e-5, matmul_f, &c);
     check_input("matmul", "bias", c.c, db, OC_, 1e-2f, 1e-4, 1e-5, matmul_f, &c);
     check_input("residual", "inp", c.d, c.w, c.nout, 1e-2f, 1e-4, 1e-5, matmul_f, &c);
     c.d = NULL;  // without the residual the output is the plain matmul
     float* plain = zeros(c.nout);
-    matmul_forward(plain, c.a, c.b, c.c, NULL, N_, C_, OC_);
+    matmul_forward_fp32(plain, c.a, c.b, c.c, NULL, N_, C_, OC_);
     double s = 0.0;
     for (int n = 0; n < N_; n++) {
         for (int o = 0; o < OC_; o++) {
@@ -195,7 +195,7 @@ Test(gradcheck, matmul_and_residual) {
 // causal self-attention: qkv (B,T,3C) -> out (B,T,C)
 static double attention_f(void* p) {
     Ctx* c = (Ctx*)p;
-    attention_forward(c->out, c->s1, c->a, B_, T_, C_, NH_);
+    attention_forward_fp32(c->out, c->s1, c->a, B_, T_, C_, NH_);
     return project(c->out, c->w, c->nout);
 }
 
@@ -207,7 +207,7 @@ Test(gradcheck, attention) {
     c.s1 = zeros(B_ * NH_ * T_ * T_);
     float *dqkv = zeros(N_ * 3 * C_), *scratch = zeros((size_t)omp_get_max_threads() * T_ * T_);
     attention_f(&c);
-    attention_backward(dqkv, scratch, c.w, c.a, c.s1, B_, T_, C_, NH_);
+    attention_backward_fp32(dqkv, scratch, c.w, c.a, c.s1, B_, T_, C_, NH_);
     check_input("attention", "qkv", c.a, dqkv, N_ * 3 * C_, 1e-2f, 1e-3, 5e-5, attention_f, &c);
 }
 
@@ -271,17 +271,17 @@ Test(gradcheck, attention_blocks) {
     enum { B = 2, T = 3 * ATT_BLOCK + 7, C = 32, NH = 2 };
     size_t n3 = (size_t)B * T * 3 * C, n = (size_t)B * T * C;
     float* qkv = zeros(n3);
-    for (size_t i = 0; i < n3; i++) { qkv[i] = 2.0f * hmath_f32(&test_rng) - 1.0f; }
+    for (size_t i = 0; i < n3; i++) { qkv[i] = 2.0f * random_f32(&test_rng) - 1.0f; }
     float *dout = randn_alloc(n, 0, 1), *out = zeros(n), *att = zeros((size_t)B * NH * T * T);
     float *dqkv = zeros(n3), *scratch = zeros((size_t)omp_get_max_threads() * T * T);
     double *out_ref = (double*)mallocCheck(n * sizeof(double)), *dqkv_ref = (double*)mallocCheck(n3 * sizeof(double));
-    attention_forward(out, att, qkv, B, T, C, NH);
+    attention_forward_fp32(out, att, qkv, B, T, C, NH);
     for (int bh = 0; bh < B * NH; bh++) {  // probabilities exactly zero above the diagonal
         for (int t = 0; t < T; t++) {
             for (int t2 = t + 1; t2 < T; t2++) { cr_assert_eq(att[((size_t)bh * T + t) * T + t2], 0.0f, "att above the diagonal"); }
         }
     }
-    attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH);
     attention_reference(out_ref, dqkv_ref, qkv, dout, B, T, C, NH);
     double e_out = max_rel_err(out, out_ref, n), e_d = max_rel_err(dqkv, dqkv_ref, n3);
     fprintf(stderr, "attention T=%d (blocks of %d): forward rel err %.2e, backward %.2e\n", T, ATT_BLOCK, e_out, e_d);
@@ -387,7 +387,7 @@ Test(gradcheck, whole_model_every_parameter_tensor) {
     gpt2_build_from_checkpoint(&model, TINY_PATH);
     gpt2_allocate(&model, TB, TT);
     int x[TB * TT], y[TB * TT];
-    for (int i = 0; i < TB * TT; i++) { x[i] = hmath_u32(&test_rng) % TV; y[i] = hmath_u32(&test_rng) % TV; }
+    for (int i = 0; i < TB * TT; i++) { x[i] = random_u32(&test_rng) % TV; y[i] = random_u32(&test_rng) % TV; }
     ModelCtx c = {&model, x, y};
     model_f(&c);
     gpt2_zero_grad(&model);

@@ -8,7 +8,7 @@
 #include <omp.h>
 #include "hybrid/apply.h"
 #include "hybrid/lookahead.h"
-#include "hybrid/hmath.h"
+#include "llmc/rand.h"
 
 #define NB 5
 static const size_t sizes[NB] = {7, 1000, 70001, 3, 4099}; // tails that are no multiple of a vector; a block < APPLY_CHUNKS
@@ -24,11 +24,11 @@ static uint32_t ulp_diff(float a, float b) { uint32_t x = ordered(a), y = ordere
 // values next to large updates (where float addition loses the low bits), LayerNorm-like ~1
 static float param_value(uint64_t* rng, size_t i) {
     switch (i % 5) {
-        case 0: return 0.02f * hmath_normal(rng);
+        case 0: return 0.02f * random_normal(rng);
         case 1: return 0.0f;
-        case 2: return 1e-9f * hmath_normal(rng);
-        case 3: return 1.0f + 0.1f * hmath_normal(rng);
-        default: return 3.0f * hmath_normal(rng);
+        case 2: return 1e-9f * random_normal(rng);
+        case 3: return 1.0f + 0.1f * random_normal(rng);
+        default: return 3.0f * random_normal(rng);
     }
 }
 
@@ -39,9 +39,9 @@ static void setup(size_t* off, float** params, float** d, float** m, float** v, 
     *params = malloc(P * 4); *d = malloc(P * 4); *m = malloc(P * 4); *v = malloc(P * 4);
     for (size_t i = 0; i < P; i++) {
         (*params)[i] = param_value(rng, i);
-        (*d)[i] = (i % 7 == 0) ? 0.0f : 3e-3f * hmath_normal(rng) * ((i % 3 == 0) ? 100.0f : 1.0f);
-        (*m)[i] = 1e-3f * hmath_normal(rng);
-        float s = 1e-3f * hmath_normal(rng);
+        (*d)[i] = (i % 7 == 0) ? 0.0f : 3e-3f * random_normal(rng) * ((i % 3 == 0) ? 100.0f : 1.0f);
+        (*m)[i] = 1e-3f * random_normal(rng);
+        float s = 1e-3f * random_normal(rng);
         (*v)[i] = s * s + ((i % 11 == 0) ? 0.0f : 1e-12f);
     }
 }
@@ -60,7 +60,7 @@ Test(apply, predict_adds_exactly_and_rollback_restores) {
     const int H = 16;
     float coefs[16 * NB];
     for (int k = 0; k < H; k++) {
-        for (int b = 0; b < NB; b++) { coefs[k * NB + b] = 8.0f * (hmath_f32(&rng) - 0.3f); }
+        for (int b = 0; b < NB; b++) { coefs[k * NB + b] = 8.0f * (random_f32(&rng) - 0.3f); }
         memcpy(prev, params, P * 4);
         apply_predict(params, keep, d, off, NB, coefs + k * NB, k == 0);
         // exactly the predicted amount: theta_new = fl(theta + fl(c * d_i)), element by element
@@ -121,7 +121,7 @@ static void fused_state(FusedState* s, const size_t* off, uint64_t seed) {
     setup(tmp, &p, &d, &m, &v, &rng);
     s->p = p; s->d = d; s->m = m; s->v = v;
     s->g = malloc(off[NB] * 4);
-    for (size_t i = 0; i < off[NB]; i++) { s->g[i] = (i % 13 == 0) ? 0.0f : 0.05f * hmath_normal(&rng); }
+    for (size_t i = 0; i < off[NB]; i++) { s->g[i] = (i % 13 == 0) ? 0.0f : 0.05f * random_normal(&rng); }
 }
 
 // a short schedule's drift decay (172 steps: 0.942), not the long runs' 0.99
@@ -207,9 +207,9 @@ Test(apply, fused_statistics_match_double_precision_math) {
     float params[1000], p0[1000], d[1000], d0[1000], m[1000], m0[1000], v[1000], v0[1000], g[1000];
     uint64_t rng = 5;
     for (int i = 0; i < 1000; i++) {
-        params[i] = p0[i] = 0.02f * hmath_normal(&rng); d[i] = d0[i] = 1e-3f * hmath_normal(&rng);
-        m[i] = m0[i] = 1e-3f * hmath_normal(&rng); v[i] = v0[i] = 1e-6f * (1.0f + hmath_f32(&rng));
-        g[i] = 1e-3f * hmath_normal(&rng);
+        params[i] = p0[i] = 0.02f * random_normal(&rng); d[i] = d0[i] = 1e-3f * random_normal(&rng);
+        m[i] = m0[i] = 1e-3f * random_normal(&rng); v[i] = v0[i] = 1e-6f * (1.0f + random_f32(&rng));
+        g[i] = 1e-3f * random_normal(&rng);
     }
     const float wd = 0.1f;
     ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 1.0f, NULL};
@@ -300,8 +300,8 @@ Test(apply, lookahead_pass_rounds_the_bf16_copy) {
         same_bits(with16.d, plain.d, P, "drift", 2);
         cr_assert_eq(memcmp(stats16, stats, sizeof(stats)), 0, "statistics differ with the bf16 copy");
         for (size_t i = 0; i < P; i++) {
-            cr_assert_eq(p16[i], hmath_bf16(with16.p[i]), "bf16 copy [%zu]: 0x%04x, the weight rounds to 0x%04x", i,
-                         p16[i], hmath_bf16(with16.p[i]));
+            cr_assert_eq(p16[i], bf16_from_float(with16.p[i]), "bf16 copy [%zu]: 0x%04x, the weight rounds to 0x%04x", i,
+                         p16[i], bf16_from_float(with16.p[i]));
         }
         memcpy(bp, bn, sizeof(bp));
     }

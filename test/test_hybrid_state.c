@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include "hybrid/hybrid.h"
-#include "llmc/config.h"  // the parser that reads hybrid/'s flag table
+#include "hybrid/run.h"   // hybrid's flag table as one of the trainers' parser tables (llmc/config.h)
 
 #define NB 4
 #define STEPS 120
@@ -36,7 +36,7 @@ static void sim_init(Sim* s) {
     s->p = calloc(s->P, 4); s->m = calloc(s->P, 4); s->v = calloc(s->P, 4);
     s->g = calloc(s->P, 4); s->d = calloc(s->P, 4); s->target = calloc(s->P, 4);
     uint64_t rng = 77;
-    for (size_t i = 0; i < s->P; i++) { s->p[i] = 0.5f * hmath_normal(&rng); s->target[i] = hmath_normal(&rng); }
+    for (size_t i = 0; i < s->P; i++) { s->p[i] = 0.5f * random_normal(&rng); s->target[i] = random_normal(&rng); }
     s->t = 0; s->batch = 0; s->frozen = -1; s->backward = 0;
 }
 
@@ -115,17 +115,17 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
         if (g_probe != NULL) { g_probe(h, s, step, &p); }
         // the loss a Correct step is judged on comes before its backward; the other measured steps' (its
         // history) after their step, so that a GPU does not wait for it in the middle of a step
-        int runs = h->pr.horizon > 0, measured = p.phase != PHASE_PREDICT;
-        cr_assert_eq(p.check, runs && p.phase == PHASE_CORRECT, "step %d: check", step);
-        cr_assert_eq(p.observe, runs && measured && p.phase != PHASE_CORRECT, "step %d: observe", step);
+        int runs = h->pr.horizon > 0, measured = p.phase != HYBRID_PHASE_PREDICT;
+        cr_assert_eq(p.check, runs && p.phase == HYBRID_PHASE_CORRECT, "step %d: check", step);
+        cr_assert_eq(p.observe, runs && measured && p.phase != HYBRID_PHASE_CORRECT, "step %d: observe", step);
         tr->phase[step] = p.phase;
         tr->keep[step] = p.keep;
         tr->rolled_back[step] = 0;
-        if (p.phase == PHASE_PREDICT) {
+        if (p.phase == HYBRID_PHASE_PREDICT) {
             if (p.keep && snapshot != NULL) { memcpy(snapshot, s->p, s->P * 4); }
             apply_predict(s->p, s->g, s->d, h->offsets, h->nblocks, p.coef, p.keep);
             tr->loss[step] = NAN;
-            hybrid_report(h, NAN, NAN, NAN, NAN, NAN, 1.0);
+            hybrid_observe(h, NAN, NAN, NAN, NAN, NAN, 1.0);
             continue;
         }
         float L = sim_loss(s, s->batch);
@@ -153,7 +153,7 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
             hybrid_skip_update(h);
         }
         tr->loss[step] = L;
-        hybrid_report(h, L, L1, gn, NAN, NAN, 1.0);
+        hybrid_observe(h, L, L1, gn, NAN, NAN, 1.0);
     }
 }
 
@@ -206,7 +206,7 @@ static int resume_case(const HybridConfig* c, int split) {
     cr_assert_eq(memcmp(x->beta_next, y->beta_next, NB * 4), 0);
     cr_assert_eq(memcmp(ha.stats, hc.stats, NB * 3 * sizeof(double)), 0);
     cr_assert_eq(memcmp(ha.metrics.steps, hc.metrics.steps, sizeof(ha.metrics.steps)), 0);
-    cr_assert_gt(ha.metrics.steps[PHASE_PREDICT], 10, "no Predict runs to resume across");
+    cr_assert_gt(ha.metrics.steps[HYBRID_PHASE_PREDICT], 10, "no Predict runs to resume across");
     cr_assert_gt(ha.la.active_steps, 20, "no look-ahead");
     cr_assert_eq(ha.pr.rollbacks, 1);
     cr_assert_eq(ha.la.jumps, 1, "the spike was not a jump");
@@ -243,14 +243,14 @@ Test(state, resume_is_bit_exact_at_any_step) {
 static void schedule_want(HybridPhase* want, int warmup, int H, int K, int stop) {
     int since = 0, measured = 0;
     for (int step = 0; step < STEPS;) {
-        if (step < warmup) { want[step++] = PHASE_WARMUP; since++; measured++; continue; }
+        if (step < warmup) { want[step++] = HYBRID_PHASE_WARMUP; since++; measured++; continue; }
         if (H > 0 && since >= K && measured >= PREDICT_LOSS_MIN && step + H < stop) {
-            for (int k = 0; k < H && step < STEPS; k++) { want[step++] = PHASE_PREDICT; }
-            if (step < STEPS) { want[step++] = PHASE_CORRECT; }
+            for (int k = 0; k < H && step < STEPS; k++) { want[step++] = HYBRID_PHASE_PREDICT; }
+            if (step < STEPS) { want[step++] = HYBRID_PHASE_CORRECT; }
             since = 0; measured++;
             continue;
         }
-        want[step++] = PHASE_FULL; since++; measured++;
+        want[step++] = HYBRID_PHASE_FULL; since++; measured++;
     }
 }
 
@@ -273,25 +273,25 @@ static void schedule_case(int H, int K, int warmup, float cooldown) {
     for (int step = 0; step < STEPS; step++) {
         HybridPhase ph = tr->phase[step];
         cr_assert_eq(ph, want[step], "H %d K %d warmup %d: step %d is %s, want %s", H, K, warmup, step,
-                     phase_name(ph), phase_name(want[step]));
-        int first = ph == PHASE_PREDICT && (step == 0 || tr->phase[step - 1] != PHASE_PREDICT);
+                     predict_phase_name(ph), predict_phase_name(want[step]));
+        int first = ph == HYBRID_PHASE_PREDICT && (step == 0 || tr->phase[step - 1] != HYBRID_PHASE_PREDICT);
         cr_assert_eq(tr->keep[step], first, "step %d: keep %d", step, tr->keep[step]);
-        if (ph == PHASE_PREDICT || ph == PHASE_CORRECT) { cr_assert_lt(step, stop, "step %d: predicted in the cool-down", step); }
-        predicted += ph == PHASE_PREDICT;
+        if (ph == HYBRID_PHASE_PREDICT || ph == HYBRID_PHASE_CORRECT) { cr_assert_lt(step, stop, "step %d: predicted in the cool-down", step); }
+        predicted += ph == HYBRID_PHASE_PREDICT;
     }
     // every run: H Predict steps, then one Correct step, then >= K Full steps before the next
     for (int step = 0; step < STEPS; step++) {
-        if (tr->phase[step] != PHASE_CORRECT) { continue; }
-        for (int k = 1; k <= H; k++) { cr_assert_eq(tr->phase[step - k], PHASE_PREDICT, "step %d", step - k); }
-        cr_assert(step - H - 1 < 0 || tr->phase[step - H - 1] != PHASE_PREDICT, "a run longer than %d", H);
+        if (tr->phase[step] != HYBRID_PHASE_CORRECT) { continue; }
+        for (int k = 1; k <= H; k++) { cr_assert_eq(tr->phase[step - k], HYBRID_PHASE_PREDICT, "step %d", step - k); }
+        cr_assert(step - H - 1 < 0 || tr->phase[step - H - 1] != HYBRID_PHASE_PREDICT, "a run longer than %d", H);
         int full = 0;
         int next = step + 1;
-        while (next < STEPS && tr->phase[next] == PHASE_FULL) { full++; next++; }
+        while (next < STEPS && tr->phase[next] == HYBRID_PHASE_FULL) { full++; next++; }
         if (next < STEPS) { cr_assert_geq(full, K, "step %d: %d Full steps before the next run", step, full); }
     }
     if (H > 0) { cr_assert_gt(predicted, 0, "H %d K %d: no Predict run", H, K); }
     cr_assert_eq(h.pr.steps, predicted);
-    cr_assert_eq(h.metrics.steps[PHASE_PREDICT], predicted);
+    cr_assert_eq(h.metrics.steps[HYBRID_PHASE_PREDICT], predicted);
     cr_assert_eq(s.backward, STEPS - predicted, "backward passes %d, Predict steps %d", s.backward, predicted);
     cr_assert_eq(h.pr.rollbacks, 0);
     free(tr);
@@ -312,7 +312,7 @@ Test(state, schedule_of_predict_runs) {
 
 static int count_full_after(const Trace* tr, int step) {
     int n = 0;
-    for (int s = step + 1; s < STEPS && tr->phase[s] == PHASE_FULL; s++) { n++; }
+    for (int s = step + 1; s < STEPS && tr->phase[s] == HYBRID_PHASE_FULL; s++) { n++; }
     return n;
 }
 
@@ -331,7 +331,7 @@ Test(state, rollback_restores_theta0_and_backs_off) {
     g_sabotage[12] = 1e3f;
     g_sabotage[21] = 1e3f;
     sim_run(&h, &s, 0, 13, tr, snap);
-    cr_assert_eq(tr->phase[12], PHASE_CORRECT);
+    cr_assert_eq(tr->phase[12], HYBRID_PHASE_CORRECT);
     cr_assert_eq(tr->rolled_back[12], 1);
     cr_assert_eq(h.pr.rollbacks, 1);
     cr_assert_eq(h.pr.gap, 2 * 3, "gap %d after a rollback", h.pr.gap);
@@ -343,7 +343,7 @@ Test(state, rollback_restores_theta0_and_backs_off) {
     cr_assert_eq(h.pr.rollbacks, 2);
     cr_assert_eq(tr->verified, 2, "%d rollbacks verified", tr->verified);
     int corrects[8], nc = 0;
-    for (int step = 0; step < STEPS && nc < 8; step++) { if (tr->phase[step] == PHASE_CORRECT) { corrects[nc++] = step; } }
+    for (int step = 0; step < STEPS && nc < 8; step++) { if (tr->phase[step] == HYBRID_PHASE_CORRECT) { corrects[nc++] = step; } }
     cr_assert_geq(nc, 5);
     cr_assert_eq(corrects[0], 12); cr_assert_eq(corrects[1], 21);
     cr_assert_eq(tr->rolled_back[21], 1);
@@ -370,9 +370,9 @@ Test(state, nonfinite_correct_loss_rolls_back) {
     Trace* tr = calloc(1, sizeof(Trace));
     float* snap = malloc(s.P * 4);
     sim_run(&h, &s, 0, 11, tr, snap);
-    cr_assert_eq(tr->phase[10], PHASE_PREDICT);
+    cr_assert_eq(tr->phase[10], HYBRID_PHASE_PREDICT);
     HybridPlan p = hybrid_plan(&h, 11, lr_at(11));
-    cr_assert_eq(p.phase, PHASE_CORRECT);
+    cr_assert_eq(p.phase, HYBRID_PHASE_CORRECT);
     cr_assert(p.check);
     cr_assert_eq(hybrid_check(&h, NAN), 1);
     apply_rollback(s.p, s.g, s.P);
@@ -396,7 +396,7 @@ static float coef_want(const double* stats, int b) {
 
 static int g_coef_checked;
 static void check_coef(HybridState* h, const Sim* s, int step, const HybridPlan* p) {
-    if (p->phase != PHASE_PREDICT) { return; }
+    if (p->phase != HYBRID_PHASE_PREDICT) { return; }
     for (int b = 0; b < NB; b++) {
         float want = coef_want(h->stats, b);
         cr_assert(memcmp(&p->coef[b], &want, 4) == 0, "step %d block %d: coef %g, want %g", step, b, p->coef[b], want);
@@ -444,7 +444,7 @@ Test(state, predict_cap_and_step) {
                                   0, 4, 1};    // |m| = 2 |delta|: at the cap, not past it
     memcpy(h.stats, stats, sizeof(stats));
     HybridPlan p = hybrid_plan(&h, 10, lr_at(10));
-    cr_assert_eq(p.phase, PHASE_PREDICT);
+    cr_assert_eq(p.phase, HYBRID_PHASE_PREDICT);
     cr_assert_eq(p.keep, 1);
     const float want[NB] = {1.0f, (float)(PREDICT_CAP * sqrt(0.01)), 0.0f, 1.0f};
     for (int b = 0; b < NB; b++) { cr_assert_eq(p.coef[b], want[b], "block %d: coef %.9g, want %.9g", b, p.coef[b], want[b]); }
@@ -461,10 +461,10 @@ Test(state, predict_cap_and_step) {
             cr_assert(memcmp(&s.p[i], &w, 4) == 0, "block %d elem %zu: %.9g, want %.9g", b, i, s.p[i], w);
         }
     }
-    hybrid_report(&h, NAN, NAN, NAN, NAN, NAN, 1.0);
+    hybrid_observe(&h, NAN, NAN, NAN, NAN, NAN, 1.0);
     // the run's second step: keeps nothing
     p = hybrid_plan(&h, 11, lr_at(11));
-    cr_assert_eq(p.phase, PHASE_PREDICT);
+    cr_assert_eq(p.phase, HYBRID_PHASE_PREDICT);
     cr_assert_eq(p.keep, 0);
     cr_assert(hybrid_run_open(&h));
     float* mid = malloc(s.P * 4);
@@ -472,9 +472,9 @@ Test(state, predict_cap_and_step) {
     apply_predict(s.p, s.g, s.d, h.offsets, h.nblocks, p.coef, p.keep);
     same_bits(s.g, before, s.P, "the keep buffer after the second step");
     cr_assert(memcmp(s.p, mid, s.P * 4) != 0, "the second step moved nothing");
-    hybrid_report(&h, NAN, NAN, NAN, NAN, NAN, 1.0);
+    hybrid_observe(&h, NAN, NAN, NAN, NAN, NAN, 1.0);
     p = hybrid_plan(&h, 12, lr_at(12));
-    cr_assert_eq(p.phase, PHASE_CORRECT);
+    cr_assert_eq(p.phase, HYBRID_PHASE_CORRECT);
     cr_assert(p.check);
     free(before); free(mid); free(tr);
     hybrid_free(&h);
@@ -622,11 +622,13 @@ Test(state, file_round_trip_and_refusals) {
 // flags
 
 // hybrid/'s flag table, read by the trainers' parser (llmc/args.h through llmc/config.h)
-static int parse_hybrid(TrainConfig* c, int argc, char** argv, int* i) {
-    return arg_parse_one(c, config_hybrid_args(), NUM_HYBRID_FLAGS, argc, argv, i);
+static int parse_hybrid(HybridConfig* c, int argc, char** argv, int* i) {
+    return arg_parse_one(c, HYBRID_ARGS, NUM_HYBRID_ARGS, argc, argv, i);
 }
 
-static const TrainCli TEST_CLI = {"./train_gpt2", "test", NULL, 0, ""};
+static HybridConfig cli_hybrid;  // the command line's hybrid flags
+static const ArgTable TEST_TABLES[] = {HYBRID_ARG_TABLE(&cli_hybrid)};
+static const TrainCli TEST_CLI = {"./train_gpt2", "test", TEST_TABLES, 1, ""};
 
 // runs fn(argv) in a child; returns its exit status, and the number of lines it wrote to stderr
 static int child_exit(void (*fn)(int, char**), int argc, char** argv, int* lines, char* first, size_t firstn) {
@@ -657,7 +659,7 @@ static int child_exit(void (*fn)(int, char**), int argc, char** argv, int* lines
 }
 
 static void parse_one_flag(int argc, char** argv) {
-    TrainConfig t = config_default();
+    HybridConfig t = HYBRID_CONFIG_DEFAULT;
     int i = 1;
     parse_hybrid(&t, argc, argv, &i);
 }
@@ -691,9 +693,9 @@ static const struct { const char* flag; size_t offset; } FLAG_FIELDS[] = {
 #define NUM_FLAG_FIELDS ((int)(sizeof(FLAG_FIELDS) / sizeof(FLAG_FIELDS[0])))
 
 Test(state, every_flag_parses_and_rejects_out_of_range) {
-    cr_assert_eq(NUM_HYBRID_FLAGS, NUM_FLAG_FIELDS, "a flag without a test row (or a row without a flag)");
-    for (int k = 0; k < NUM_HYBRID_FLAGS; k++) {
-        const HybridFlag* f = &HYBRID_FLAGS[k];
+    cr_assert_eq(NUM_HYBRID_ARGS, NUM_FLAG_FIELDS, "a flag without a test row (or a row without a flag)");
+    for (int k = 0; k < NUM_HYBRID_ARGS; k++) {
+        const ArgSpec* f = &HYBRID_ARGS[k];
         int found = 0;
         for (int j = 0; j < NUM_FLAG_FIELDS; j++) {
             if (strcmp(FLAG_FIELDS[j].flag, f->flag) == 0) {
@@ -703,18 +705,18 @@ Test(state, every_flag_parses_and_rejects_out_of_range) {
         }
         cr_assert(found, "%s: no test row", f->flag);
         // in range: the lowest, the highest and a middle value land in the field
-        double vals[3] = {f->min, f->max, f->type == HYBRID_FLAG_INT ? floor(0.5 * (f->min + f->max)) : 0.5 * (f->min + f->max)};
+        double vals[3] = {f->min, f->max, f->type == ARG_INT ? floor(0.5 * (f->min + f->max)) : 0.5 * (f->min + f->max)};
         for (int j = 0; j < 3; j++) {
             char value[64];
-            if (f->type == HYBRID_FLAG_INT) { snprintf(value, sizeof(value), "%.0f", vals[j]); }
+            if (f->type == ARG_INT) { snprintf(value, sizeof(value), "%.0f", vals[j]); }
             else { snprintf(value, sizeof(value), "%.17g", vals[j]); }
-            TrainConfig t = config_default();
+            HybridConfig t = HYBRID_CONFIG_DEFAULT;
             char* argv[] = {"prog", (char*)f->flag, value};
             int i = 1;
             cr_assert(parse_hybrid(&t, 3, argv, &i), "%s not in the table", f->flag);
             cr_assert_eq(i, 2, "%s %s: the value not consumed", f->flag, value);
-            const char* field = (const char*)&t.hybrid + f->offset;
-            if (f->type == HYBRID_FLAG_INT) {
+            const char* field = (const char*)&t + f->offset;
+            if (f->type == ARG_INT) {
                 cr_assert_eq(*(const int*)field, (int)vals[j], "%s %s", f->flag, value);
             } else {
                 cr_assert_eq(*(const float*)field, (float)vals[j], "%s %s", f->flag, value);
@@ -722,7 +724,7 @@ Test(state, every_flag_parses_and_rejects_out_of_range) {
         }
         // out of range, either side, and not a number: exit 1 with one line naming the flag
         char lo[64], hi[64];
-        const char* fmt = f->type == HYBRID_FLAG_INT ? "%.0f" : "%.9g";
+        const char* fmt = f->type == ARG_INT ? "%.0f" : "%.9g";
         snprintf(lo, sizeof(lo), fmt, f->min - 1.0);
         snprintf(hi, sizeof(hi), fmt, f->max + 1.0);
         char* bad[3] = {lo, hi, "x1"};
@@ -735,8 +737,8 @@ Test(state, every_flag_parses_and_rejects_out_of_range) {
 }
 
 Test(state, flags_parse_in_sequence_and_bare_hybrid) {
-    TrainConfig t = config_default();
-    HybridConfig* c = &t.hybrid;
+    HybridConfig t = HYBRID_CONFIG_DEFAULT;
+    HybridConfig* c = &t;
     char* argv[] = {"prog", "--hybrid", "--lookahead", "0.3", "--predict-steps", "2", "--full-steps", "5",
                     "--hybrid", "0", "--hybrid-warmup", "-1", "--hybrid", "-x", "--other"};
     int argc = 15;
@@ -754,8 +756,8 @@ Test(state, flags_parse_in_sequence_and_bare_hybrid) {
     TrainConfig full;
     char* ok[] = {"prog", "--hybrid", "--lookahead", "0.3", "--predict-steps", "2", "--full-steps", "3"};
     config_parse(&full, 8, ok, &TEST_CLI);
-    cr_assert_eq(full.hybrid.enabled, 1);
-    cr_assert_eq(full.hybrid.predict_steps, 2);
+    cr_assert_eq(cli_hybrid.enabled, 1);
+    cr_assert_eq(cli_hybrid.predict_steps, 2);
 }
 
 // a hybrid flag without --hybrid would be silently ignored: refused
@@ -773,7 +775,7 @@ Test(state, hybrid_flags_without_hybrid_exit_1) {
 
 // as the old tests did, once through Criterion's own exit check
 Test(state, bad_number_exits_with_one_line, .exit_code = 1) {
-    TrainConfig t = config_default();
+    HybridConfig t = HYBRID_CONFIG_DEFAULT;
     char* argv[] = {"prog", "--predict-steps", "17"};
     int i = 1;
     parse_hybrid(&t, 3, argv, &i);
@@ -804,11 +806,11 @@ Test(state, summary_fields_and_table) {
     char buf[4096];
     int n = hybrid_summary_fields(&h, buf, sizeof(buf));
     cr_assert_eq((size_t)n, strlen(buf));
-    int counted[PHASE_COUNT] = {0};
+    int counted[HYBRID_PHASE_COUNT] = {0};
     for (int step = 0; step < STEPS; step++) { counted[tr->phase[step]]++; }
-    const char* keys[PHASE_COUNT] = {"steps_warmup", "steps_full", "steps_predict", "steps_correct"};
-    for (int p = 0; p < PHASE_COUNT; p++) {
-        cr_assert_gt(counted[p], 0, "no %s steps", phase_name((HybridPhase)p));
+    const char* keys[HYBRID_PHASE_COUNT] = {"steps_warmup", "steps_full", "steps_predict", "steps_correct"};
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
+        cr_assert_gt(counted[p], 0, "no %s steps", predict_phase_name((HybridPhase)p));
         cr_assert_eq(h.metrics.steps[p], counted[p]);
         want_field(buf, keys[p], counted[p]);
     }
@@ -818,8 +820,8 @@ Test(state, summary_fields_and_table) {
     cr_assert(strstr(buf, "\"lookahead_jumps\": ") != NULL, "%s", buf);
     cr_assert(strstr(buf, "\"lookahead_caps\": ") != NULL, "%s", buf);
     cr_assert(strstr(buf, "\"lookahead_cos\": ") != NULL, "%s", buf);
-    want_field(buf, "predict_runs", counted[PHASE_CORRECT]);
-    want_field(buf, "predict_steps", counted[PHASE_PREDICT]);
+    want_field(buf, "predict_runs", counted[HYBRID_PHASE_CORRECT]);
+    want_field(buf, "predict_steps", counted[HYBRID_PHASE_PREDICT]);
     want_field(buf, "rollbacks", 1);
     cr_assert(strstr(buf, "\"peak_rss_mib\": ") != NULL, "%s", buf);
     FILE* f = tmpfile();
@@ -830,14 +832,14 @@ Test(state, summary_fields_and_table) {
     cr_assert_eq(fread(text, 1, (size_t)size, f), (size_t)size);
     fclose(f);
     cr_assert(strstr(text, "| hybrid summary") != NULL, "%s", text);
-    for (int p = 0; p < PHASE_COUNT; p++) {
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char row[96];
-        snprintf(row, sizeof(row), "%s steps / time (s)", phase_name((HybridPhase)p));
+        snprintf(row, sizeof(row), "%s steps / time (s)", predict_phase_name((HybridPhase)p));
         cr_assert(strstr(text, row) != NULL, "no '%s' in %s", row, text);
     }
     char line[128];
-    snprintf(line, sizeof(line), "predict runs: %d of 2 steps (%d Predict steps), 1 rolled back", counted[PHASE_CORRECT],
-             counted[PHASE_PREDICT]);
+    snprintf(line, sizeof(line), "predict runs: %d of 2 steps (%d Predict steps), 1 rolled back", counted[HYBRID_PHASE_CORRECT],
+             counted[HYBRID_PHASE_PREDICT]);
     cr_assert(strstr(text, line) != NULL, "no '%s' in %s", line, text);
     cr_assert(strstr(text, "look-ahead: beta0 0.5, ") != NULL, "%s", text);
     free(text); free(tr);
@@ -859,7 +861,7 @@ Test(state, step_json) {
     hybrid_step_json(&h, buf, sizeof(buf));
     cr_assert_str_eq(buf, "\"beta\": null, \"predict_run_step\": null, \"rollback\": 0");
     sim_run(&h, &s, 1, 11, tr, NULL);  // step 10: a run's first Predict step
-    cr_assert_eq(tr->phase[10], PHASE_PREDICT);
+    cr_assert_eq(tr->phase[10], HYBRID_PHASE_PREDICT);
     hybrid_step_json(&h, buf, sizeof(buf));
     cr_assert_str_eq(buf, "\"beta\": null, \"predict_run_step\": 1, \"rollback\": 0");
     sim_run(&h, &s, 11, 14, tr, NULL);  // 13: a Full step in the window

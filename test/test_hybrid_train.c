@@ -24,7 +24,7 @@ static void write_shard(const char* path, int ntok, uint64_t seed) {
     uint64_t rng = seed;
     for (int i = 0; i < ntok; i++) {
         // mostly an arithmetic pattern, with noise: learnable, not trivial
-        toks[i] = (uint16_t)((hmath_u32(&rng) % 4 == 0) ? hmath_u32(&rng) % VOCAB : (uint32_t)(i * 7 + i / 13) % VOCAB);
+        toks[i] = (uint16_t)((random_u32(&rng) % 4 == 0) ? random_u32(&rng) % VOCAB : (uint32_t)(i * 7 + i / 13) % VOCAB);
     }
     // Criterion runs tests in parallel and each rewrites the shards: write aside and rename, so that a
     // trainer started by another test never reads a half-written shard
@@ -137,7 +137,7 @@ static void tiny_init(Tiny* s) {
     s->t = 0;
     s->x = malloc(32 * sizeof(int)); s->y = malloc(32 * sizeof(int));
     uint64_t rng = 3;
-    for (int i = 0; i < 32; i++) { s->x[i] = hmath_u32(&rng) % VOCAB; s->y[i] = (s->x[i] * 7) % VOCAB; }
+    for (int i = 0; i < 32; i++) { s->x[i] = random_u32(&rng) % VOCAB; s->y[i] = (s->x[i] * 7) % VOCAB; }
 }
 
 static void tiny_free(Tiny* s) {
@@ -150,9 +150,9 @@ static void tiny_free(Tiny* s) {
 static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     GPT2* m = &s->model;
     HybridPlan p = hybrid_plan(&s->h, step, lr);
-    if (p.phase == PHASE_PREDICT) {
+    if (p.phase == HYBRID_PHASE_PREDICT) {
         apply_predict(m->params_memory, m->grads_memory, s->drift, s->h.offsets, s->h.nblocks, p.coef, p.keep);
-        hybrid_report(&s->h, NAN, NAN, NAN, NAN, NAN, 1.0);
+        hybrid_observe(&s->h, NAN, NAN, NAN, NAN, NAN, 1.0);
         return p.phase;
     }
     gpt2_forward(m, s->x, s->y, 2, 16);
@@ -162,7 +162,7 @@ static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     float gn = gpt2_grad_norm(m);
     float scale = gn > 1.0f ? 1.0f / gn : 1.0f;
     hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, s->drift, scale, ++s->t);
-    hybrid_report(&s->h, m->mean_loss, p.observe ? m->mean_loss : NAN, gn, NAN, NAN, 1.0);
+    hybrid_observe(&s->h, m->mean_loss, p.observe ? m->mean_loss : NAN, gn, NAN, NAN, 1.0);
     return p.phase;
 }
 
@@ -179,7 +179,7 @@ Test(hybrid_train, predict_moves_exactly_and_rollback_restores) {
     while (s.h.pr.loss_n < PREDICT_LOSS_MIN || step < 4) { tiny_step(&s, step, 1e-3f); step++; }
     for (int k = 0; k < 2; k++, step++) {  // the gap (1 measured step) has passed: a run of 2 starts now
         HybridPlan p = hybrid_plan(&s.h, step, 1e-3f);
-        cr_assert_eq(p.phase, PHASE_PREDICT, "step %d", step);
+        cr_assert_eq(p.phase, HYBRID_PHASE_PREDICT, "step %d", step);
         cr_assert_eq(p.keep, k == 0);
         if (p.keep) { memcpy(before, m->params_memory, P * 4); }
         memcpy(prev, m->params_memory, P * 4);
@@ -191,7 +191,7 @@ Test(hybrid_train, predict_moves_exactly_and_rollback_restores) {
                 cr_assert(m->params_memory[i] == want, "block %d elem %zu: %a != %a", b, i, m->params_memory[i], (float)want);
             }
         }
-        hybrid_report(&s.h, NAN, NAN, NAN, NAN, NAN, 1.0);
+        hybrid_observe(&s.h, NAN, NAN, NAN, NAN, NAN, 1.0);
     }
     cr_assert(memcmp(m->grads_memory, before, P * 4) == 0, "the gradient buffer must hold theta_0");
     cr_assert(memcmp(m->params_memory, before, P * 4) != 0, "the Predict run must move the weights");
@@ -211,7 +211,7 @@ Test(hybrid_train, fused_update_equals_plain_adamw) {
     for (int t = 1; t <= 3; t++) {
         float lr = 1e-3f * (float)t;
         HybridPlan p = hybrid_plan(&b.h, t - 1, lr);
-        cr_assert_eq(p.phase, PHASE_WARMUP);
+        cr_assert_eq(p.phase, HYBRID_PHASE_WARMUP);
         for (Tiny* s = &a; s != NULL; s = s == &a ? &b : NULL) {
             gpt2_forward(&s->model, s->x, s->y, 2, 16);
             gpt2_zero_grad(&s->model);
@@ -225,7 +225,7 @@ Test(hybrid_train, fused_update_equals_plain_adamw) {
         cr_assert(memcmp(a.model.m_memory, b.model.m_memory, P * 4) == 0, "step %d: m differs", t);
         cr_assert(memcmp(a.model.v_memory, b.model.v_memory, P * 4) == 0, "step %d: v differs", t);
         cr_assert_gt(b.h.stats[2], 0.0, "no update measured");
-        hybrid_report(&b.h, b.model.mean_loss, p.observe ? b.model.mean_loss : NAN, gn, NAN, NAN, 1.0);
+        hybrid_observe(&b.h, b.model.mean_loss, p.observe ? b.model.mean_loss : NAN, gn, NAN, NAN, 1.0);
     }
     tiny_free(&a); tiny_free(&b);
 }
@@ -240,9 +240,9 @@ Test(hybrid_train, all_phases_and_summary) {
     char args[512];
     snprintf(args, sizeof(args), "-x 60 -v 20 -m 2 %s", PREDICT_FLAGS);
     cr_assert_eq(trainer(DIR "/phases", args), 0);
-    for (int p = 0; p < PHASE_COUNT; p++) {
+    for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char key[32];
-        snprintf(key, sizeof(key), "steps_%s", phase_name((HybridPhase)p));
+        snprintf(key, sizeof(key), "steps_%s", predict_phase_name((HybridPhase)p));
         cr_assert_gt(summary_number(DIR "/phases", key), 0, "no %s steps", key);
     }
     cr_assert_gt(summary_number(DIR "/phases", "lookahead_steps"), 0);

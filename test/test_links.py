@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """
 test/test_links.py — the documentation stands on its own: every relative link and image in README.md,
-docs/*.md and data/README.md points to a file (or folder) that git tracks, every #anchor into a Markdown
+docs/*.md, data/README.md and configs/studies/README.md points to a file (or folder) that git tracks, every #anchor into a Markdown
 file names one of its headings, and no tracked file points to notes outside the repository (the
 `shared/` folder of the development machines). Prints each problem; exits 1 if there is any.
 """
@@ -44,7 +44,7 @@ def anchors(path):
 
 def main():
     files, dirs = tracked()
-    pages = ["README.md", "data/README.md"] + sorted(f for f in files if f.startswith("docs/") and f.endswith(".md"))
+    pages = ["README.md", "data/README.md", "configs/studies/README.md"] + sorted(f for f in files if f.startswith("docs/") and f.endswith(".md"))
     problems, count = [], 0
     for page in pages:
         if page not in files:

@@ -166,6 +166,9 @@ Test(resume, changed_adam_betas_refused) {
     expect_resume_refused("-x 4 -n 2 --beta1 0.8", "-x 4 --beta1 0.9 -y 1", "refuse_b1", "flag --beta1: 0.9 differs from the checkpoint's 0.8");
     expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.99 -y 1", "refuse_b2", "flag --beta2: 0.99 differs from the checkpoint's 0.95");
 }
+Test(resume, changed_grad_clip_refused) {
+    expect_resume_refused("-x 4 -n 2", "-x 4 --grad-clip 0.5 -y 1", "refuse_clip", "flag --grad-clip: 0.5 differs from the checkpoint's 1");
+}
 
 // a state file from before the run's flags were recorded (slot 60 not set) cannot be checked: the resume
 // goes on, with one note on stderr naming the file, instead of passing silently

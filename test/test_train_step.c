@@ -10,7 +10,7 @@
 #define T 8
 
 static void tokens(int* x, int* y, int n, uint64_t seed) {
-    for (int i = 0; i < n; i++) { x[i] = (int)(hmath_u32(&seed) % V); y[i] = (int)(hmath_u32(&seed) % V); }
+    for (int i = 0; i < n; i++) { x[i] = (int)(random_u32(&seed) % V); y[i] = (int)(random_u32(&seed) % V); }
 }
 
 Test(train_step, two_micro_batches_equal_one_batch_of_twice_the_size) {

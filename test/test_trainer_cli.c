@@ -4,6 +4,8 @@
 // the weights and stop the run after 5 in a row.
 #include <math.h>
 #include "llmc/checkpoint.h"
+#include "llmc/config.h"    // NUM_TRAIN_ARGS: the rows -h lists
+#include "hybrid/hybrid.h"  // NUM_HYBRID_ARGS
 #include "trainer_test_util.h"
 
 static char dir[256], train[512], val[512], base[2048];
@@ -52,7 +54,7 @@ Test(cli, help_lists_every_flag_with_its_default) {
             default_lines += strstr(line, "(default ") != NULL;
         }
     }
-    cr_assert_eq(flag_lines, 30 + 1 + 9);  // the shared table, the CPU trainer's --precision, the 9 hybrid flags
+    cr_assert_eq(flag_lines, NUM_TRAIN_ARGS + 1 + NUM_HYBRID_ARGS);  // the shared table, --precision, hybrid's
     cr_assert_eq(default_lines, flag_lines);
     free(text);
 }

@@ -5,7 +5,7 @@
 // an update; the GPU sums in another fixed order). Then timings.
 // make dev/cuda/hybrid_apply && ./dev/cuda/hybrid_apply
 #include "dev/cuda/dev_common.cuh"
-#include "llmc/hybrid_apply.cuh"
+#include "hybrid/apply.cuh"
 #include "hybrid/lookahead.h"  // lookahead_default_gamma
 
 // a short schedule's drift decay (172 steps: 0.942), not 0.99, so that a kernel ignoring gamma shows

@@ -45,9 +45,9 @@ static float sim_loss(const Sim* s) {
 static void sim_step(HybridState* h, Sim* s, int step) {
     float lr = 1e-2f;
     HybridPlan p = hybrid_plan(h, step, lr);
-    if (p.phase == PHASE_PREDICT) {
+    if (p.phase == HYBRID_PHASE_PREDICT) {
         apply_predict(s->params, s->grads, s->drift, h->offsets, h->nblocks, p.coef, p.keep);
-        hybrid_report(h, NAN, NAN, NAN, NAN, NAN, 1.0);
+        hybrid_observe(h, NAN, NAN, NAN, NAN, NAN, 1.0);
         return;
     }
     float loss = sim_loss(s);
@@ -61,10 +61,10 @@ static void sim_step(HybridState* h, Sim* s, int step) {
     if (isfinite(loss) && isfinite(norm)) {
         float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
         hybrid_update(h, s->params, s->grads, s->m, s->v, s->drift, scale, ++s->t);
-        hybrid_report(h, loss, p.observe ? loss : NAN, norm, 4096.0 * norm * norm, (double)(step % 3) * norm * norm, 1.0);  // the gate opens and closes
+        hybrid_observe(h, loss, p.observe ? loss : NAN, norm, 4096.0 * norm * norm, (double)(step % 3) * norm * norm, 1.0);  // the gate opens and closes
     } else {
         hybrid_skip_update(h);
-        hybrid_report(h, NAN, p.observe ? loss : NAN, NAN, NAN, NAN, 1.0);
+        hybrid_observe(h, NAN, p.observe ? loss : NAN, NAN, NAN, NAN, 1.0);
     }
 }
 

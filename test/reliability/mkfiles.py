@@ -53,8 +53,12 @@ def tokenizer(path, V, version=2):
 
 def statehash(path):
     data = bytearray(open(path, "rb").read())
+    record = struct.unpack_from("<i", data, 108 * 4)[0]  # the flags fixed on resume, after the blob
+    if record > 0:
+        del data[-record:]
     data[48 * 4:50 * 4] = bytes(8)
     data[60 * 4:98 * 4] = bytes(38 * 4)
+    data[108 * 4:109 * 4] = bytes(4)
     print(hashlib.md5(data).hexdigest())
 
 
@@ -73,7 +77,8 @@ def set_f32(path, offset, value):
 def blob_index(path):
     data = open(path, "rb").read()
     P, nb = struct.unpack_from("<QQ", data, 40 * 4)
-    assert len(data) == 1024 + 8 * P + nb, "not a state file of this trainer"
+    record = struct.unpack_from("<i", data, 108 * 4)[0]
+    assert len(data) == 1024 + 8 * P + nb + record, "not a state file of this trainer"
     print((1024 + 8 * P) // 4)
 
 

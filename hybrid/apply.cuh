@@ -1,5 +1,5 @@
 /*
- * llmc/hybrid_apply.cuh — the GPU kernels of hybrid mode, one per CPU reference loop of hybrid/apply.h.
+ * hybrid/apply.cuh — the GPU kernels of hybrid mode, one per CPU reference loop of hybrid/apply.h.
  * hybrid/hybrid.h decides on the host (phases, per-block coefficients, the look-ahead's betas); these
  * kernels touch the parameters: on the fp32 master weights, in place, with the floatX copy re-rounded in
  * the same pass.
@@ -14,8 +14,8 @@
  * Every kernel works on a range [lo, hi) of the flat parameters: this rank's ZeRO-1 shard, or all.
  * The drift and the AdamW moments are indexed from lo (shard-local).
  */
-#ifndef LLMC_HYBRID_APPLY_CUH
-#define LLMC_HYBRID_APPLY_CUH
+#ifndef HYBRID_APPLY_CUH
+#define HYBRID_APPLY_CUH
 
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.cuh"
@@ -122,8 +122,8 @@ __global__ void hybrid_adamw_lookahead_kernel(double* partial, float* master, fl
     for (size_t i = c_lo + threadIdx.x; i < c_hi; i += blockDim.x) {
         size_t k = i - lo;  // m, v, d are shard-local
         float p = master[i];
-        float mo = m[k], vo = v[k], mi = mo, vi = vo;
-        float pn = adamw_element(p, grads[i] * a.grad_scale, mi, vi, a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, wd);
+        float mi = m[k], vi = v[k];
+        float pn = adamw_element(p, grads[i] * a.grad_scale, &mi, &vi, a.lr, a.beta1, a.beta2, a.bc1, a.bc2, a.eps, wd);
         m[k] = mi;
         v[k] = vi;
         float delta = __fsub_rn(pn, p);
@@ -179,4 +179,4 @@ void hybrid_adamw_lookahead_device(double* stats, double* partial, float* master
     cudaCheck(cudaGetLastError());
 }
 
-#endif // LLMC_HYBRID_APPLY_CUH
+#endif // HYBRID_APPLY_CUH
