@@ -1509,6 +1509,7 @@ int main(int argc, char** argv) {
     snprintf(v, sizeof(v), "%.0f", peak_per_thread * omp_get_max_threads()); report_row("MFU peak GFLOP/s", v);
     snprintf(v, sizeof(v), "%.1f", tr.model.num_activations * 4.0 / 1048576.0); report_row("activation MiB", v);
     report_config_end(resume_step);
+    if (hybrid_gate_blind(&cfg->hybrid, run->grad_accum)) { hybrid_print_gate_blind(run_tokens_per_step(run), stdout); }
 
     // the training loop: each step is a Full step (forward, backward, AdamW) or, in hybrid mode, what
     // hybrid/ plans: a Predict step (along the drift: no batch, no backward) or a Correct step (a Full

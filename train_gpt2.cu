@@ -1132,6 +1132,7 @@ int main(int argc, char** argv) {
             snprintf(v, sizeof(v), "%d", np); report_row("processes (GPUs)", v);
             snprintf(v, sizeof(v), "%.0f", run->peak_flops / np / 1e12); report_row("MFU peak TFLOP/s", v);
             report_config_end(resume_step);
+            if (hybrid_gate_blind(&cfg->hybrid, run->grad_accum * np)) { hybrid_print_gate_blind(run_tokens_per_step(run), stdout); }
         }
         log_device_memory(&tr, "start-up");
         tr.last_phase = (HybridPhase)PHASE_COUNT;
