@@ -341,6 +341,8 @@ fuzz-merge: $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 # test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)
 TESTS += test/test_compare.py
 test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
+# the paired statistics over seeds (scripts/comparelib.py) and scripts/suite's runner (with the fake trainer)
+TESTS += test/test_suite_stats.py
 
 # ---- section: documentation (README.md, docs/) ----
 # every relative link resolves inside the repository; the README's quick start works in a fresh clone
