@@ -4,7 +4,7 @@ test/test_suite.py — scripts/suite's runner with test/fake_trainer.py standing
 `make test`, a few seconds): the dry run lists every grid command and runs nothing; a shard (--cell,
 --corpus) runs its grid, picks each arm's best LR from it and runs best against best on the fresh seeds
 (the baseline also at 115% of the steps), and touches no other shard; a second call runs nothing; a run
-whose DONE file is gone is run again, alone; a failed run fails the call and leaves the others finished;
+whose DONE file is gone is run again, alone, and a changed cell runs again; a failed run fails the call and leaves the others finished;
 a config whose comparison seeds are not fresh is refused.
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
@@ -89,6 +89,7 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     assert cmd[cmd.index("--seed") + 1] == "4"
     assert s["compare"]["paired"]["n"] == 3 and s["compare"]["paired"]["seeds"] == [3, 4, 5]
     assert "## Best against best" in open(os.path.join(res, "beta", "c1", "report.md")).read()
+    assert "| beta | c1 | 0.002 / 0.002 | " in out  # the overview table
     # again: nothing to run
     rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta")
     assert rc == 0 and not started(out), out
@@ -97,6 +98,12 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     os.remove(os.path.join(res, "beta", "c1", "grid", "hybrid_lr0.004", "seed2", "DONE"))
     rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta")
     assert rc == 0 and len(started(out)) == 1 and "grid/hybrid_lr0.004/seed2" in started(out)[0], out
+    # a changed cell (another batch size) changes every command: the grid runs again, none is taken as done
+    c1 = json.load(open(os.path.join(where, "c1.json")))
+    c1["args"]["-b"] = 2
+    json.dump(c1, open(os.path.join(where, "c1.json"), "w"))
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--phase", "grid")
+    assert rc == 0 and len(started(out)) == 12, out
     # the other shard is untouched, and its dry run lists only its own grid
     rc, out, err = suite("--config", cfg, "--dry-run")
     assert "beta/c1 grid: 12 of 12" in out and "alpha/c1 grid: 0 of 12" in out and "beta/c2 grid: 0 of 12" in out, out
