@@ -90,6 +90,8 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     assert s["compare"]["paired"]["n"] == 3 and s["compare"]["paired"]["seeds"] == [3, 4, 5]
     assert "## Best against best" in open(os.path.join(res, "beta", "c1", "report.md")).read()
     assert "| beta | c1 | 0.002 / 0.002 | " in out  # the overview table
+    rows = open(os.path.join(res, "beta", "c1", "runs.csv")).read().strip().split("\n")
+    assert len(rows) == 1 + 21 and rows[1].startswith("grid,") and "--seed" in rows[-1], rows[:2]
     # again: nothing to run
     rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta")
     assert rc == 0 and not started(out), out
