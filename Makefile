@@ -401,6 +401,8 @@ test/test_web.mjs: $(NODE_DEPS) $(HF_TRAINED) train_gpt2
 # test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)
 TESTS += test/test_compare.py
 test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
+# the paired statistics over seeds (scripts/comparelib.py) and scripts/suite's runner (with the fake trainer)
+TESTS += test/test_suite_stats.py test/test_suite.py
 
 # ---- section: documentation (README.md, docs/) ----
 # every relative link resolves inside the repository; the README's quick start works in a fresh clone

@@ -327,6 +327,22 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
     return snprintf(buf, n, "\"beta\": %s, \"predict_run_step\": %s, \"rollback\": %d", beta, run, h->rolled_back);
 }
 
+// With one micro batch per step (over every process) B_noise cannot be measured: the noise gate cannot
+// close and the look-ahead runs on every step of its window, whatever the batch is against the noise scale
+// (near or above it, that costs loss: docs/hybrid_usage.md). hybrid_setup says so at start-up, before a
+// step is spent, with what to do about it.
+static inline int hybrid_gate_blind(const HybridConfig* c, int micro_batches) {
+    return c->enabled && c->lookahead > 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
+}
+
+static inline void hybrid_print_gate_blind(double tokens_per_step, FILE* f) {
+    fprintf(f, "noise gate: blind at one micro batch per step: the gradient noise scale cannot be measured, so the "
+               "look-ahead runs ungated. It pays well below the noise scale and costs near or above it. To know which: "
+               "a short run with -d a multiple of -b x -t (2+ micro batches) prints the noise scale at its end; "
+               "if %.0f tokens per step is near or above it, add --lookahead 0 (or train with 2+ micro batches and "
+               "the gate decides).\n", tokens_per_step);
+}
+
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     metrics_print_table(&h->metrics, f);
     const Lookahead* la = &h->la;

@@ -42,6 +42,9 @@ static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const T
                 run->cfg.beta2, eps, block_wd);
     free(offsets);
     free(block_wd);
+    if (hybrid_gate_blind(cfg, run->grad_accum * run->num_processes) && run->cfg.process_rank == 0) {
+        hybrid_print_gate_blind(run_tokens_per_step(run), stdout);
+    }
 }
 
 static inline int hybrid_enabled(const HybridState* h) { return h->cfg.enabled; }

@@ -555,6 +555,96 @@ def add_decayed_steps(arms, run_rows, arm_rows, target):
 
 
 # ----------------------------------------------------------------------------
+# paired statistics over seeds (the held-out suite, scripts/suite)
+#
+# The seed is the unit: two arms run on the same seeds (same init, same data order) are compared seed by
+# seed, and a seed counts once, whatever machines or numerics it ran on. Every function takes its values
+# as (seed, value) pairs and refuses a seed given twice; pairing uses the seeds both sides have.
+
+def by_seed(pairs, what="values"):
+    """{seed: value} of [(seed, value)], refusing a seed given twice (CompareError)."""
+    out = {}
+    for seed, v in pairs:
+        if seed in out:
+            raise CompareError(f"{what}: seed {seed} given twice (the seed is the unit: one value per seed)")
+        out[seed] = float(v)
+    return out
+
+
+def paired_t(a_pairs, b_pairs, what="paired"):
+    """Paired t-test of a - b over the seeds both have: {"n", "seeds", "mean", "sd", "ci95" (half-width),
+    "t", "p" (two-sided), "p_less" (one-sided, mean < 0), "p_greater" (mean > 0), "wins" (seeds with
+    a < b)}; p-values None for < 2 seeds or zero spread."""
+    from scipy import stats
+    a, b = by_seed(a_pairs, what), by_seed(b_pairs, what)
+    seeds = sorted(set(a) & set(b))
+    d = [a[s] - b[s] for s in seeds]
+    r = {"n": len(d), "seeds": seeds, "mean": None, "sd": None, "ci95": None, "t": None, "p": None,
+         "p_less": None, "p_greater": None, "wins": sum(1 for x in d if x < 0)}
+    if not d:
+        return r
+    r["mean"] = float(np.mean(d))
+    if len(d) < 2:
+        return r
+    r["sd"] = float(np.std(d, ddof=1))
+    r["ci95"] = float(stats.t.ppf(0.975, len(d) - 1) * r["sd"] / math.sqrt(len(d)))
+    if r["sd"] > 0:
+        r["t"] = r["mean"] / (r["sd"] / math.sqrt(len(d)))
+        r["p"] = float(2 * stats.t.sf(abs(r["t"]), len(d) - 1))
+        r["p_less"] = float(stats.t.cdf(r["t"], len(d) - 1))
+        r["p_greater"] = float(stats.t.sf(r["t"], len(d) - 1))
+    return r
+
+
+def one_sided_t(pairs, threshold, alternative="greater", what="values"):
+    """One-sample t-test of the seeds' values against `threshold`: {"n", "mean", "sd", "ci95", "t", "p"},
+    p one-sided for H1 mean > threshold ("greater") or mean < threshold ("less"); None for < 2 seeds or
+    zero spread."""
+    from scipy import stats
+    if alternative not in ("greater", "less"):
+        raise CompareError(f"one_sided_t: alternative must be 'greater' or 'less', got {alternative!r}")
+    xs = list(by_seed(pairs, what).values())
+    r = {"n": len(xs), "mean": float(np.mean(xs)) if xs else None, "sd": None, "ci95": None, "t": None, "p": None,
+         "threshold": float(threshold), "alternative": alternative}
+    if len(xs) < 2:
+        return r
+    r["sd"] = float(np.std(xs, ddof=1))
+    r["ci95"] = float(stats.t.ppf(0.975, len(xs) - 1) * r["sd"] / math.sqrt(len(xs)))
+    if r["sd"] > 0:
+        r["t"] = (r["mean"] - threshold) / (r["sd"] / math.sqrt(len(xs)))
+        r["p"] = float(stats.t.sf(r["t"], len(xs) - 1) if alternative == "greater" else stats.t.cdf(r["t"], len(xs) - 1))
+    return r
+
+
+def step_ratios(base_pairs, other_pairs, what="step ratio"):
+    """Per seed, how many steps a baseline schedule needs to end at the other arm's final val loss, over
+    the other arm's steps. base_pairs: [(seed, [(steps, final val loss), ...])], the baseline at two or
+    more schedule lengths (each fully decayed; e.g. 100% and 115% of the steps); other_pairs: [(seed,
+    (steps, final val loss))]. Through steps_for_loss (non-increasing fit, linear in log-steps, the end
+    segment extended and flagged beyond the lengths run). Returns {seed: {"ratio", "saved" (1 - 1/ratio:
+    the fraction of the baseline's steps the other arm saves; < 0: it needs more), "needed",
+    "extrapolated"}}, for the seeds both sides have."""
+    base, other = {}, {}
+    for seed, pts in base_pairs:
+        if seed in base:
+            raise CompareError(f"{what}: seed {seed} given twice (the seed is the unit: one curve per seed)")
+        base[seed] = list(pts)
+    for seed, pt in other_pairs:
+        if seed in other:
+            raise CompareError(f"{what}: seed {seed} given twice (the seed is the unit: one run per seed)")
+        other[seed] = pt
+    out = {}
+    for seed in sorted(set(base) & set(other)):
+        steps, loss = other[seed]
+        need, extra = steps_for_loss(base[seed], loss)
+        if need is None:
+            continue
+        ratio = need / float(steps)
+        out[seed] = {"ratio": ratio, "saved": 1.0 - 1.0 / ratio, "needed": need, "extrapolated": extra}
+    return out
+
+
+# ----------------------------------------------------------------------------
 # report: CSV, JSON, Markdown
 
 RUN_CSV_COLS = ["arm", "kind", "seed", "lr", "steps", "final_val_loss", "final_val_step",

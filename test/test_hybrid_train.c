@@ -331,6 +331,30 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     free(want); free(got); free(base); free(closed); free(none);
 }
 
+// one micro batch per step: the gate cannot measure, and the trainer says so at start-up, before the first
+// step, with what to do; not with 2+ micro batches (it measures), nor where there is no gate or no look-ahead
+Test(hybrid_train, one_micro_batch_says_the_gate_is_blind) {
+    corpus();
+    const char* line = "noise gate: blind at one micro batch per step";
+    cr_assert_eq(trainer(DIR "/blind", "-x 4 -v 0 --hybrid"), 0);
+    char* log = slurp(DIR "/blind.log");
+    char *at = strstr(log, line), *step1 = strstr(log, "step    1/");
+    cr_assert(at != NULL, "no start-up line at one micro batch per step");
+    cr_assert(step1 != NULL && at < step1, "the line must come before the first step");
+    cr_assert(strstr(at, "32 tokens per step") != NULL && strstr(at, "--lookahead 0") != NULL);
+    free(log);
+    const char* quiet[][2] = {{DIR "/blind_d64", "-x 4 -v 0 -d 64 --hybrid"}, {DIR "/blind_nogate", "-x 4 -v 0 --hybrid --noise-gate 0"},
+                              {DIR "/blind_nolook", "-x 4 -v 0 --hybrid --lookahead 0"}, {DIR "/blind_base", "-x 4 -v 0"}};
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(trainer(quiet[i][0], quiet[i][1]), 0);
+        char path[256];
+        snprintf(path, sizeof(path), "%s.log", quiet[i][0]);
+        log = slurp(path);
+        cr_assert(strstr(log, line) == NULL, "%s: the gate can measure or does not apply, yet the line is there", quiet[i][1]);
+        free(log);
+    }
+}
+
 Test(hybrid_train, resume_is_bit_exact, .timeout = 600) {
     corpus();
     // a checkpoint every step, resumed from several of them: inside the drift's prefill, inside a Predict run,

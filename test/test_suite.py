@@ -1,0 +1,154 @@
+#!/usr/bin/python3
+"""
+test/test_suite.py — scripts/suite's runner with test/fake_trainer.py standing in for the trainer (run by
+`make test`, a few seconds): the dry run lists every grid command and runs nothing; a shard (--cell,
+--corpus) runs its grid, picks each arm's best LR from it and runs best against best on the fresh seeds
+(the baseline also at 115% of the steps), and touches no other shard; a second call runs nothing; a run
+whose DONE file is gone is run again, alone, and a changed cell runs again; a failed run fails the call and leaves the others finished;
+a config whose comparison seeds are not fresh is refused.
+Prints 'N passed, N failed'; exits 1 if any failed.
+"""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(ROOT, "scripts", "suite")
+FAKE = os.path.join(ROOT, "test", "fake_trainer.py")
+TMP = tempfile.mkdtemp(prefix="test_suite_")
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def make_config(where, **over):
+    """A suite of two corpora and two cells of 10 steps; the fake trainer's loss is lowest at LR 2e-3."""
+    os.makedirs(where, exist_ok=True)
+    corpora = {}
+    for c in ("alpha", "beta"):
+        d = os.path.join(where, "data", c)
+        os.makedirs(d, exist_ok=True)
+        open(os.path.join(d, "train_000000.bin"), "wb").close()
+        corpora[c] = d
+    cfg = {"name": "t", "trainer": FAKE, "results": os.path.join(where, "results"), "corpora": corpora,
+           "heldout": ["alpha", "beta"], "cells": ["c1", "c2"], "grid_seeds": [1, 2], "compare_seeds": [3, 4, 5],
+           "long_fraction": 1.15, "threshold": 0.03, "args": {"-v": 5}, "hybrid_args": {"--hybrid": 1}}
+    cfg.update(over)
+    with open(os.path.join(where, "suite.json"), "w") as f:
+        json.dump(cfg, f)
+    for c in ("c1", "c2"):
+        with open(os.path.join(where, f"{c}.json"), "w") as f:
+            json.dump({"name": c, "args": {"-b": 4, "-t": 8, "-x": 10}, "lr_grid": [0.001, 0.002, 0.004]}, f)
+    return os.path.join(where, "suite.json")
+
+
+def suite(*args, env=None):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([SUITE] + list(args), cwd=ROOT, capture_output=True, text=True, env=e, timeout=300)
+    return p.returncode, p.stdout, p.stderr
+
+
+def started(out):
+    return [ln for ln in out.split("\n") if "] start " in ln]
+
+
+@test
+def dry_run_lists_the_grid_and_runs_nothing():
+    cfg = make_config(os.path.join(TMP, "dry"))
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 0, err
+    cmds = [ln for ln in out.split("\n") if ln.startswith("  ")]
+    assert len(cmds) == 2 * 2 * (2 * 2 * 3), len(cmds)  # corpora x cells x (seeds x arms x LRs)
+    assert "waits for the baseline and hybrid grid" in out
+    assert any("--hybrid 1 -l 0.004" in c and "--seed 2" in c for c in cmds)
+    assert not os.path.exists(os.path.join(TMP, "dry", "results"))
+
+
+@test
+def a_shard_runs_its_grid_then_best_against_best_and_resumes():
+    where = os.path.join(TMP, "run")
+    cfg = make_config(where)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--jobs", "2")
+    assert rc == 0, out + err
+    assert len(started(out)) == 12 + 9, len(started(out))  # the grid, then 3 seeds x (baseline, long baseline, hybrid)
+    res = os.path.join(where, "results")
+    assert sorted(os.listdir(res)) == ["beta"] and sorted(os.listdir(os.path.join(res, "beta"))) == ["c1"]
+    s = json.load(open(os.path.join(res, "beta", "c1", "summary.json")))
+    assert s["best"] == {"baseline": 0.002, "hybrid": 0.002}, s["best"]
+    cmd = open(os.path.join(res, "beta", "c1", "compare", "baseline_long", "seed4", "cmd.txt")).read().split()
+    assert cmd[cmd.index("-x") + 1] == "12" and cmd[cmd.index("-l") + 1] == "0.002", cmd
+    assert cmd[cmd.index("--seed") + 1] == "4"
+    assert s["compare"]["paired"]["n"] == 3 and s["compare"]["paired"]["seeds"] == [3, 4, 5]
+    assert "## Best against best" in open(os.path.join(res, "beta", "c1", "report.md")).read()
+    assert "| beta | c1 | 0.002 / 0.002 | " in out  # the overview table
+    rows = open(os.path.join(res, "beta", "c1", "runs.csv")).read().strip().split("\n")
+    assert len(rows) == 1 + 21 and rows[1].startswith("grid,") and "--seed" in rows[-1], rows[:2]
+    # again: nothing to run
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta")
+    assert rc == 0 and not started(out), out
+    assert "beta/c1 grid: 12 of 12 runs finished" in out and "beta/c1 compare: 9 of 9 runs finished" in out
+    # a run without its DONE file runs again, alone
+    os.remove(os.path.join(res, "beta", "c1", "grid", "hybrid_lr0.004", "seed2", "DONE"))
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta")
+    assert rc == 0 and len(started(out)) == 1 and "grid/hybrid_lr0.004/seed2" in started(out)[0], out
+    # a changed cell (another batch size) changes every command: the grid runs again, none is taken as done
+    c1 = json.load(open(os.path.join(where, "c1.json")))
+    c1["args"]["-b"] = 2
+    json.dump(c1, open(os.path.join(where, "c1.json"), "w"))
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--phase", "grid")
+    assert rc == 0 and len(started(out)) == 12, out
+    # the other shard is untouched, and its dry run lists only its own grid
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert "beta/c1 grid: 12 of 12" in out and "alpha/c1 grid: 0 of 12" in out and "beta/c2 grid: 0 of 12" in out, out
+
+
+@test
+def a_failed_run_fails_the_call_and_the_rest_finish():
+    where = os.path.join(TMP, "fail")
+    cfg = make_config(where)
+    rc, out, err = suite("--config", cfg, "--cell", "c2", "--corpus", "alpha", "--phase", "grid",
+                         env={"FAKE_TRAINER_FAIL": "hybrid_lr0.001/seed1"})
+    assert rc == 1 and "1 run(s) failed" in err, (rc, err)
+    dones = glob.glob(os.path.join(where, "results", "alpha", "c2", "grid", "*", "seed*", "DONE"))
+    assert len(dones) == 11, len(dones)
+    rc, out, err = suite("--config", cfg, "--cell", "c2", "--corpus", "alpha", "--phase", "grid")
+    assert rc == 0 and len(started(out)) == 1, out
+
+
+@test
+def comparison_seeds_must_be_fresh():
+    cfg = make_config(os.path.join(TMP, "seeds"), compare_seeds=[2, 3, 4])
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 1 and "seeds [2]" in err and "fresh" in err, err
+    cfg = make_config(os.path.join(TMP, "seeds2"), grid_seeds=[1, 1])
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 1 and "distinct" in err, err
+
+
+def main():
+    passed = failed = 0
+    for fn in TESTS:
+        try:
+            fn()
+            passed += 1
+            print(f"PASS {fn.__name__}")
+        except Exception:
+            failed += 1
+            print(f"FAIL {fn.__name__}")
+            traceback.print_exc()
+    shutil.rmtree(TMP, ignore_errors=True)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
