@@ -398,8 +398,9 @@ SLOW_TESTS += test/test_web.mjs
 test/test_web.mjs: $(NODE_DEPS) $(HF_TRAINED) train_gpt2
 
 # ---- section: experiments (scripts/compare_hybrid, scripts/compare_pytorch) ----
-# test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2)
-TESTS += test/test_compare.py
+# test/test_compare.py drives the comparison scripts (with a fake trainer, then the real ./train_gpt2): about
+# 70 s of end-to-end study runs, so the slow tier (make check), which keeps make test under 2 minutes
+SLOW_TESTS += test/test_compare.py
 test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
 # the paired statistics over seeds (scripts/comparelib.py) and scripts/suite's runner (with the fake trainer)
 TESTS += test/test_suite_stats.py test/test_suite.py
