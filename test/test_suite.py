@@ -15,12 +15,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SUITE = os.path.join(ROOT, "scripts", "suite")
 FAKE = os.path.join(ROOT, "test", "fake_trainer.py")
 TMP = tempfile.mkdtemp(prefix="test_suite_")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import run_tests  # noqa: E402
+
 TESTS = []
 
 
@@ -134,21 +136,7 @@ def comparison_seeds_must_be_fresh():
     assert rc == 1 and "distinct" in err, err
 
 
-def main():
-    passed = failed = 0
-    for fn in TESTS:
-        try:
-            fn()
-            passed += 1
-            print(f"PASS {fn.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAIL {fn.__name__}")
-            traceback.print_exc()
-    shutil.rmtree(TMP, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
-    main()
+    run_tests(TESTS, TMP)

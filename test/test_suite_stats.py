@@ -14,12 +14,14 @@ import math
 import os
 import statistics
 import sys
-import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import comparelib as cl  # noqa: E402
 from scipy import stats  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import run_tests  # noqa: E402
 
 TESTS = []
 
@@ -121,20 +123,7 @@ def step_ratio_in_log_steps():
     assert close(r[2]["saved"], 1 - 1000 / need2)
 
 
-def main():
-    passed = failed = 0
-    for fn in TESTS:
-        try:
-            fn()
-            passed += 1
-            print(f"PASS {fn.__name__}")
-        except Exception:
-            failed += 1
-            print(f"FAIL {fn.__name__}")
-            traceback.print_exc()
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":
-    main()
+    run_tests(TESTS)
