@@ -11,7 +11,6 @@ Prints 'N passed, N failed'; exits 1 if any failed.
 import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
