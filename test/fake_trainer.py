@@ -49,5 +49,6 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
             r["val_loss"] = 3.1 + 7.0 * math.exp(-rate * step) + 0.05 * rng.random() + offset
         f.write(json.dumps(r) + "\n")
 with open(os.path.join(out, "summary.json"), "w") as f:
-    json.dump({"steps": steps, "train_time_s": tt, "backward": backward}, f)
+    last_val = [r for r in open(os.path.join(out, "metrics.jsonl")) if '"val_loss"' in r][-1]
+    json.dump({"steps": steps, "train_time_s": tt, "backward": backward, "val_loss": json.loads(last_val)["val_loss"]}, f)
 print(f"fake trainer: {steps} steps")

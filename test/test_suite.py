@@ -113,6 +113,30 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
 
 
 @test
+def runs_without_their_metrics_are_read_from_the_trainers_summary():
+    # a GPU machine's results may come back with each run's summary.json but not its metrics.jsonl
+    where = os.path.join(TMP, "nometrics")
+    cfg = make_config(where)
+    rc, out, err = suite("--config", cfg, "--cell", "c2", "--corpus", "beta", "--jobs", "2")
+    assert rc == 0, out + err
+    cell = os.path.join(where, "results", "beta", "c2")
+    before = json.load(open(os.path.join(cell, "summary.json")))
+    csv_before = open(os.path.join(cell, "runs.csv")).read()
+    metrics = glob.glob(os.path.join(cell, "*", "*", "seed*", "metrics.jsonl"))
+    assert len(metrics) == 12 + 9, len(metrics)
+    for m in metrics:
+        os.remove(m)
+    rc, out, err = suite("--config", cfg, "--cell", "c2", "--corpus", "beta", "--report-only")
+    assert rc == 0 and not started(out), out + err
+    assert json.load(open(os.path.join(cell, "summary.json"))) == before
+    assert open(os.path.join(cell, "runs.csv")).read() == csv_before
+    # with neither file a finished run is an error naming it, not a crash
+    os.remove(os.path.join(cell, "grid", "hybrid_lr0.002", "seed1", "summary.json"))
+    rc, out, err = suite("--config", cfg, "--cell", "c2", "--corpus", "beta", "--report-only")
+    assert rc == 1 and "hybrid_lr0.002/seed1/metrics.jsonl: cannot read" in err and "Traceback" not in err, err
+
+
+@test
 def a_failed_run_fails_the_call_and_the_rest_finish():
     where = os.path.join(TMP, "fail")
     cfg = make_config(where)
