@@ -137,6 +137,33 @@ def runs_without_their_metrics_are_read_from_the_trainers_summary():
 
 
 @test
+def controls_run_at_their_arms_best_lr_on_the_comparison_seeds():
+    where = os.path.join(TMP, "controls")
+    controls = {"q0": {"of": "baseline", "args": {"-q": 0}},
+                "ema": {"of": "hybrid", "args": {"--lookahead": 0.3, "--noise-gate": 0}}}
+    cfg = make_config(where, controls=controls, args={"-v": 5, "-q": 0.1})
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2")
+    assert rc == 0, out + err
+    assert len(started(out)) == 12 + 9 + 2 * 3, len(started(out))  # grid, compare, 2 controls x 3 seeds
+    res = os.path.join(where, "results", "alpha", "c1")
+    cmd = open(os.path.join(res, "controls", "q0", "seed5", "cmd.txt")).read().split()
+    assert cmd[cmd.index("-q") + 1] == "0" and cmd.count("-q") == 1 and "--hybrid" not in cmd, cmd
+    assert cmd[cmd.index("-l") + 1] == "0.002" and cmd[cmd.index("--seed") + 1] == "5", cmd
+    cmd = open(os.path.join(res, "controls", "ema", "seed3", "cmd.txt")).read().split()
+    assert "--hybrid" in cmd and cmd[cmd.index("--lookahead") + 1] == "0.3", cmd
+    s = json.load(open(os.path.join(res, "summary.json")))
+    assert sorted(s["controls"]) == ["ema", "q0"] and s["controls"]["q0"]["vs_baseline"]["seeds"] == [3, 4, 5]
+    assert "## Controls" in open(os.path.join(res, "report.md")).read()
+    assert sum(1 for r in open(os.path.join(res, "runs.csv")) if r.startswith("controls,")) == 6
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha")
+    assert rc == 0 and not started(out), out
+    # a control may not set what the suite sets per run
+    bad = make_config(os.path.join(TMP, "controls_bad"), controls={"x": {"of": "baseline", "args": {"-l": 0.1}}})
+    rc, out, err = suite("--config", bad, "--dry-run")
+    assert rc == 1 and "control 'x': flag -l is set by the suite" in err, err
+
+
+@test
 def a_failed_run_fails_the_call_and_the_rest_finish():
     where = os.path.join(TMP, "fail")
     cfg = make_config(where)
