@@ -3,7 +3,8 @@
 test/fake_trainer.py — a stand-in for ./train_gpt2 that writes a synthetic metrics.jsonl in the
 format (docs/formats.md), so that compare_hybrid's runner, statistics, report and plots are
 tested without the real trainer (and compare_pytorch without the PyTorch reference). Curves depend on the seed, the LR and the hybrid flags; nothing else
-about them matters. FAKE_TRAINER_FAIL=<substring of the -o path> makes that run exit with status 3.
+about them matters. FAKE_TRAINER_FAIL=<substring of the -o path> makes that run exit with status 3;
+FAKE_LOOKAHEAD_SUMMARY=1 adds the look-ahead's counters to a hybrid run's summary.json.
 """
 import json
 import math
@@ -40,7 +41,7 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
             tokens += B * T
             backward += 1
         phase = "predict" if predict else ("correct" if hybrid and step > 5 and step % 3 == 1 else ("warmup" if hybrid and step <= 5 else "full"))
-        loss = 3.0 + 7.0 * math.exp(-rate * step) + 0.02 * rng.random() + offset
+        loss = 3.0 + 7.0 * math.exp(-rate * step) + 0.02 * rng.random() + offset - (0.01 if hybrid else 0.0)
         r = {"step": step, "phase": phase, "loss": None if predict else loss, "lr": lr, "grad_norm": None if predict else 1.0,
              "ms": ms, "train_time_s": tt, "tokens": tokens, "backward": backward}
         if hybrid:
@@ -50,5 +51,9 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         f.write(json.dumps(r) + "\n")
 with open(os.path.join(out, "summary.json"), "w") as f:
     last_val = [r for r in open(os.path.join(out, "metrics.jsonl")) if '"val_loss"' in r][-1]
-    json.dump({"steps": steps, "train_time_s": tt, "backward": backward, "val_loss": json.loads(last_val)["val_loss"]}, f)
+    summary = {"steps": steps, "train_time_s": tt, "backward": backward, "val_loss": json.loads(last_val)["val_loss"],
+               "train_loss": loss}
+    if hybrid and os.environ.get("FAKE_LOOKAHEAD_SUMMARY"):  # the look-ahead's counters (scripts/suite's tests)
+        summary["hybrid"] = {"lookahead_cos": 0.25, "lookahead_steps": 6, "lookahead_gated_steps": 2}
+    json.dump(summary, f)
 print(f"fake trainer: {steps} steps")

@@ -52,7 +52,7 @@ def make_config(where, **over):
 
 
 def suite(*args, env=None):
-    e = dict(os.environ)
+    e = dict(os.environ, FAKE_LOOKAHEAD_SUMMARY="1")
     e.update(env or {})
     p = subprocess.run([SUITE] + list(args), cwd=ROOT, capture_output=True, text=True, env=e, timeout=300)
     return p.returncode, p.stdout, p.stderr
@@ -90,6 +90,10 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     assert cmd[cmd.index("--seed") + 1] == "4"
     assert s["compare"]["paired"]["n"] == 3 and s["compare"]["paired"]["seeds"] == [3, 4, 5]
     assert "## Best against best" in open(os.path.join(res, "beta", "c1", "report.md")).read()
+    why = s["grid_why"]  # the fake trainer's hybrid runs end 0.01 lower in training loss, gated 2 of 8 steps
+    assert [w["lr"] for w in why] == [0.001, 0.002, 0.004], why
+    assert all(abs(w["train_paired"]["mean"] + 0.01) < 1e-9 and w["gated_fraction"] == 0.25 for w in why), why
+    assert "last step's training loss" in open(os.path.join(res, "beta", "c1", "report.md")).read()
     assert "| beta | c1 | 0.002 / 0.002 | " in out  # the overview table
     rows = open(os.path.join(res, "beta", "c1", "runs.csv")).read().strip().split("\n")
     assert len(rows) == 1 + 21 and rows[1].startswith("grid,") and "--seed" in rows[-1], rows[:2]
