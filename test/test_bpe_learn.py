@@ -15,7 +15,6 @@ import json
 import math
 import os
 import random
-import shutil
 import struct
 import subprocess
 import sys
@@ -27,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKENIZE = os.path.join(ROOT, "tokenize")
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", os.path.join(ROOT, "train_gpt2"))
 TMP = tempfile.mkdtemp(prefix="test_bpe_learn_")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import run_tests  # noqa: E402
 TESTS = []
 
 
@@ -317,20 +318,5 @@ def vocab_beside_the_shards_is_found():
         raise AssertionError("the default corpus no longer decodes with data/gpt2_tokenizer.bin")
 
 
-def main():
-    passed = failed = 0
-    for fn in TESTS:
-        try:
-            fn()
-            passed += 1
-            print(f"PASS {fn.__name__}", flush=True)
-        except Exception as e:
-            failed += 1
-            print(f"FAIL {fn.__name__}: {e}", flush=True)
-    shutil.rmtree(TMP, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(TESTS, TMP)

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PY = "/usr/bin/python3"
@@ -38,11 +37,9 @@ PYTORCH = os.path.join(ROOT, "scripts", "compare_pytorch")
 FAKE = os.path.join(ROOT, "test", "fake_trainer.py")
 TRAINER = os.path.join(ROOT, "train_gpt2")
 TMP = tempfile.mkdtemp(prefix="test_compare_")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import Skip, run_tests  # noqa: E402
 TESTS = []
-
-
-class Skip(Exception):
-    pass
 
 
 def test(fn):
@@ -746,26 +743,5 @@ def noise_gate_replay_repeats_the_trainer():
     check(partial > 0, "no ratio toggled the gate: the comparison would not test the window's per-step decisions")
 
 
-def main():
-    passed = failed = skipped = 0
-    for fn in TESTS:
-        t0 = time.time()
-        try:
-            fn()
-            passed += 1
-            print(f"PASS {fn.__name__} ({time.time() - t0:.1f}s)", flush=True)
-        except Skip as e:
-            skipped += 1
-            print(f"SKIP {fn.__name__}: {e}", flush=True)
-        except Exception as e:
-            failed += 1
-            print(f"FAIL {fn.__name__}: {e}", flush=True)
-            if not isinstance(e, AssertionError):
-                traceback.print_exc()
-    shutil.rmtree(TMP, ignore_errors=True)
-    print(f"{passed} passed, {failed} failed, {skipped} skipped")
-    sys.exit(1 if failed else 0)
-
-
 if __name__ == "__main__":
-    main()
+    run_tests(TESTS, TMP)
