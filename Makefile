@@ -91,6 +91,10 @@ BENCH_THREADS ?= 2
 bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
 
+# what scripts/bench.py says about the kernels, and its profile's floors (tiny sizes, a few seconds)
+TESTS += test/test_bench.py
+test/test_bench.py: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
+
 # the OpenMP wait policies, quiet and with one busy process per core (d6 B8 T256; a few minutes)
 .PHONY: bench-threads
 bench-threads: $(BUILD)/bench_gpt2

@@ -5,7 +5,7 @@
  * with FLOPs per token = 6*N + 6*L*C*T (llm.c's accounting). Also the mean time per step of each kind of
  * work (llmc/cpu_profile.h; "other" is the rest of the step), the process CPU time per step (cpu_ms; with
  * a sleeping wait policy, cpu_ms / (threads * mean_ms) is how busy the threads were), the BLAS and its core,
- * the wait policy.
+ * the ISA of oneDNN's bf16 products, the wait policy.
  * precision bf16: the linear layers' matmuls in bf16 through oneDNN (train_gpt2 --precision bf16); the peak
  * passed in is then the bf16 matmul peak (bench_sgemm ... bf16).
  * Prints one JSON line.
@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
     double tok_s = B * T / (med / 1000.0);
     double mfu = peak > 0 ? 100.0 * tok_s * flops_tok / (peak * 1e9) : 0.0;
     printf("{\"precision\": \"%s\", \"depth\": %d, \"B\": %d, \"T\": %d, \"steps\": %d, \"median_ms\": %.3f, \"tok_s\": %.2f, "
-           "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f, \"blas\": \"%s\", "
+           "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f, \"blas\": \"%s\", \"bf16_isa\": \"%s\", "
            "\"wait_policy\": \"%s\", \"spincount\": \"%s\", \"mean_ms\": %.3f, \"cpu_ms\": %.3f, \"threads\": %d, \"phases_ms\": {",
-           precision, depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss, cpu_blas_describe(),
+           precision, depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss, cpu_blas_describe(), dnnl_isa_name(),
            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "", getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "",
            mean_ms, cpu_ms, omp_get_max_threads());
     double accounted = 0.0;
