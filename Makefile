@@ -86,7 +86,8 @@ TESTS += $(BUILD)/test_cpu_blas
 $(BUILD)/test_cpu_blas: test/test_cpu_blas.c train_gpt2 $(BUILD)/bench_sgemm | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
 
-# tok/s and MFU of train_gpt2 vs PyTorch vs the SGEMM peak (BENCH_THREADS threads; see scripts/bench.py)
+# tok/s and MFU of train_gpt2 vs PyTorch vs the SGEMM peak, and where the step goes against each phase's floor
+# (bytes / measured bandwidth, FLOPs / peak) (BENCH_THREADS threads; see scripts/bench.py)
 BENCH_THREADS ?= 2
 bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)

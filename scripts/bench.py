@@ -15,8 +15,13 @@ Random-init models and random tokens (speed only). FLOPs/token = 6N + 6LCT; MFU 
 bf16 (where train_gpt2 was built with oneDNN): the same configs with --precision bf16 right after each fp32
 run, their MFU against the bf16 matmul peak (oneDNN, 2048^3, fp32 out, same threads: bench_sgemm ... bf16),
 and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) at its best thread setting as their peer.
+Each profile row also against its floor: per phase, max(the bytes it must move / the memory bandwidth, its
+products' FLOPs / the matmul peak of its precision), the bandwidth measured in this run too (bench_sgemm ...
+bandwidth: a += s*b, before and after, the better counts), the bytes and FLOPs from bench_gpt2
+(phase_floors); docs/benchmark.md, "Against the floor".
 usage: scripts/bench.py [--threads 2] [--steps 6] [--warmup 2] [--torch-steps 4]
                         [--configs d12:4:64,d12:8:256,d6:8:256] [--no-torch] [--no-bf16] [--peaks-only] [--sgemm-n 2048]
+                        [--bw-mib 0]
 """
 import argparse
 import json
@@ -48,6 +53,12 @@ def run_json_or_none(cmd, env):
         print(f"note: {' '.join(cmd)}: {r.stderr.strip()[-200:]}", flush=True)
         return None
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def vs_floor(ms, floor_ms):
+    """a profile cell against its floor: "time / floor (ratio x)", both in ms (two digits at least)"""
+    fmt = lambda x: f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+    return f"{fmt(ms)} / {fmt(floor_ms)} ({ms / floor_ms:.1f}x)" if floor_ms > 0 else f"{fmt(ms)} / - (-)"
 
 
 def default_env(env):
@@ -82,6 +93,8 @@ def main():
     p.add_argument("--no-bf16", action="store_true", help="fp32 rows only")
     p.add_argument("--peaks-only", action="store_true", help="the kernels and their peaks, then stop")
     p.add_argument("--sgemm-n", type=int, default=2048, help="the peaks' matrix size (n^3)")
+    p.add_argument("--bw-mib", type=int, default=0, help="the bandwidth probe's arrays, MiB each (0: 4x the "
+                   "last-level cache, at least 256)")
     a = p.parse_args()
     t_start = time.time()
     base = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
@@ -96,6 +109,8 @@ def main():
     peak16 = sg16["gflops"] if sg16 else 0.0
     if sg16:
         print(f"{sg16['blas']} {n}^3, {a.threads} threads: {peak16:.1f} GFLOP/s", flush=True)
+    bw = run_json(["build/bench_sgemm", str(a.bw_mib), "5", "bandwidth"], env)
+    print(f"memory bandwidth (a += s*b over 2 x {bw['mib']} MiB, {a.threads} threads): {bw['gbs']:.1f} GB/s", flush=True)
     over, over16 = None, None
     if overrides:  # what this environment would run on instead: measured, reported, not used below
         print(f"the environment overrides the kernel choice ({' '.join(overrides)}); measured too, but every run "
@@ -147,6 +162,9 @@ def main():
             for r in rows16:
                 r[2] *= peak16 / peak16_end
             peak16 = peak16_end
+    bw_end = run_json(["build/bench_sgemm", str(a.bw_mib), "5", "bandwidth"], env)
+    print(f"memory bandwidth again: {bw_end['gbs']:.1f} GB/s", flush=True)
+    gbs = max(bw["gbs"], bw_end["gbs"])
     print()
     print("| config | train_gpt2 tok/s | MFU (% of SGEMM peak) | PyTorch best tok/s (threads torch/BLAS) "
           "| PyTorch MFU | train_gpt2 / PyTorch |")
@@ -187,6 +205,18 @@ def main():
         ph, total = c["phases_ms"], c["mean_ms"]
         cells = " | ".join(f"{ph[k]:.0f} ({100.0 * ph[k] / total:.0f}%)" for k in PHASES)
         print(f"| {name} | {total:.0f} | {cells} |")
+    print(f"\neach phase against its floor (ms per step: time / floor (time as a multiple of the floor)); the floor is max(bytes it must "
+          f"move / {gbs:.1f} GB/s, its products' FLOPs / the peak of its precision: {peak:.1f} GFLOP/s fp32, "
+          f"{peak16:.1f} bf16); bytes and FLOPs: dev/bench_gpt2.c's phase_floors:\n")
+    print("| config | step | " + " | ".join(PHASES) + " |")
+    print("|---|---|" + "---|" * len(PHASES))
+    for name, c in profiles:
+        pk = peak16 if c["precision"] == "bf16" else peak
+        floor = {k: max(f["bytes"] / (gbs * 1e9), f["flops"] / (pk * 1e9)) * 1e3 for k, f in c["floor"].items()}
+        ms = dict(c["phases_ms"], step=c["mean_ms"])
+        floor["step"] = sum(floor[k] for k in PHASES)
+        cells = " | ".join(vs_floor(ms[k], floor[k]) for k in ["step"] + PHASES)
+        print(f"| {name} | {cells} |")
     print(f"\nwait policy: OMP_WAIT_POLICY={profiles[0][1]['wait_policy'] or '(unset)'}"
           f" GOMP_SPINCOUNT={profiles[0][1]['spincount'] or '(unset)'}; bench took {time.time() - t_start:.0f} s")
 

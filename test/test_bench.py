@@ -3,7 +3,8 @@
 test/test_bench.py — what `make bench` (scripts/bench.py) measures and says about the kernels, run on tiny
 sizes (a few seconds): with nothing set it names the trainer's own choice of OpenBLAS core and no override;
 with OPENBLAS_CORETYPE (and oneDNN's ISA cap, where the build has bf16) set in its environment it says so and
-reports both kernels, each with its peak, while the trainer's timed runs stay on the trainer's own choice.
+reports both kernels, each with its peak, while the trainer's timed runs stay on the trainer's own choice;
+and its profile has, for every phase of each step and the step itself, a floor above 0 and time / floor.
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
 import json
@@ -95,6 +96,42 @@ def timed_runs_use_the_trainers_choice_under_an_override():
         assert f"its bf16 products on oneDNN ({isa})" in line, line
     assert "the environment's override (OPENBLAS_CORETYPE=Prescott" in out, out
     assert f"PyTorch with OPENBLAS_CORETYPE={DEFAULT['core']}" in out, out
+
+
+@test
+def the_profile_has_a_floor_for_every_phase():
+    out = bench(["--configs", "d1:2:32", "--steps", "2", "--warmup", "1", "--no-torch", "--bw-mib", "16"])
+    assert re.search(r"memory bandwidth \(a \+= s\*b over 2 x 16 MiB, 1 threads\): [0-9.]+ GB/s", out), out
+    rows = [s for s in out.splitlines() if s.startswith("| d1 B=2 T=32") and "/" in s and "x)" in s]
+    assert len(rows) == (2 if DEFAULT16 else 1), f"expected a floor row per profile:\n{out}"
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert len(cells) == 1 + len(PHASES), row
+        for phase, cell in zip(["step"] + PHASES, cells):
+            # "<ms> / <floor ms> (<ratio>x)"; every phase has a floor above 0, "other" included
+            m = re.fullmatch(r"([0-9.e-]+) / ([0-9.e-]+) \(([0-9.]+)x\)", cell)
+            assert m, f"{phase}: {cell!r} in {row}"
+            assert float(m.group(2)) > 0, f"{phase} has no floor: {row}"
+
+
+@test
+def the_floors_count_the_products_and_the_optimizer_passes():
+    # d2 at GPT-2's vocabulary, B=2 T=32, against counts made here: the linear layers' and lm head's
+    # 6 x rows x weights, the attention's six products over the causal triangle, AdamW's 7 fp32 streams
+    # (and the bf16 copy), the grad norm's one
+    L, C, NH, B, T, Vp = 2, 128, 2, 2, 32, 50304
+    P = Vp * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C
+    for precision in (["fp32", "bf16"] if DEFAULT16 else ["fp32"]):
+        r = subprocess.run(["build/bench_gpt2", "2", str(B), str(T), "2", "1", "0", precision], env=CLEAN, cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        f = json.loads(r.stdout.strip().splitlines()[-1])["floor"]
+        assert set(f) == set(PHASES), f
+        assert f["gemm"]["flops"] == 6 * B * T * (L * 12 * C * C + C * Vp), (precision, f["gemm"])
+        assert f["attention"]["flops"] == L * 6 * 2 * B * C * T * (T + 1) // 2, (precision, f["attention"])
+        assert f["adamw"]["bytes"] == (30 if precision == "bf16" else 28) * P, (precision, f["adamw"], P)
+        assert f["grad_norm"]["bytes"] == 4 * P, (precision, f["grad_norm"])
+        assert all(f[k]["bytes"] > 0 for k in PHASES), (precision, f)
 
 
 if __name__ == "__main__":
