@@ -33,7 +33,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # what overrides the kernel choice: OpenBLAS's core (llmc/cpu_blas.h sets it only where unset; its re-exec
-# marker and test hook, inherited, stop the choice too) and oneDNN's ISA cap (the bf16 matmuls)
+# marker and test hook, inherited, stop the choice too) and oneDNN's ISA cap (the bf16 matmuls); the
+# Makefile's BENCH_ENV lists the same for the benches it runs itself
 KERNEL_VARS = ["OPENBLAS_CORETYPE", "LLMC_BLAS_REEXEC", "LLMC_BLAS_TEST_CORE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"]
 PHASES = ["gemm", "attention", "layernorm", "gelu", "crossentropy", "encoder", "grad_norm",
           "adamw", "other"]
@@ -57,7 +58,7 @@ def run_json_or_none(cmd, env):
 
 def vs_floor(ms, floor_ms):
     """a profile cell against its floor: "time / floor (ratio x)", both in ms (two digits at least)"""
-    fmt = lambda x: f"{x:.1f}" if x >= 1 else f"{x:.2g}"
+    fmt = lambda x: f"{x:.1f}" if x >= 0.95 else f"{x:.2g}"
     return f"{fmt(ms)} / {fmt(floor_ms)} ({ms / floor_ms:.1f}x)" if floor_ms > 0 else f"{fmt(ms)} / - (-)"
 
 

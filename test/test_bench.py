@@ -4,7 +4,9 @@ test/test_bench.py — what `make bench` (scripts/bench.py) measures and says ab
 sizes (a few seconds): with nothing set it names the trainer's own choice of OpenBLAS core and no override;
 with OPENBLAS_CORETYPE (and oneDNN's ISA cap, where the build has bf16) set in its environment it says so and
 reports both kernels, each with its peak, while the trainer's timed runs stay on the trainer's own choice;
-and its profile has, for every phase of each step and the step itself, a floor above 0 and time / floor.
+its profile has, for every phase of each step and the step itself, a floor above 0 and time / floor, whose
+counts of products and optimizer passes agree with counts made here; and the benches make runs itself
+(BENCH_ENV) leave out the same variables.
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
 import json
@@ -132,6 +134,13 @@ def the_floors_count_the_products_and_the_optimizer_passes():
         assert f["adamw"]["bytes"] == (30 if precision == "bf16" else 28) * P, (precision, f["adamw"], P)
         assert f["grad_norm"]["bytes"] == 4 * P, (precision, f["grad_norm"])
         assert all(f[k]["bytes"] > 0 for k in PHASES), (precision, f)
+
+
+@test
+def the_makefiles_benches_leave_out_the_same_variables():
+    # BENCH_ENV (the benches make runs itself) and bench.py's KERNEL_VARS must name the same overrides
+    line = next(s for s in open(os.path.join(ROOT, "Makefile")) if s.startswith("BENCH_ENV ="))
+    assert sorted(re.findall(r"-u (\S+)", line)) == sorted(KERNEL_VARS), (line, KERNEL_VARS)
 
 
 if __name__ == "__main__":
