@@ -71,13 +71,17 @@ $(BUILD)/bench_sgemm: dev/bench_sgemm.c | $(BUILD)
 $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) -DLLMC_PROFILE $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
+# the benches run on the kernels a user who sets nothing gets: without what overrides the choice
+# (scripts/bench.py's KERNEL_VARS, which says so and measures the override's peaks too)
+BENCH_ENV = env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC -u LLMC_BLAS_TEST_CORE -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA
+
 # tokens/s of generation with and without the KV cache (llmc/kvcache.h), 256 new tokens: the quick start's
 # checkpoint (where it exists) and a random-init d4 at GPT-2's vocabulary
 .PHONY: bench-generate
 bench: bench-generate
 bench-generate: $(BUILD)/bench_generate
-	@if [ -f out/small/model_00002800.bin ]; then OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate out/small/model_00002800.bin 256 3; fi
-	OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate d4 256 3
+	@if [ -f out/small/model_00002800.bin ]; then $(BENCH_ENV) OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate out/small/model_00002800.bin 256 3; fi
+	$(BENCH_ENV) OMP_NUM_THREADS=$(BENCH_THREADS) ./$(BUILD)/bench_generate d4 256 3
 $(BUILD)/bench_generate: dev/bench_generate.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
@@ -86,10 +90,15 @@ TESTS += $(BUILD)/test_cpu_blas
 $(BUILD)/test_cpu_blas: test/test_cpu_blas.c train_gpt2 $(BUILD)/bench_sgemm | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS) $(TEST_LDLIBS)
 
-# tok/s and MFU of train_gpt2 vs PyTorch vs the SGEMM peak (BENCH_THREADS threads; see scripts/bench.py)
+# tok/s and MFU of train_gpt2 vs PyTorch vs the SGEMM peak, and where the step goes against each phase's floor
+# (bytes / measured bandwidth, FLOPs / peak) (BENCH_THREADS threads; see scripts/bench.py)
 BENCH_THREADS ?= 2
 bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
+
+# what scripts/bench.py says about the kernels, and its profile's floors (tiny sizes, a few seconds)
+TESTS += test/test_bench.py
+test/test_bench.py: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 
 # the OpenMP wait policies, quiet and with one busy process per core (d6 B8 T256; a few minutes)
 .PHONY: bench-threads

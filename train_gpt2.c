@@ -736,13 +736,12 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 // the lm_head's loss, fused with the softmax and, in training, with its backward: logits (N,Vp), only the
 // first V columns are real. Writes lse (N) = log sum exp of each row and losses (N) = lse - logit[target].
 // dloss != 0 (a training forward, or a backward whose forward did not do it): also dlogits =
-// (softmax - onehot(target)) * dloss, padded columns 0, each row while it is still in cache: each exp is
-// taken once, kept in the row for the sum and then scaled (one pass over the logits in all, where a
-// separate backward read them again and took every exp a second time). The dlogits go over the logits
-// (fp32), or to dlogits16 (N,Vp) in bf16 (--precision bf16: the lm head's backward GEMMs read nothing
-// else; the logits row then holds the exps). dloss 0: the logits stay as they are (eval, sampling).
+// (softmax - onehot(target)) * dloss over the logits, padded columns 0, each row while it is still in cache:
+// each exp is taken once, kept in the row for the sum and then scaled (one pass over the logits in all, where
+// a separate backward read them again and took every exp a second time). dloss 0: the logits stay as they are
+// (eval, sampling). --precision bf16 trains with crossentropy_forward_bf16 below.
 void crossentropy_forward(float* losses, float* lse, float* logits, const int* targets, int N, int V, int Vp,
-                          float dloss, bf16* dlogits16) {
+                          float dloss) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* x = logits + (size_t)n * Vp;
@@ -763,18 +762,39 @@ void crossentropy_forward(float* losses, float* lse, float* logits, const int* t
         losses[n] = lse[n] - xt;
         if (dloss == 0.0f) { continue; }
         float k = dloss / sum;
-        if (dlogits16 != NULL) {
-            bf16* d = dlogits16 + (size_t)n * Vp;
-            #pragma omp simd
-            for (int i = 0; i < V; i++) { d[i] = bf16_from_float(x[i] * k); }
-            for (int i = V; i < Vp; i++) { d[i] = 0; }
-            d[t] = bf16_from_float(x[t] * k - dloss);
-        } else {
-            #pragma omp simd
-            for (int i = 0; i < V; i++) { x[i] *= k; }
-            for (int i = V; i < Vp; i++) { x[i] = 0.0f; }
-            x[t] -= dloss;
-        }
+        #pragma omp simd
+        for (int i = 0; i < V; i++) { x[i] *= k; }
+        for (int i = V; i < Vp; i++) { x[i] = 0.0f; }
+        x[t] -= dloss;
+    }
+}
+
+// crossentropy_forward's training form under --precision bf16 (dloss != 0), the dlogits to dlogits16 (N,Vp)
+// in bf16, where the lm head's backward products read them. The same losses, lse and dlogits bit for bit (the
+// same exps, summed in the same order), but each row's exps go to the thread's row of scratch (threads, Vp),
+// which stays in the cache, and not back over the logits: the logits are read from memory once and never
+// written (in fp32 the dlogits must go over them; here such a write-back is traffic for nothing).
+void crossentropy_forward_bf16(float* losses, float* lse, const float* logits, const int* targets, int N, int V,
+                               int Vp, float dloss, bf16* dlogits16, float* scratch, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int n = 0; n < N; n++) {
+        const float* x = logits + (size_t)n * Vp;
+        float* e = scratch + (size_t)omp_get_thread_num() * Vp;
+        int t = targets[n];
+        float maxval = -FLT_MAX;
+        #pragma omp simd reduction(max:maxval)
+        for (int i = 0; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int i = 0; i < V; i++) { float ei = expf_vec(x[i] - maxval); e[i] = ei; sum += ei; }
+        lse[n] = maxval + logf(sum);
+        losses[n] = lse[n] - x[t];
+        float k = dloss / sum;
+        bf16* d = dlogits16 + (size_t)n * Vp;
+        #pragma omp simd
+        for (int i = 0; i < V; i++) { d[i] = bf16_from_float(e[i] * k); }
+        for (int i = V; i < Vp; i++) { d[i] = 0; }
+        d[t] = bf16_from_float(e[t] * k - dloss);
     }
 }
 
@@ -832,7 +852,7 @@ typedef struct {
     float* lnf;       // (B, T, C)
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, Vp); dlogits after a training forward or a backward in fp32 (exps in bf16)
+    float* logits;    // (B, T, Vp); dlogits after a training forward or a backward in fp32 (unchanged in bf16)
     float* lse;       // (B, T) log-sum-exp of each logits row
     float* losses;    // (B, T)
     float* dresidual; // (B, T, C) backward: gradient of the residual stream
@@ -873,6 +893,7 @@ typedef struct {
     bf16* bf16_a;             // (B*T, max(4C, Vp)) scratch: a GEMM's left operand (inp, dout, dlogits)
     bf16* bf16_b;             // (B*T, 4C) scratch: the dweight GEMM's right operand (inp); the attention's qkv
     void* bf16_b_packed;      // bf16_b packed for the dweight GEMM (the largest linear's need)
+    float* ce_scratch;        // (num_threads, Vp) the cross-entropy's exps, a row per thread
     Bf16Linear lin[NUM_LINEARS]; // primitives and packed weights of qkv, attproj, fc, fcproj, lm head (wte)
     Bf16Attention att16;      // the attention's block products and their scratch
 } GPT2;
@@ -897,6 +918,7 @@ static void gpt2_setup_params(GPT2* model) {
     model->params_bf16 = NULL;
     model->bf16_a = model->bf16_b = NULL;
     model->bf16_b_packed = NULL;
+    model->ce_scratch = NULL;
     memset(model->lin, 0, sizeof(model->lin));
     memset(&model->att16, 0, sizeof(model->att16));
 }
@@ -1032,6 +1054,7 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     model->params_bf16 = (bf16*)callocCheck(model->num_parameters, sizeof(bf16));  // filled by gpt2_bf16_sync
     model->bf16_a = (bf16*)mallocCheck((size_t)N * wide * sizeof(bf16));
     model->bf16_b = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));
+    model->ce_scratch = (float*)mallocCheck((size_t)model->num_threads * Vp * sizeof(float));
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
     // Packed weights pay where one weight serves many rows, as the packing after each update costs about
     // what the matmul's own copying costs per call: the lm head's always (Vp x C; its products are a
@@ -1129,8 +1152,12 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
     model->dlogits_scale = 0.0f;
     if (targets != NULL) {
         float dloss = dloss_scale / (float)BT;
-        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
-                                                     lp ? model->bf16_a : NULL));
+        if (lp && dloss != 0.0f) {
+            PROF(PROF_CROSSENTROPY, crossentropy_forward_bf16(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
+                                                              model->bf16_a, model->ce_scratch, model->num_threads));
+        } else {
+            PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss));
+        }
         double sum = 0.0;  // in order: deterministic
         for (size_t i = 0; i < BT; i++) { sum += a.losses[i]; }
         model->mean_loss = (float)(sum / BT);
@@ -1176,8 +1203,13 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     // the softmax + cross-entropy backward (unless the forward did it), then the lm_head
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
     if (model->dlogits_scale != dloss_scale) {  // dlogits into acts.logits (fp32) or s16a (bf16)
-        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss_scale / (float)BT,
-                                                     lp ? model->bf16_a : NULL));
+        float dloss = dloss_scale / (float)BT;
+        if (lp) {
+            PROF(PROF_CROSSENTROPY, crossentropy_forward_bf16(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
+                                                              model->bf16_a, model->ce_scratch, model->num_threads));
+        } else {
+            PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss));
+        }
         model->dlogits_scale = dloss_scale;
     }
     matmul_backward(a.dbuf_c, g.wte, NULL, a.logits, a.lnf, p.wte, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
@@ -1279,6 +1311,8 @@ void gpt2_free(GPT2* model) {
     free(model->bf16_a);
     free(model->bf16_b);
     free(model->bf16_b_packed);
+    free(model->ce_scratch);
+    model->ce_scratch = NULL;
     for (int i = 0; i < NUM_LINEARS; i++) { bf16_linear_destroy(&model->lin[i]); }
     bf16_attention_destroy(&model->att16);
     model->params_bf16 = NULL;

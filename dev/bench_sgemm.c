@@ -6,25 +6,59 @@
  * bf16: the bf16 peak instead, as train_gpt2 --precision bf16 multiplies: oneDNN's matmul with bf16
  * operands in the same layouts as the fp32 one (A row-major, B read transposed through strides; no reorder)
  * and fp32 output, on omp_get_max_threads() threads (llmc/cpu_dnnl.h).
- * usage: bench_sgemm [n=2048] [repeats=5] [fp32|bf16]
+ * bandwidth: the memory bandwidth instead, as `make bench` sets the floors of a step's phases against it:
+ * a += s*b over two arrays of n MiB each (n 0: four times the last-level cache, at least 256 MiB, so that
+ * neither fits in it), on the same threads, bytes counted as 3 x 4 per element (a read, b read, a written;
+ * a is read before it is written, so no write-allocate read goes uncounted).
+ * usage: bench_sgemm [n=2048] [repeats=5] [fp32|bf16|bandwidth]
  */
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <string.h>
+#include <unistd.h>
 #include <omp.h>
 #include "llmc/cpu_blas.h"
 #include "llmc/cpu_dnnl.h"
 #include "llmc/utils.h"  // clock_seconds: the one monotonic clock
+
+// a += s*b over n floats, best of repeats after one warm-up; prints one JSON line
+static int bench_bandwidth(int mib, int repeats) {
+    if (mib == 0) {
+        long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+        mib = (int)(4 * (llc > 0 ? llc : 0) / (1 << 20));
+        if (mib < 256) { mib = 256; }
+    }
+    size_t n = (size_t)mib * (1 << 20) / sizeof(float);
+    float* a = (float*)malloc(n * sizeof(float));
+    float* b = (float*)malloc(n * sizeof(float));
+    if (!a || !b) { fprintf(stderr, "error: out of memory for 2 x %d MiB\n", mib); return 1; }
+    #pragma omp parallel for simd schedule(static)  // first touch by the threads that run the probe
+    for (size_t i = 0; i < n; i++) { a[i] = 1.0f; b[i] = (float)(i % 7); }
+    double best = 1e30;
+    for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
+        double t0 = clock_seconds();
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) { a[i] = a[i] + 1e-3f * b[i]; }
+        double dt = clock_seconds() - t0;
+        if (r > 0 && dt < best) { best = dt; }
+    }
+    printf("{\"mib\": %d, \"threads\": %d, \"best_s\": %.6f, \"gbs\": %.2f, \"check\": %.3f}\n", mib,
+           omp_get_max_threads(), best, 3.0 * sizeof(float) * n / best / 1e9, a[n / 2]);
+    free(a); free(b);
+    return 0;
+}
 
 int main(int argc, char** argv) {
     cpu_blas_init(argc, argv);  // the OpenBLAS kernel and the OpenMP wait policy (may re-execute once)
     int n = argc > 1 ? atoi(argv[1]) : 2048;
     int repeats = argc > 2 ? atoi(argv[2]) : 5;
     int bf16_mode = argc > 3 && strcmp(argv[3], "bf16") == 0;
+    int bw_mode = argc > 3 && strcmp(argv[3], "bandwidth") == 0;
+    if (bw_mode && n >= 0 && repeats > 0) { return bench_bandwidth(n, repeats); }
     if (n <= 0 || repeats <= 0 || (argc > 3 && !bf16_mode && strcmp(argv[3], "fp32") != 0)) {
-        fprintf(stderr, "usage: %s [n > 0] [repeats > 0] [fp32|bf16]\n", argv[0]);
+        fprintf(stderr, "usage: %s [n > 0] [repeats > 0] [fp32|bf16|bandwidth (n MiB, 0: auto)]\n", argv[0]);
         return 1;
     }
     if (bf16_mode && !dnnl_available()) { fprintf(stderr, "error: bf16: this build has no oneDNN (install libdnnl-dev)\n"); return 1; }

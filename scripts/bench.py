@@ -4,15 +4,24 @@ scripts/bench.py — `make bench`: tokens/s and MFU of full training steps of tr
 reference (scripts/train_gpt2.py --bench, same model, batch and tokens) at its best, and the OpenBLAS SGEMM
 peak (2048^3; the best of a measurement before and one after), all in this one run, for d12 4x64, d12 8x256
 and d6 8x256. Then where train_gpt2's step time goes (llmc/cpu_profile.h).
+The kernels are those a user gets who sets nothing: every program runs without the variables that override
+the choice our programs make (llmc/cpu_blas.h: OPENBLAS_CORETYPE, and its marker and test hook) or oneDNN's
+(ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA). Where the environment sets one, the bench says so and measures the
+SGEMM (and bf16) peak under it too, next to the default's; the tables stay on the default.
 PyTorch at its best: the same OpenBLAS kernel as ours (OPENBLAS_CORETYPE set to the core our programs run
-on, unless set already) and the faster of torch threads x OpenBLAS threads N x N and 1 x N (1 x 1 leaves a
+on) and the faster of torch threads x OpenBLAS threads N x N and 1 x N (1 x 1 leaves a
 core idle; 1 x N was PyTorch's fastest on 2 cores), --torch-steps steps each (the slow part of the run).
 Random-init models and random tokens (speed only). FLOPs/token = 6N + 6LCT; MFU = tok/s * FLOPs/token / peak.
 bf16 (where train_gpt2 was built with oneDNN): the same configs with --precision bf16 right after each fp32
 run, their MFU against the bf16 matmul peak (oneDNN, 2048^3, fp32 out, same threads: bench_sgemm ... bf16),
 and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) at its best thread setting as their peer.
+Each profile row also against its floor: per phase, max(the bytes it must move / the memory bandwidth, its
+products' FLOPs / the matmul peak of its precision), the bandwidth measured in this run too (bench_sgemm ...
+bandwidth: a += s*b, before and after, the better counts), the bytes and FLOPs from bench_gpt2
+(phase_floors); docs/benchmark.md, "Against the floor".
 usage: scripts/bench.py [--threads 2] [--steps 6] [--warmup 2] [--torch-steps 4]
-                        [--configs d12:4:64,d12:8:256,d6:8:256] [--no-torch] [--no-bf16]
+                        [--configs d12:4:64,d12:8:256,d6:8:256] [--no-torch] [--no-bf16] [--peaks-only] [--sgemm-n 2048]
+                        [--bw-mib 0]
 """
 import argparse
 import json
@@ -23,6 +32,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+# what overrides the kernel choice: OpenBLAS's core (llmc/cpu_blas.h sets it only where unset; its re-exec
+# marker and test hook, inherited, stop the choice too) and oneDNN's ISA cap (the bf16 matmuls); the
+# Makefile's BENCH_ENV lists the same for the benches it runs itself
+KERNEL_VARS = ["OPENBLAS_CORETYPE", "LLMC_BLAS_REEXEC", "LLMC_BLAS_TEST_CORE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"]
 PHASES = ["gemm", "attention", "layernorm", "gelu", "crossentropy", "encoder", "grad_norm",
           "adamw", "other"]
 
@@ -43,10 +56,21 @@ def run_json_or_none(cmd, env):
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+def vs_floor(ms, floor_ms):
+    """a profile cell against its floor: "time / floor (ratio x)", both in ms (two digits at least)"""
+    fmt = lambda x: f"{x:.1f}" if x >= 0.95 else f"{x:.2g}"
+    return f"{fmt(ms)} / {fmt(floor_ms)} ({ms / floor_ms:.1f}x)" if floor_ms > 0 else f"{fmt(ms)} / - (-)"
+
+
+def default_env(env):
+    """env without the variables that override the kernel choice: the kernels of a user who sets nothing"""
+    return {k: v for k, v in env.items() if k not in KERNEL_VARS}
+
+
 def torch_best(model, B, T, steps, threads, env, core, autocast="off"):
     """the fastest PyTorch run over the thread settings; returns (best, all runs with their labels)"""
     tenv = dict(env)
-    if "OPENBLAS_CORETYPE" not in os.environ and core:
+    if core:
         tenv["OPENBLAS_CORETYPE"] = core
     settings = sorted({(threads, threads), (1, threads)}, reverse=True)
     runs = []
@@ -68,17 +92,37 @@ def main():
     p.add_argument("--configs", default="d12:4:64,d12:8:256,d6:8:256")
     p.add_argument("--no-torch", action="store_true", help="train_gpt2 and the SGEMM peak only")
     p.add_argument("--no-bf16", action="store_true", help="fp32 rows only")
+    p.add_argument("--peaks-only", action="store_true", help="the kernels and their peaks, then stop")
+    p.add_argument("--sgemm-n", type=int, default=2048, help="the peaks' matrix size (n^3)")
+    p.add_argument("--bw-mib", type=int, default=0, help="the bandwidth probe's arrays, MiB each (0: 4x the "
+                   "last-level cache, at least 256)")
     a = p.parse_args()
     t_start = time.time()
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
-    sg = run_json(["build/bench_sgemm", "2048", "5"], env)
+    base = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    env = default_env(base)  # every measured run below: the kernels the trainer picks when nothing is set
+    overrides = [f"{k}={os.environ[k]}" for k in KERNEL_VARS if k in os.environ]
+    n = str(a.sgemm_n)
+    sg = run_json(["build/bench_sgemm", n, "5"], env)
     peak = sg["gflops"]
-    print(f"BLAS: {sg['blas']}", flush=True)
-    print(f"OpenBLAS SGEMM 2048^3, {a.threads} threads: {peak:.1f} GFLOP/s", flush=True)
-    sg16 = None if a.no_bf16 else run_json_or_none(["build/bench_sgemm", "2048", "5", "bf16"], env)
+    print(f"BLAS: {sg['blas']}: the trainer's own choice (nothing set)", flush=True)
+    print(f"OpenBLAS SGEMM {n}^3, {a.threads} threads: {peak:.1f} GFLOP/s", flush=True)
+    sg16 = None if a.no_bf16 else run_json_or_none(["build/bench_sgemm", n, "5", "bf16"], env)
     peak16 = sg16["gflops"] if sg16 else 0.0
     if sg16:
-        print(f"{sg16['blas']} 2048^3, {a.threads} threads: {peak16:.1f} GFLOP/s", flush=True)
+        print(f"{sg16['blas']} {n}^3, {a.threads} threads: {peak16:.1f} GFLOP/s", flush=True)
+    bw = run_json(["build/bench_sgemm", str(a.bw_mib), "5", "bandwidth"], env)
+    print(f"memory bandwidth (a += s*b over 2 x {bw['mib']} MiB, {a.threads} threads): {bw['gbs']:.1f} GB/s", flush=True)
+    over, over16 = None, None
+    if overrides:  # what this environment would run on instead: measured, reported, not used below
+        print(f"the environment overrides the kernel choice ({' '.join(overrides)}); measured too, but every run "
+              f"below uses the trainer's own choice:", flush=True)
+        over = run_json(["build/bench_sgemm", n, "5"], base)
+        print(f"  override: BLAS: {over['blas']}, SGEMM {n}^3: {over['gflops']:.1f} GFLOP/s", flush=True)
+        over16 = None if not sg16 else run_json_or_none(["build/bench_sgemm", n, "5", "bf16"], base)
+        if over16:
+            print(f"  override: {over16['blas']} {n}^3: {over16['gflops']:.1f} GFLOP/s", flush=True)
+    if a.peaks_only:
+        return
     rows, rows16, profiles = [], [], []
     for spec in a.configs.split(","):
         model, B, T = spec.split(":")
@@ -106,19 +150,22 @@ def main():
                   f"peak, {c16['tok_s'] / c['tok_s']:.2f}x fp32)" + (f", PyTorch autocast bf16 {pt}" if runs16 else ""),
                   flush=True)
     # the peak again at the end: on a shared machine the best of the two is the closer estimate
-    peak_end = run_json(["build/bench_sgemm", "2048", "5"], env)["gflops"]
-    print(f"OpenBLAS SGEMM 2048^3 again: {peak_end:.1f} GFLOP/s", flush=True)
+    peak_end = run_json(["build/bench_sgemm", n, "5"], env)["gflops"]
+    print(f"OpenBLAS SGEMM {n}^3 again: {peak_end:.1f} GFLOP/s", flush=True)
     if peak_end > peak:
         for r in rows:
             r[2] *= peak / peak_end
         peak = peak_end
     if sg16:
-        peak16_end = run_json(["build/bench_sgemm", "2048", "5", "bf16"], env)["gflops"]
-        print(f"bf16 matmul 2048^3 again: {peak16_end:.1f} GFLOP/s", flush=True)
+        peak16_end = run_json(["build/bench_sgemm", n, "5", "bf16"], env)["gflops"]
+        print(f"bf16 matmul {n}^3 again: {peak16_end:.1f} GFLOP/s", flush=True)
         if peak16_end > peak16:
             for r in rows16:
                 r[2] *= peak16 / peak16_end
             peak16 = peak16_end
+    bw_end = run_json(["build/bench_sgemm", str(a.bw_mib), "5", "bandwidth"], env)
+    print(f"memory bandwidth again: {bw_end['gbs']:.1f} GB/s", flush=True)
+    gbs = max(bw["gbs"], bw_end["gbs"])
     print()
     print("| config | train_gpt2 tok/s | MFU (% of SGEMM peak) | PyTorch best tok/s (threads torch/BLAS) "
           "| PyTorch MFU | train_gpt2 / PyTorch |")
@@ -145,7 +192,13 @@ def main():
         print(f"\nbf16 matmul peak {peak16:.1f} GFLOP/s ({sg16['blas']}, {a.threads} threads)")
     print(f"\nSGEMM peak {peak:.1f} GFLOP/s ({a.threads} threads); medians over {a.steps - a.warmup} steps "
           f"after {a.warmup} warm-up; FLOPs/token = 6N + 6LCT; {sg['blas']}; "
-          f"PyTorch with OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', sg.get('core'))}")
+          f"PyTorch with OPENBLAS_CORETYPE={sg.get('core')}")
+    isa = next((c["bf16_isa"] for _, c in profiles if c["precision"] == "bf16"), None)
+    print(f"train_gpt2 ran on {profiles[0][1]['blas']}" + (f", its bf16 products on oneDNN ({isa})" if isa else "")
+          + ": the trainer's own choice (nothing set)")
+    if over:
+        print(f"the environment's override ({' '.join(overrides)}), not used above: {over['blas']}, SGEMM peak "
+              f"{over['gflops']:.1f} GFLOP/s" + (f"; {over16['blas']} {over16['gflops']:.1f} GFLOP/s" if over16 else ""))
     print("\nwhere train_gpt2's step time goes (ms per step, mean over the timed steps; % of the step):\n")
     print("| config | step ms | " + " | ".join(PHASES) + " |")
     print("|---|---|" + "---|" * len(PHASES))
@@ -153,6 +206,18 @@ def main():
         ph, total = c["phases_ms"], c["mean_ms"]
         cells = " | ".join(f"{ph[k]:.0f} ({100.0 * ph[k] / total:.0f}%)" for k in PHASES)
         print(f"| {name} | {total:.0f} | {cells} |")
+    print(f"\neach phase against its floor (ms per step: time / floor (time as a multiple of the floor)); the floor is max(bytes it must "
+          f"move / {gbs:.1f} GB/s, its products' FLOPs / the peak of its precision: {peak:.1f} GFLOP/s fp32, "
+          f"{peak16:.1f} bf16); bytes and FLOPs: dev/bench_gpt2.c's phase_floors:\n")
+    print("| config | step | " + " | ".join(PHASES) + " |")
+    print("|---|---|" + "---|" * len(PHASES))
+    for name, c in profiles:
+        pk = peak16 if c["precision"] == "bf16" else peak
+        floor = {k: max(f["bytes"] / (gbs * 1e9), f["flops"] / (pk * 1e9)) * 1e3 for k, f in c["floor"].items()}
+        ms = dict(c["phases_ms"], step=c["mean_ms"])
+        floor["step"] = sum(floor[k] for k in PHASES)
+        cells = " | ".join(vs_floor(ms[k], floor[k]) for k in ["step"] + PHASES)
+        print(f"| {name} | {cells} |")
     print(f"\nwait policy: OMP_WAIT_POLICY={profiles[0][1]['wait_policy'] or '(unset)'}"
           f" GOMP_SPINCOUNT={profiles[0][1]['spincount'] or '(unset)'}; bench took {time.time() - t_start:.0f} s")
 

@@ -20,7 +20,8 @@ baseline in the same run.
 2. build/bench_hybrid at each config's depth: the passes alone (plain AdamW, AdamW fused with the drift
    and the look-ahead, Predict steps, the rollback) in bytes moved and GB/s against a bandwidth probe
    (a += s*b) in the same run with the same threads.
-Prints the OpenBLAS core in use (set OPENBLAS_CORETYPE where Debian's OpenBLAS picks a slow kernel).
+Prints the OpenBLAS core in use. As scripts/bench.py, every run is on the kernels a user who sets nothing gets:
+the variables that override the choice (bench.KERNEL_VARS: OPENBLAS_CORETYPE, ...) are left out, with a note.
 usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:40,d6:8:256:16] [--rounds 3] [--skip 3]
        [--args "more trainer flags"]
 """
@@ -33,6 +34,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+
+from bench import KERNEL_VARS, default_env
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -90,7 +93,10 @@ def main():
     p.add_argument("--args", default="", help="more trainer flags for every run, e.g. the study model's data "
                    "and vocabulary: \"-i 'data/small1024/train_*.bin' --vocab data/small1024/vocab\"")
     a = p.parse_args()
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
+    env = default_env(dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads)))
+    overrides = [f"{k}={os.environ[k]}" for k in KERNEL_VARS if k in os.environ]
+    if overrides:
+        print(f"note: left out of every run ({' '.join(overrides)}): the trainer picks its own kernels", flush=True)
     env.setdefault("OMP_WAIT_POLICY", "passive")  # as the trainer runs itself
     tmp = tempfile.mkdtemp(prefix="bench_hybrid_")
     rows, micro = [], []

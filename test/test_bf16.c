@@ -233,6 +233,41 @@ Test(bf16_matmul, bf16_is_really_used) {
     free(inp); free(w); free(zero); free(o32); free(o16); free(w16); free(s);
 }
 
+// crossentropy_forward_bf16 against the fp32 training form (crossentropy_forward) at GPT-2's vocabulary, on
+// every thread: tolerance zero. The same losses and lse bit for bit, each bf16 dlogit the fp32 one rounded to
+// nearest even (padded columns 0), and the logits left as they were (the fp32 form writes its dlogits over them).
+Test(bf16_crossentropy, the_fp32_losses_and_dlogits_rounded_bit_for_bit) {
+    int N = 48, V = 50257, Vp = 50304, threads = omp_get_max_threads();
+    float* logits = rand_buf((size_t)N * Vp, 8.0f);
+    int* targets = (int*)malloc(N * sizeof(int));
+    for (int n = 0; n < N; n++) { targets[n] = (int)((n * 7919u + 13u) % (unsigned)V); }
+    targets[0] = 0;
+    targets[1] = V - 1;
+    logits[(size_t)2 * Vp + targets[2]] = 30.0f;  // a row the target dominates
+    float* ref = (float*)malloc((size_t)N * Vp * sizeof(float));
+    memcpy(ref, logits, (size_t)N * Vp * sizeof(float));
+    float *loss32 = (float*)malloc(N * sizeof(float)), *lse32 = (float*)malloc(N * sizeof(float));
+    float *loss16 = (float*)malloc(N * sizeof(float)), *lse16 = (float*)malloc(N * sizeof(float));
+    float dloss = 1.0f / N;
+    crossentropy_forward(loss32, lse32, ref, targets, N, V, Vp, dloss);  // ref: the fp32 dlogits now
+    float* before = (float*)malloc((size_t)N * Vp * sizeof(float));
+    memcpy(before, logits, (size_t)N * Vp * sizeof(float));
+    bf16* d16 = (bf16*)malloc((size_t)N * Vp * sizeof(bf16));
+    memset(d16, 0xff, (size_t)N * Vp * sizeof(bf16));  // NaNs: every element must be written
+    float* scratch = (float*)malloc((size_t)threads * Vp * sizeof(float));
+    crossentropy_forward_bf16(loss16, lse16, logits, targets, N, V, Vp, dloss, d16, scratch, threads);
+    cr_assert_eq(memcmp(loss16, loss32, N * sizeof(float)), 0, "losses differ from the fp32 form");
+    cr_assert_eq(memcmp(lse16, lse32, N * sizeof(float)), 0, "lse differs from the fp32 form");
+    cr_assert_eq(memcmp(logits, before, (size_t)N * Vp * sizeof(float)), 0, "the logits were written");
+    for (size_t i = 0; i < (size_t)N * Vp; i++) {
+        bf16 want = bf16_from_float(ref[i]);
+        cr_assert_eq(d16[i], want, "dlogit (%zu, %zu): 0x%04x, the fp32 one rounds to 0x%04x", i / Vp, i % Vp,
+                     d16[i], want);
+    }
+    free(logits); free(targets); free(ref); free(loss32); free(lse32); free(loss16); free(lse16); free(before);
+    free(d16); free(scratch);
+}
+
 Test(bf16_matmul, rounding_is_to_nearest_even_and_keeps_nan_inf) {
     cr_assert_eq(bf16_from_float(1.0f), 0x3f80);
     cr_assert_eq(bf16_from_float(1.0f + 1.0f / 256), 0x3f80);           // halfway: to even (down)

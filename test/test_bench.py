@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""
+test/test_bench.py — what `make bench` (scripts/bench.py) measures and says about the kernels, run on tiny
+sizes (a few seconds): with nothing set it names the trainer's own choice of OpenBLAS core and no override;
+with OPENBLAS_CORETYPE (and oneDNN's ISA cap, where the build has bf16) set in its environment it says so and
+reports both kernels, each with its peak, while the trainer's timed runs stay on the trainer's own choice;
+its profile has, for every phase of each step and the step itself, a floor above 0 and time / floor, whose
+counts of products and optimizer passes agree with counts made here; and the benches make runs itself
+(BENCH_ENV) leave out the same variables.
+Prints 'N passed, N failed'; exits 1 if any failed.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+from bench import KERNEL_VARS, PHASES  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from testlib import run_tests  # noqa: E402
+
+TESTS = []
+CLEAN = {k: v for k, v in os.environ.items() if k not in KERNEL_VARS}
+CLEAN.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+# a weaker OpenBLAS core any x86-64 runs, and oneDNN capped below its bf16 instructions
+OVERRIDE = {"OPENBLAS_CORETYPE": "Prescott", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
+TINY = ["--threads", "1", "--sgemm-n", "128"]
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
+
+
+def bench(args, extra_env=None):
+    env = dict(CLEAN, **(extra_env or {}))
+    r = subprocess.run([sys.executable, "scripts/bench.py"] + TINY + args, env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"bench.py failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r.stdout
+
+
+def sgemm(args, extra_env=None):
+    r = subprocess.run(["build/bench_sgemm"] + args, env=dict(CLEAN, **(extra_env or {})), cwd=ROOT,
+                       capture_output=True, text=True, timeout=60)
+    return json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+
+
+DEFAULT = sgemm(["64", "1"])          # the trainer's own choice here
+DEFAULT16 = sgemm(["64", "1", "bf16"])  # None: no bf16 in this build
+
+
+def gflops_after(text, prefix):
+    """the GFLOP/s of the first line that starts with prefix"""
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            m = re.search(r"([0-9.]+) GFLOP/s", line)
+            assert m, f"no GFLOP/s in: {line}"
+            return float(m.group(1))
+    raise AssertionError(f"no line starting with {prefix!r} in:\n{text}")
+
+
+@test
+def nothing_set_reports_the_trainers_choice_and_no_override():
+    out = bench(["--peaks-only"])
+    assert f"BLAS: {DEFAULT['blas']}: the trainer's own choice" in out, out
+    assert gflops_after(out, "OpenBLAS SGEMM 128^3") > 0
+    assert "override" not in out, out
+
+
+@test
+def an_override_is_named_and_both_kernels_get_their_peak():
+    out = bench(["--peaks-only"], OVERRIDE)
+    assert "the environment overrides the kernel choice (OPENBLAS_CORETYPE=Prescott ONEDNN_MAX_CPU_ISA=AVX512_CORE)" \
+        in out, out
+    # the trainer's own choice first, as with nothing set ...
+    assert f"BLAS: {DEFAULT['blas']}: the trainer's own choice" in out, out
+    assert gflops_after(out, "OpenBLAS SGEMM 128^3") > 0
+    # ... and the override's kernel with its own peak
+    assert gflops_after(out, "  override: BLAS: OpenBLAS") > 0
+    assert re.search(r"override: BLAS: OpenBLAS \S+ Prescott \(OPENBLAS_CORETYPE\)", out), out
+    if DEFAULT16:
+        assert gflops_after(out, f"{DEFAULT16['blas']} 128^3") > 0
+        assert gflops_after(out, "  override: oneDNN bf16 matmul (avx512 (bf16 emulated))") > 0
+
+
+@test
+def timed_runs_use_the_trainers_choice_under_an_override():
+    out = bench(["--configs", "d1:1:16", "--steps", "2", "--warmup", "1", "--no-torch"], OVERRIDE)
+    line = next((s for s in out.splitlines() if s.startswith("train_gpt2 ran on")), None)
+    assert line is not None, out
+    assert f"train_gpt2 ran on {DEFAULT['blas']}" in line, line
+    if DEFAULT16:
+        isa = DEFAULT16["blas"][DEFAULT16["blas"].index("(") + 1:-1]
+        assert f"its bf16 products on oneDNN ({isa})" in line, line
+    assert "the environment's override (OPENBLAS_CORETYPE=Prescott" in out, out
+    assert f"PyTorch with OPENBLAS_CORETYPE={DEFAULT['core']}" in out, out
+
+
+@test
+def the_profile_has_a_floor_for_every_phase():
+    out = bench(["--configs", "d1:2:32", "--steps", "2", "--warmup", "1", "--no-torch", "--bw-mib", "16"])
+    assert re.search(r"memory bandwidth \(a \+= s\*b over 2 x 16 MiB, 1 threads\): [0-9.]+ GB/s", out), out
+    rows = [s for s in out.splitlines() if s.startswith("| d1 B=2 T=32") and "/" in s and "x)" in s]
+    assert len(rows) == (2 if DEFAULT16 else 1), f"expected a floor row per profile:\n{out}"
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert len(cells) == 1 + len(PHASES), row
+        for phase, cell in zip(["step"] + PHASES, cells):
+            # "<ms> / <floor ms> (<ratio>x)"; every phase has a floor above 0, "other" included
+            m = re.fullmatch(r"([0-9.e-]+) / ([0-9.e-]+) \(([0-9.]+)x\)", cell)
+            assert m, f"{phase}: {cell!r} in {row}"
+            assert float(m.group(2)) > 0, f"{phase} has no floor: {row}"
+
+
+@test
+def the_floors_count_the_products_and_the_optimizer_passes():
+    # d2 at GPT-2's vocabulary, B=2 T=32, against counts made here: the linear layers' and lm head's
+    # 6 x rows x weights, the attention's six products over the causal triangle, AdamW's 7 fp32 streams
+    # (and the bf16 copy), the grad norm's one
+    L, C, NH, B, T, Vp = 2, 128, 2, 2, 32, 50304
+    P = Vp * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C
+    for precision in (["fp32", "bf16"] if DEFAULT16 else ["fp32"]):
+        r = subprocess.run(["build/bench_gpt2", "2", str(B), str(T), "2", "1", "0", precision], env=CLEAN, cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        f = json.loads(r.stdout.strip().splitlines()[-1])["floor"]
+        assert set(f) == set(PHASES), f
+        assert f["gemm"]["flops"] == 6 * B * T * (L * 12 * C * C + C * Vp), (precision, f["gemm"])
+        assert f["attention"]["flops"] == L * 6 * 2 * B * C * T * (T + 1) // 2, (precision, f["attention"])
+        assert f["adamw"]["bytes"] == (30 if precision == "bf16" else 28) * P, (precision, f["adamw"], P)
+        assert f["grad_norm"]["bytes"] == 4 * P, (precision, f["grad_norm"])
+        assert all(f[k]["bytes"] > 0 for k in PHASES), (precision, f)
+
+
+@test
+def the_makefiles_benches_leave_out_the_same_variables():
+    # BENCH_ENV (the benches make runs itself) and bench.py's KERNEL_VARS must name the same overrides
+    line = next(s for s in open(os.path.join(ROOT, "Makefile")) if s.startswith("BENCH_ENV ="))
+    assert sorted(re.findall(r"-u (\S+)", line)) == sorted(KERNEL_VARS), (line, KERNEL_VARS)
+
+
+if __name__ == "__main__":
+    run_tests(TESTS)
