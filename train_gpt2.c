@@ -733,15 +733,49 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     else { attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH); }
 }
 
+// crossentropy_forward's training form under --precision bf16 (dloss != 0; it calls this): the dlogits go to
+// dlogits16 (N,Vp) in bf16, where the lm head's backward products read them. The same losses, lse and dlogits bit for bit (the
+// same exps, summed in the same order), but each row's exps go to the thread's row of scratch (threads, Vp),
+// which stays in the cache, and not back over the logits: the logits are read from memory once and never
+// written (in fp32 the dlogits must go over them; here such a write-back is traffic for nothing).
+void crossentropy_forward_bf16(float* losses, float* lse, const float* logits, const int* targets, int N, int V,
+                               int Vp, float dloss, bf16* dlogits16, float* scratch, int threads) {
+    #pragma omp parallel for schedule(static) num_threads(threads)
+    for (int n = 0; n < N; n++) {
+        const float* x = logits + (size_t)n * Vp;
+        float* e = scratch + (size_t)omp_get_thread_num() * Vp;
+        int t = targets[n];
+        float maxval = -FLT_MAX;
+        #pragma omp simd reduction(max:maxval)
+        for (int i = 0; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+        float sum = 0.0f;
+        #pragma omp simd reduction(+:sum)
+        for (int i = 0; i < V; i++) { float ei = expf_vec(x[i] - maxval); e[i] = ei; sum += ei; }
+        lse[n] = maxval + logf(sum);
+        losses[n] = lse[n] - x[t];
+        float k = dloss / sum;
+        bf16* d = dlogits16 + (size_t)n * Vp;
+        #pragma omp simd
+        for (int i = 0; i < V; i++) { d[i] = bf16_from_float(e[i] * k); }
+        for (int i = V; i < Vp; i++) { d[i] = 0; }
+        d[t] = bf16_from_float(e[t] * k - dloss);
+    }
+}
+
 // the lm_head's loss, fused with the softmax and, in training, with its backward: logits (N,Vp), only the
 // first V columns are real. Writes lse (N) = log sum exp of each row and losses (N) = lse - logit[target].
 // dloss != 0 (a training forward, or a backward whose forward did not do it): also dlogits =
 // (softmax - onehot(target)) * dloss over the logits, padded columns 0, each row while it is still in cache:
 // each exp is taken once, kept in the row for the sum and then scaled (one pass over the logits in all, where
 // a separate backward read them again and took every exp a second time). dloss 0: the logits stay as they are
-// (eval, sampling). --precision bf16 trains with crossentropy_forward_bf16 below.
+// (eval, sampling). dlogits16 != NULL (--precision bf16) and dloss != 0: crossentropy_forward_bf16 above,
+// with scratch (threads, Vp).
 void crossentropy_forward(float* losses, float* lse, float* logits, const int* targets, int N, int V, int Vp,
-                          float dloss) {
+                          float dloss, bf16* dlogits16, float* scratch, int threads) {
+    if (dlogits16 != NULL && dloss != 0.0f) {
+        crossentropy_forward_bf16(losses, lse, logits, targets, N, V, Vp, dloss, dlogits16, scratch, threads);
+        return;
+    }
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float* x = logits + (size_t)n * Vp;
@@ -769,34 +803,6 @@ void crossentropy_forward(float* losses, float* lse, float* logits, const int* t
     }
 }
 
-// crossentropy_forward's training form under --precision bf16 (dloss != 0), the dlogits to dlogits16 (N,Vp)
-// in bf16, where the lm head's backward products read them. The same losses, lse and dlogits bit for bit (the
-// same exps, summed in the same order), but each row's exps go to the thread's row of scratch (threads, Vp),
-// which stays in the cache, and not back over the logits: the logits are read from memory once and never
-// written (in fp32 the dlogits must go over them; here such a write-back is traffic for nothing).
-void crossentropy_forward_bf16(float* losses, float* lse, const float* logits, const int* targets, int N, int V,
-                               int Vp, float dloss, bf16* dlogits16, float* scratch, int threads) {
-    #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int n = 0; n < N; n++) {
-        const float* x = logits + (size_t)n * Vp;
-        float* e = scratch + (size_t)omp_get_thread_num() * Vp;
-        int t = targets[n];
-        float maxval = -FLT_MAX;
-        #pragma omp simd reduction(max:maxval)
-        for (int i = 0; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
-        float sum = 0.0f;
-        #pragma omp simd reduction(+:sum)
-        for (int i = 0; i < V; i++) { float ei = expf_vec(x[i] - maxval); e[i] = ei; sum += ei; }
-        lse[n] = maxval + logf(sum);
-        losses[n] = lse[n] - x[t];
-        float k = dloss / sum;
-        bf16* d = dlogits16 + (size_t)n * Vp;
-        #pragma omp simd
-        for (int i = 0; i < V; i++) { d[i] = bf16_from_float(e[i] * k); }
-        for (int i = V; i < Vp; i++) { d[i] = 0; }
-        d[t] = bf16_from_float(e[t] * k - dloss);
-    }
-}
 
 // ----------------------------------------------------------------------------
 // GPT-2 model
@@ -1152,12 +1158,8 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
     model->dlogits_scale = 0.0f;
     if (targets != NULL) {
         float dloss = dloss_scale / (float)BT;
-        if (lp && dloss != 0.0f) {
-            PROF(PROF_CROSSENTROPY, crossentropy_forward_bf16(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
-                                                              model->bf16_a, model->ce_scratch, model->num_threads));
-        } else {
-            PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss));
-        }
+        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
+                                                     lp ? model->bf16_a : NULL, model->ce_scratch, model->num_threads));
         double sum = 0.0;  // in order: deterministic
         for (size_t i = 0; i < BT; i++) { sum += a.losses[i]; }
         model->mean_loss = (float)(sum / BT);
@@ -1204,12 +1206,8 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
     if (model->dlogits_scale != dloss_scale) {  // dlogits into acts.logits (fp32) or s16a (bf16)
         float dloss = dloss_scale / (float)BT;
-        if (lp) {
-            PROF(PROF_CROSSENTROPY, crossentropy_forward_bf16(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
-                                                              model->bf16_a, model->ce_scratch, model->num_threads));
-        } else {
-            PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss));
-        }
+        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
+                                                     lp ? model->bf16_a : NULL, model->ce_scratch, model->num_threads));
         model->dlogits_scale = dloss_scale;
     }
     matmul_backward(a.dbuf_c, g.wte, NULL, a.logits, a.lnf, p.wte, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));

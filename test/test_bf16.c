@@ -249,7 +249,7 @@ Test(bf16_crossentropy, the_fp32_losses_and_dlogits_rounded_bit_for_bit) {
     float *loss32 = (float*)malloc(N * sizeof(float)), *lse32 = (float*)malloc(N * sizeof(float));
     float *loss16 = (float*)malloc(N * sizeof(float)), *lse16 = (float*)malloc(N * sizeof(float));
     float dloss = 1.0f / N;
-    crossentropy_forward(loss32, lse32, ref, targets, N, V, Vp, dloss);  // ref: the fp32 dlogits now
+    crossentropy_forward(loss32, lse32, ref, targets, N, V, Vp, dloss, NULL, NULL, 0);  // ref: the fp32 dlogits now
     float* before = (float*)malloc((size_t)N * Vp * sizeof(float));
     memcpy(before, logits, (size_t)N * Vp * sizeof(float));
     bf16* d16 = (bf16*)malloc((size_t)N * Vp * sizeof(bf16));

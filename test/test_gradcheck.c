@@ -310,7 +310,7 @@ Test(gradcheck, gelu) {
 // softmax over the first V of Vp logits + cross-entropy; f = mean loss over N rows
 static double softmax_ce_f(void* p) {
     Ctx* c = (Ctx*)p;
-    crossentropy_forward(c->out, c->s1, c->a, c->tok, N_, V_, VP_, 0.0f);
+    crossentropy_forward(c->out, c->s1, c->a, c->tok, N_, V_, VP_, 0.0f, NULL, NULL, 0);
     double s = 0.0;
     for (int i = 0; i < N_; i++) { s += c->out[i]; }
     return s / N_;
@@ -327,7 +327,7 @@ Test(gradcheck, softmax_crossentropy) {
     float* dlogits = (float*)mallocCheck(N_ * VP_ * sizeof(float));
     memcpy(dlogits, c.a, N_ * VP_ * sizeof(float));
     float *losses2 = zeros(N_), *lse2 = zeros(N_);
-    crossentropy_forward(losses2, lse2, dlogits, tok, N_, V_, VP_, 1.0f / N_);
+    crossentropy_forward(losses2, lse2, dlogits, tok, N_, V_, VP_, 1.0f / N_, NULL, NULL, 0);
     cr_assert_eq(memcmp(losses2, c.out, N_ * sizeof(float)), 0, "training cross-entropy: losses differ from the eval form");
     cr_assert_eq(memcmp(lse2, c.s1, N_ * sizeof(float)), 0, "training cross-entropy: lse differs from the eval form");
     // and in bf16 (crossentropy_forward_bf16): the same losses, and the same dlogits rounded to nearest even;
