@@ -20,19 +20,13 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from bench import KERNEL_VARS, PHASES  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import run_tests  # noqa: E402
+from testlib import TESTS, run_tests, test  # noqa: E402
 
-TESTS = []
 CLEAN = {k: v for k, v in os.environ.items() if k not in KERNEL_VARS}
 CLEAN.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 # a weaker OpenBLAS core any x86-64 runs, and oneDNN capped below its bf16 instructions
 OVERRIDE = {"OPENBLAS_CORETYPE": "Prescott", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
 TINY = ["--threads", "1", "--sgemm-n", "128"]
-
-
-def test(fn):
-    TESTS.append(fn)
-    return fn
 
 
 def bench(args, extra_env=None):
@@ -121,7 +115,7 @@ def the_floors_count_the_products_and_the_optimizer_passes():
     # d2 at GPT-2's vocabulary, B=2 T=32, against counts made here: the linear layers' and lm head's
     # 6 x rows x weights, the attention's six products over the causal triangle, AdamW's 7 fp32 streams
     # (and the bf16 copy), the grad norm's one
-    L, C, NH, B, T, Vp = 2, 128, 2, 2, 32, 50304
+    L, C, B, T, Vp = 2, 128, 2, 32, 50304
     P = Vp * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C
     for precision in (["fp32", "bf16"] if DEFAULT16 else ["fp32"]):
         r = subprocess.run(["build/bench_gpt2", "2", str(B), str(T), "2", "1", "0", precision], env=CLEAN, cwd=ROOT,

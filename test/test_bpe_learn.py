@@ -27,13 +27,7 @@ TOKENIZE = os.path.join(ROOT, "tokenize")
 TRAINER = os.environ.get("LLMC_TEST_TRAINER", os.path.join(ROOT, "train_gpt2"))
 TMP = tempfile.mkdtemp(prefix="test_bpe_learn_")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import run_tests  # noqa: E402
-TESTS = []
-
-
-def test(fn):
-    TESTS.append(fn)
-    return fn
+from testlib import TESTS, run_tests, test  # noqa: E402
 
 
 def run(cmd, ok=True, **kw):

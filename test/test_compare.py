@@ -38,13 +38,7 @@ FAKE = os.path.join(ROOT, "test", "fake_trainer.py")
 TRAINER = os.path.join(ROOT, "train_gpt2")
 TMP = tempfile.mkdtemp(prefix="test_compare_")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import Skip, run_tests  # noqa: E402
-TESTS = []
-
-
-def test(fn):
-    TESTS.append(fn)
-    return fn
+from testlib import Skip, TESTS, run_tests, test  # noqa: E402
 
 
 def sh(cmd, env=None, timeout=600):

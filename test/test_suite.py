@@ -20,14 +20,7 @@ SUITE = os.path.join(ROOT, "scripts", "suite")
 FAKE = os.path.join(ROOT, "test", "fake_trainer.py")
 TMP = tempfile.mkdtemp(prefix="test_suite_")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import run_tests  # noqa: E402
-
-TESTS = []
-
-
-def test(fn):
-    TESTS.append(fn)
-    return fn
+from testlib import TESTS, run_tests, test  # noqa: E402
 
 
 def make_config(where, **over):
@@ -58,6 +51,16 @@ def suite(*args, env=None):
     return p.returncode, p.stdout, p.stderr
 
 
+def run_shard(name, cell, corpus, **over):
+    """A fresh suite under TMP/name (make_config's, with over), one shard of it run to the end (two jobs):
+    (its config, the call's output, the cell's results folder)."""
+    where = os.path.join(TMP, name)
+    cfg = make_config(where, **over)
+    rc, out, err = suite("--config", cfg, "--cell", cell, "--corpus", corpus, "--jobs", "2")
+    assert rc == 0, out + err
+    return cfg, out, os.path.join(where, "results", corpus, cell)
+
+
 def started(out):
     return [ln for ln in out.split("\n") if "] start " in ln]
 
@@ -76,11 +79,9 @@ def dry_run_lists_the_grid_and_runs_nothing():
 
 @test
 def a_shard_runs_its_grid_then_best_against_best_and_resumes():
-    where = os.path.join(TMP, "run")
-    cfg = make_config(where)
-    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--jobs", "2")
-    assert rc == 0, out + err
+    cfg, out, _ = run_shard("run", "c1", "beta")
     assert len(started(out)) == 12 + 9, len(started(out))  # the grid, then 3 seeds x (baseline, long baseline, hybrid)
+    where = os.path.join(TMP, "run")
     res = os.path.join(where, "results")
     assert sorted(os.listdir(res)) == ["beta"] and sorted(os.listdir(os.path.join(res, "beta"))) == ["c1"]
     s = json.load(open(os.path.join(res, "beta", "c1", "summary.json")))
@@ -119,11 +120,7 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
 @test
 def runs_without_their_metrics_are_read_from_the_trainers_summary():
     # a GPU machine's results may come back with each run's summary.json but not its metrics.jsonl
-    where = os.path.join(TMP, "nometrics")
-    cfg = make_config(where)
-    rc, out, err = suite("--config", cfg, "--cell", "c2", "--corpus", "beta", "--jobs", "2")
-    assert rc == 0, out + err
-    cell = os.path.join(where, "results", "beta", "c2")
+    cfg, out, cell = run_shard("nometrics", "c2", "beta")
     before = json.load(open(os.path.join(cell, "summary.json")))
     csv_before = open(os.path.join(cell, "runs.csv")).read()
     metrics = glob.glob(os.path.join(cell, "*", "*", "seed*", "metrics.jsonl"))
@@ -142,14 +139,10 @@ def runs_without_their_metrics_are_read_from_the_trainers_summary():
 
 @test
 def controls_run_at_their_arms_best_lr_on_the_comparison_seeds():
-    where = os.path.join(TMP, "controls")
     controls = {"q0": {"of": "baseline", "args": {"-q": 0}},
                 "ema": {"of": "hybrid", "args": {"--lookahead": 0.3, "--noise-gate": 0}}}
-    cfg = make_config(where, controls=controls, args={"-v": 5, "-q": 0.1})
-    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2")
-    assert rc == 0, out + err
+    cfg, out, res = run_shard("controls", "c1", "alpha", controls=controls, args={"-v": 5, "-q": 0.1})
     assert len(started(out)) == 12 + 9 + 2 * 3, len(started(out))  # grid, compare, 2 controls x 3 seeds
-    res = os.path.join(where, "results", "alpha", "c1")
     cmd = open(os.path.join(res, "controls", "q0", "seed5", "cmd.txt")).read().split()
     assert cmd[cmd.index("-q") + 1] == "0" and cmd.count("-q") == 1 and "--hybrid" not in cmd, cmd
     assert cmd[cmd.index("-l") + 1] == "0.002" and cmd[cmd.index("--seed") + 1] == "5", cmd
@@ -188,8 +181,6 @@ def comparison_seeds_must_be_fresh():
     cfg = make_config(os.path.join(TMP, "seeds2"), grid_seeds=[1, 1])
     rc, out, err = suite("--config", cfg, "--dry-run")
     assert rc == 1 and "distinct" in err, err
-
-
 
 
 if __name__ == "__main__":

@@ -21,14 +21,7 @@ import comparelib as cl  # noqa: E402
 from scipy import stats  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import run_tests  # noqa: E402
-
-TESTS = []
-
-
-def test(fn):
-    TESTS.append(fn)
-    return fn
+from testlib import TESTS, run_tests, test  # noqa: E402
 
 
 def close(a, b, tol=1e-9):
@@ -121,8 +114,6 @@ def step_ratio_in_log_steps():
     need2 = math.exp(math.log(1000) - (3.00 - 2.95) / (2.95 - 2.80) * (math.log(1150) - math.log(1000)))
     assert close(r[2]["needed"], need2) and r[2]["extrapolated"] and r[2]["saved"] < 0
     assert close(r[2]["saved"], 1 - 1000 / need2)
-
-
 
 
 if __name__ == "__main__":

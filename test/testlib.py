@@ -1,11 +1,19 @@
-"""test/testlib.py — the runner the Python test files share: each test is a function registered in a list;
-run_tests calls them in order, prints PASS (with its time), SKIP (a test that raised Skip: what it needs
+"""test/testlib.py — the runner the Python test files share: each test is a function registered with the
+@test decorator (in TESTS, in the order of the file); run_tests calls them in order, prints PASS (with its time), SKIP (a test that raised Skip: what it needs
 is not there) or FAIL (with the traceback) per test and a summary line, removes the test's temporary
 folder and exits non-zero if any failed."""
 import shutil
 import sys
 import time
 import traceback
+
+
+TESTS = []
+
+
+def test(fn):
+    TESTS.append(fn)
+    return fn
 
 
 class Skip(Exception):
