@@ -46,7 +46,7 @@
 
 typedef struct {
     int enabled;                 // --hybrid [0|1]
-    float lookahead;             // --lookahead: beta0 of the look-ahead (0: off)
+    float lookahead;             // --lookahead: beta0 of the look-ahead (0: off; -1: hybrid_resolve picks)
     float drift_decay;           // --drift-decay: gamma of the drift's EMA (-1: from the schedule)
     int warmup;                  // --hybrid-warmup: the drift's prefill in steps (-1: 10% of the schedule)
     float cooldown;              // --hybrid-cooldown: nothing predicted in this last fraction of the schedule
@@ -59,17 +59,21 @@ typedef struct {
 // The defaults are EMA-Nesterov's beta0 0.5 and 10% prefill, kept on to the end of the schedule (β_t
 // shrinks with the learning rate anyway; why no cool-down: docs/hybrid.md), and no Predict runs: the
 // look-ahead adds no pass over the weights, Predict runs are a choice a run makes. The noise gate's
-// threshold sits between the regimes where the look-ahead pays and where it costs (docs/hybrid.md).
+// threshold was chosen on the development corpus for safety above a tuned LR, where the measured noise
+// scale falls (docs/hybrid.md). With one micro batch the gate cannot measure: the look-ahead then runs
+// ungated at a quarter of beta0, the setting that was level with the baseline above the optimum there.
+#define HYBRID_LOOKAHEAD 0.5f        // beta0 where the noise gate measures (or is off: --noise-gate 0)
+#define HYBRID_LOOKAHEAD_BLIND 0.125f // beta0 at one micro batch per step, the gate blind
 static const HybridConfig HYBRID_CONFIG_DEFAULT = {
     0,      // enabled
-    0.5f,   // lookahead
+    -1.0f,  // lookahead: HYBRID_LOOKAHEAD or HYBRID_LOOKAHEAD_BLIND (hybrid_resolve)
     -1.0f,  // drift_decay
     -1,     // warmup
     0.0f,   // cooldown
     0,      // predict_steps
     4,      // full_steps
     3.0f,   // divergence_threshold
-    2.0f,   // noise_gate
+    3.0f,   // noise_gate
 };
 
 static inline void hybrid_config_default(HybridConfig* c) { *c = HYBRID_CONFIG_DEFAULT; }
@@ -79,7 +83,7 @@ static inline void hybrid_config_default(HybridConfig* c) { *c = HYBRID_CONFIG_D
 #define HYBRID_ARG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, 0, h, NULL, bare, 0}
 static const ArgSpec HYBRID_ARGS[] = {
     HYBRID_ARG("--hybrid", ARG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
-    HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off)"),
+    HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off; default 0.5, or 0.125 at one micro batch per step where the noise gate is blind)"),
     HYBRID_ARG("--drift-decay", ARG_FLOAT, drift_decay, -1, 0.9999, NULL, "hybrid: EMA decay of the drift (-1: a memory of 10% of the schedule, at most 100 steps: 0.99)"),
     HYBRID_ARG("--hybrid-warmup", ARG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
     HYBRID_ARG("--hybrid-cooldown", ARG_FLOAT, cooldown, 0, 1, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
@@ -98,6 +102,17 @@ static inline void hybrid_config_check(const void* config) {
     if (c->lookahead != d->lookahead) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
     if (c->predict_steps != d->predict_steps) { fatal("flag --predict-steps: needs hybrid mode (--hybrid)"); }
     if (c->drift_decay != d->drift_decay) { fatal("flag --drift-decay: needs hybrid mode (--hybrid)"); }
+}
+
+// the configuration a run uses: the default beta0 (lookahead -1) resolved for the run's micro batches per
+// step over every process. Where the noise gate cannot measure (one micro batch) it cannot close as the
+// LR outgrows the batch, so the look-ahead takes the smaller beta0.
+static inline HybridConfig hybrid_resolve(const HybridConfig* c, int micro_batches) {
+    HybridConfig r = *c;
+    if (r.lookahead < 0.0f) {
+        r.lookahead = r.noise_gate > 0.0f && micro_batches < 2 ? HYBRID_LOOKAHEAD_BLIND : HYBRID_LOOKAHEAD;
+    }
+    return r;
 }
 
 // ----------------------------------------------------------------------------
@@ -143,12 +158,14 @@ static inline double hybrid_now_ms(void) { return clock_seconds() * 1e3; }
 // offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
 // hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);
 // total_steps is the schedule length, tokens_per_step what one measured step trains on (all micro
-// batches of all processes).
+// batches of all processes). cfg: resolved by hybrid_resolve for the run's micro batches (a trainer's
+// hybrid_setup does that); a -1 left in it takes HYBRID_LOOKAHEAD.
 static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const size_t* offsets, int nblocks,
                                int total_steps, double tokens_per_step, float lr_peak, float beta1, float beta2,
                                float eps, const float* weight_decay) {
     memset(h, 0, sizeof(*h));
-    h->cfg = *cfg;
+    h->cfg = hybrid_resolve(cfg, 2);  // a default beta0 the caller left unresolved: the measuring gate's
+    cfg = &h->cfg;
     h->nblocks = nblocks;
     h->num_params = offsets[nblocks];
     h->total_steps = total_steps;
@@ -330,17 +347,17 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
 // With one micro batch per step (over every process) B_noise cannot be measured: the noise gate cannot
 // close and the look-ahead runs on every step of its window, whatever the batch is against the noise scale
 // (near or above it, that costs loss: docs/hybrid_usage.md). hybrid_setup says so at start-up, before a
-// step is spent, with what to do about it.
+// step is spent, with what to do about it. c: the resolved configuration (hybrid_resolve).
 static inline int hybrid_gate_blind(const HybridConfig* c, int micro_batches) {
     return c->enabled && c->lookahead > 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
 }
 
-static inline void hybrid_print_gate_blind(double tokens_per_step, FILE* f) {
+static inline void hybrid_print_gate_blind(float beta0, double tokens_per_step, FILE* f) {
     fprintf(f, "noise gate: blind at one micro batch per step: the gradient noise scale cannot be measured, so the "
-               "look-ahead runs ungated. It pays well below the noise scale and costs near or above it. To know which: "
-               "a short run with -d a multiple of -b x -t (2+ micro batches) prints the noise scale at its end; "
-               "if %.0f tokens per step is near or above it, add --lookahead 0 (or train with 2+ micro batches and "
-               "the gate decides).\n", tokens_per_step);
+               "look-ahead runs ungated, at beta0 %g. It pays well below the noise scale and at or below a tuned LR, "
+               "and can cost near or above either. To know which: a short run with -d a multiple of -b x -t (2+ micro "
+               "batches) prints the noise scale at its end; if %.0f tokens per step is near or above it, add "
+               "--lookahead 0 (or train with 2+ micro batches and the gate decides).\n", beta0, tokens_per_step);
 }
 
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
@@ -367,6 +384,7 @@ static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
 static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) {
     size_t pos = metrics_summary_fields(&h->metrics, buf, n);
     const Lookahead* la = &h->la;
+    metrics_field(buf, n, &pos, "lookahead_beta0", la->beta0, 0);
     metrics_field(buf, n, &pos, "lookahead_steps", la->active_steps, 1);
     metrics_field(buf, n, &pos, "lookahead_gated_steps", la->gated_steps, 1);
     metrics_field(buf, n, &pos, "noise_scale_running", lookahead_noise_scale(la), 0);

@@ -596,6 +596,26 @@ def paired_t(a_pairs, b_pairs, what="paired"):
     return r
 
 
+def same_lr_pairs(arm_rows, run_rows):
+    """Each hybrid arm against the baseline arm of the same peak LR and length, paired by seed on the final
+    val loss: [{"arm", "baseline", "lr", **paired_t}]. The question a user who did not tune the LR asks:
+    does turning hybrid mode on at my LR cost?"""
+    def final_pairs(arm):
+        return [(r["seed"], r["final_val_loss"]) for r in run_rows if r["arm"] == arm and r.get("final_val_loss") is not None]
+    steps = {r["arm"]: r.get("steps_mean") for r in arm_rows}
+    bases = [r for r in arm_rows if r["kind"] == "baseline"]
+    out = []
+    for r in arm_rows:
+        if r["kind"] != "hybrid":
+            continue
+        b = next((x for x in bases if math.isclose(x["lr"], r["lr"], rel_tol=1e-9) and steps.get(x["arm"]) == steps.get(r["arm"])), None)
+        if b is None:
+            continue
+        out.append({"arm": r["arm"], "baseline": b["arm"], "lr": r["lr"],
+                    **paired_t(final_pairs(r["arm"]), final_pairs(b["arm"]), what=f"{r['arm']} - {b['arm']}")})
+    return out
+
+
 def one_sided_t(pairs, threshold, alternative="greater", what="values"):
     """One-sample t-test of the seeds' values against `threshold`: {"n", "mean", "sd", "ci95", "t", "p"},
     p one-sided for H1 mean > threshold ("greater") or mean < threshold ("less"); None for < 2 seeds or
@@ -739,6 +759,24 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     L.append("")
     L.append("The best baseline is in **bold**.")
     L.append("")
+    same = same_lr_pairs(arm_rows, run_rows)
+    if same:
+        L.append("## Against the baseline at the same LR")
+        L.append("")
+        L.append("Each hybrid arm minus the baseline of the same peak LR and length, final val loss paired by seed "
+                 "(mean, 95% t-interval half-width, two-sided p; wins = seeds where hybrid ends lower): what turning "
+                 "hybrid mode on costs or gains at an LR nobody tuned for it. **worse**: higher with p < 0.05.")
+        L.append("")
+        L.append("| arm | baseline | peak LR | hybrid − baseline | p | wins |")
+        L.append("|---|---|---|---|---|---|")
+        for r in same:
+            if r["mean"] is None:
+                continue
+            worse = r["p"] is not None and r["p"] < 0.05 and r["mean"] > 0
+            ci = "" if r["ci95"] is None else f" ± {r['ci95']:.4f}"
+            L.append(f"| {r['arm']} | {r['baseline']} | {fmt_num(r['lr'])} | {r['mean']:+.4f}{ci}{' **worse**' if worse else ''} | "
+                     f"{fmt_p(r['p'])} | {r['wins']}/{r['n']} |")
+        L.append("")
     gns_rows = [r for r in arm_rows if r.get("gns_mean") is not None]
     if gns_rows:
         tps = sorted({rr["tokens_per_step"] for rr in run_rows if rr.get("tokens_per_step")})

@@ -342,7 +342,10 @@ Test(hybrid_train, one_micro_batch_says_the_gate_is_blind) {
     cr_assert(at != NULL, "no start-up line at one micro batch per step");
     cr_assert(step1 != NULL && at < step1, "the line must come before the first step");
     cr_assert(strstr(at, "32 tokens per step") != NULL && strstr(at, "--lookahead 0") != NULL);
+    cr_assert(strstr(at, "at beta0 0.125") != NULL, "the line names the beta0 it runs at");
     free(log);
+    // beta0: the smaller default where the gate is blind; the full one where it measures or is off; a given one as given
+    cr_assert_eq(summary_number(DIR "/blind", "lookahead_beta0"), 0.125);
     const char* quiet[][2] = {{DIR "/blind_d64", "-x 4 -v 0 -d 64 --hybrid"}, {DIR "/blind_nogate", "-x 4 -v 0 --hybrid --noise-gate 0"},
                               {DIR "/blind_nolook", "-x 4 -v 0 --hybrid --lookahead 0"}, {DIR "/blind_base", "-x 4 -v 0"}};
     for (int i = 0; i < 4; i++) {
@@ -353,6 +356,10 @@ Test(hybrid_train, one_micro_batch_says_the_gate_is_blind) {
         cr_assert(strstr(log, line) == NULL, "%s: the gate can measure or does not apply, yet the line is there", quiet[i][1]);
         free(log);
     }
+    cr_assert_eq(summary_number(DIR "/blind_d64", "lookahead_beta0"), 0.5);
+    cr_assert_eq(summary_number(DIR "/blind_nogate", "lookahead_beta0"), 0.5);
+    cr_assert_eq(trainer(DIR "/blind_given", "-x 4 -v 0 --hybrid --lookahead 0.3"), 0);
+    cr_assert_float_eq(summary_number(DIR "/blind_given", "lookahead_beta0"), 0.3, 1e-6);
 }
 
 Test(hybrid_train, resume_is_bit_exact, .timeout = 600) {
