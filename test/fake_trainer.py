@@ -4,7 +4,8 @@ test/fake_trainer.py — a stand-in for ./train_gpt2 that writes a synthetic met
 format (docs/formats.md), so that compare_hybrid's runner, statistics, report and plots are
 tested without the real trainer (and compare_pytorch without the PyTorch reference). Curves depend on the seed, the LR and the hybrid flags; nothing else
 about them matters. FAKE_TRAINER_FAIL=<substring of the -o path> makes that run exit with status 3;
-FAKE_LOOKAHEAD_SUMMARY=1 adds the look-ahead's counters to a hybrid run's summary.json.
+FAKE_LOOKAHEAD_SUMMARY=1 adds the look-ahead's counters to a hybrid run's summary.json;
+FAKE_VAL_BUMP=<substring of the -o path> adds 1.0 to that run's last val loss (an unstable end).
 """
 import json
 import math
@@ -48,6 +49,8 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
             r.update({"beta": None if predict else 0.3, "predict_run_step": 1 if predict else None, "rollback": 0})
         if step % val_every == 0 or step == steps:
             r["val_loss"] = 3.1 + 7.0 * math.exp(-rate * step) + 0.05 * rng.random() + offset
+            if step == steps and os.environ.get("FAKE_VAL_BUMP") and os.environ["FAKE_VAL_BUMP"] in out:
+                r["val_loss"] += 1.0
         f.write(json.dumps(r) + "\n")
 with open(os.path.join(out, "summary.json"), "w") as f:
     last_val = [r for r in open(os.path.join(out, "metrics.jsonl")) if '"val_loss"' in r][-1]

@@ -118,6 +118,23 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
 
 
 @test
+def a_seed_without_a_step_ratio_is_counted_and_said():
+    # seed 4's longer baseline ends higher than its 1,000-step one (an unstable end): no step ratio exists for it,
+    # and the report and the overview say over how many of the seeds the steps saved were computed
+    where = os.path.join(TMP, "noslope")
+    cfg = make_config(where)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2",
+                         env={"FAKE_VAL_BUMP": "baseline_long/seed4"})
+    assert rc == 0, out + err
+    s = json.load(open(os.path.join(where, "results", "alpha", "c1", "summary.json")))
+    assert sorted(s["compare"]["ratios"]) == ["3", "5"] and s["compare"]["saved"]["n"] == 2, s["compare"]
+    assert s["compare"]["paired"]["n"] == 3
+    assert "(2 of 3 seeds)" in out, out
+    report = open(os.path.join(where, "results", "alpha", "c1", "report.md")).read()
+    assert "over 2 of 3 (on the others" in report and "no slope" in report, report
+
+
+@test
 def runs_without_their_metrics_are_read_from_the_trainers_summary():
     # a GPU machine's results may come back with each run's summary.json but not its metrics.jsonl
     cfg, out, cell = run_shard("nometrics", "c2", "beta")
