@@ -871,3 +871,23 @@ Test(state, step_json) {
     hybrid_free(&h);
     sim_free(&s);
 }
+
+// the default beta0 resolved for the run: the smaller one where the noise gate is blind (one micro batch), the
+// full one where it measures or is off, a given one as given; hybrid_init takes an unresolved default as the full one
+Test(hybrid_config, default_beta0_follows_what_the_gate_can_measure) {
+    HybridConfig c;
+    hybrid_config_default(&c);
+    c.enabled = 1;
+    cr_assert_eq(hybrid_resolve(&c, 1).lookahead, HYBRID_LOOKAHEAD_BLIND);
+    cr_assert_eq(hybrid_resolve(&c, 2).lookahead, HYBRID_LOOKAHEAD);
+    cr_assert(HYBRID_LOOKAHEAD_BLIND < HYBRID_LOOKAHEAD);
+    HybridConfig g = c;
+    g.noise_gate = 0.0f;
+    cr_assert_eq(hybrid_resolve(&g, 1).lookahead, HYBRID_LOOKAHEAD, "no gate: nothing is blind");
+    HybridConfig e = c;
+    e.lookahead = 0.3f;
+    cr_assert_eq(hybrid_resolve(&e, 1).lookahead, 0.3f);
+    e.lookahead = 0.0f;
+    cr_assert_eq(hybrid_resolve(&e, 1).lookahead, 0.0f, "--lookahead 0 stays off");
+    cr_assert(hybrid_gate_blind(&(HybridConfig){.enabled = 1, .lookahead = 0.125f, .noise_gate = 3.0f}, 1));
+}
