@@ -3,7 +3,7 @@
 scripts/bench_hybrid_overhead.py — `make bench`'s hybrid rows: what hybrid mode costs per step, next to the
 baseline in the same run.
 
-1. The trainer, per config: a baseline run, a `--hybrid` run (the look-ahead, beta0 0.5: every step a
+1. The trainer, per config: a baseline run, a `--hybrid` run (the look-ahead at its default beta0: every step a
    measured step, whose Full time is the look-ahead's whole cost, target <= 1.02x) and a `--hybrid
    --predict-steps 2 --full-steps 4` run (Predict runs along the drift), same binary, data, seed and flags
    otherwise, interleaved in --rounds rounds (baseline, look-ahead, predict, baseline, ...) so that a slow
