@@ -12,6 +12,7 @@ Standard library, numpy, scipy and matplotlib only (Debian's packages, run with 
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -616,6 +617,35 @@ def same_lr_pairs(arm_rows, run_rows):
     return out
 
 
+def same_lr_grid(arm_rows, same):
+    """same_lr_pairs as a grid: a row per setting (an arm's name without its `_lr<mult>x`), a column per peak LR;
+    each cell hybrid - baseline (wins), p where < 0.1. With the baseline's final val loss on top. Markdown lines
+    (none where fewer than two LRs)."""
+    lrs = sorted({r["lr"] for r in same})
+    if len(lrs) < 2:
+        return []
+    fam = lambda arm: re.sub(r"_lr[0-9.]+x$", "", arm)  # noqa: E731
+    base = {r["lr"]: r["final_val_loss_mean"] for r in arm_rows if r["kind"] == "baseline"}
+    rows = {}
+    for r in same:
+        if r["mean"] is not None:
+            rows.setdefault(fam(r["arm"]), {})[r["lr"]] = r
+    L = ["Hybrid − baseline at the same LR by setting (seeds where hybrid ends lower in brackets; p where below 0.1):", "",
+         "| setting | " + " | ".join(fmt_num(x) for x in lrs) + " |", "|---|" + "---|" * len(lrs),
+         "| baseline's final val loss | " + " | ".join("—" if base.get(x) is None else f"{base[x]:.4f}" for x in lrs) + " |"]
+    for name, cells in rows.items():
+        out = []
+        for x in lrs:
+            r = cells.get(x)
+            if r is None:
+                out.append("—")
+                continue
+            p = f", p = {fmt_p(r['p'])}" if r["p"] is not None and r["p"] < 0.1 else ""
+            out.append(f"{r['mean']:+.4f} ({r['wins']}){p}")
+        L.append(f"| {name} | " + " | ".join(out) + " |")
+    return L + [""]
+
+
 def one_sided_t(pairs, threshold, alternative="greater", what="values"):
     """One-sample t-test of the seeds' values against `threshold`: {"n", "mean", "sd", "ci95", "t", "p"},
     p one-sided for H1 mean > threshold ("greater") or mean < threshold ("less"); None for < 2 seeds or
@@ -777,6 +807,7 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
             L.append(f"| {r['arm']} | {r['baseline']} | {fmt_num(r['lr'])} | {r['mean']:+.4f}{ci}{' **worse**' if worse else ''} | "
                      f"{fmt_p(r['p'])} | {r['wins']}/{r['n']} |")
         L.append("")
+        L += same_lr_grid(arm_rows, same)
     gns_rows = [r for r in arm_rows if r.get("gns_mean") is not None]
     if gns_rows:
         tps = sorted({rr["tokens_per_step"] for rr in run_rows if rr.get("tokens_per_step")})

@@ -236,13 +236,14 @@ def finished_fake_study():
 def hybrid_arms_are_paired_with_the_baseline_at_their_LR():
     # hybrid_lr1x and hybrid_predict2 (both at 1x) against baseline_lr1x, seed by seed; seed 2's hybrid run ends
     # 1.0 higher (FAKE_VAL_BUMP), so hybrid_lr1x - baseline_lr1x is +1/3 on average, and no other pairing exists
-    cfg = write_config("samelr.json", dict(FAKE_STUDY, name="samelr"))
+    cfg = write_config("samelr.json", dict(FAKE_STUDY, name="samelr", hybrid={"lr_mults": [1, 2]}))
     res = os.path.join(TMP, "samelr")
     rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"], env={"FAKE_VAL_BUMP": "hybrid_lr1x/seed2"})
     check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
     same = {r["arm"]: r for r in json.load(open(os.path.join(res, "summary.json")))["same_lr"]}
-    check(sorted(same) == ["hybrid_lr1x", "hybrid_predict2"], f"pairs {sorted(same)}")
-    check(all(r["baseline"] == "baseline_lr1x" and r["n"] == 3 for r in same.values()), f"{same}")
+    check(sorted(same) == ["hybrid_lr1x", "hybrid_lr2x", "hybrid_predict2"], f"pairs {sorted(same)}")
+    check(same["hybrid_lr2x"]["baseline"] == "baseline_lr2x", f"{same['hybrid_lr2x']}")
+    check(all(same[a]["baseline"] == "baseline_lr1x" and same[a]["n"] == 3 for a in ("hybrid_lr1x", "hybrid_predict2")), f"{same}")
     vals = {(r["arm"], r["seed"]): r["final_val_loss"] for r in json.load(open(os.path.join(res, "summary.json")))["runs"]}
     want = sum(vals[("hybrid_lr1x", s)] - vals[("baseline_lr1x", s)] for s in (1, 2, 3)) / 3
     check(abs(same["hybrid_lr1x"]["mean"] - want) < 1e-9 and same["hybrid_lr1x"]["mean"] > 0.3, f"{same['hybrid_lr1x']}")
@@ -250,6 +251,12 @@ def hybrid_arms_are_paired_with_the_baseline_at_their_LR():
     report = open(os.path.join(res, "report.md")).read()
     check("## Against the baseline at the same LR" in report and "| hybrid_lr1x | baseline_lr1x | 0.001 |" in report,
           "the report's same-LR table")
+    # the same pairs by setting and LR: the hybrid setting's row has both LRs, hybrid_predict2's only 1x
+    grid = report.split("by setting")[1].split("\n\n")[1].split("\n")
+    check(grid[0] == "| setting | 0.001 | 0.002 |", f"{grid[0]}")
+    row = next(ln for ln in grid if ln.startswith("| hybrid |"))
+    check(f"{same['hybrid_lr1x']['mean']:+.4f} (" in row and f"{same['hybrid_lr2x']['mean']:+.4f} (" in row, row)
+    check(any(ln.startswith("| hybrid_predict2 |") and ln.endswith("| — |") for ln in grid), f"{grid}")
 
 
 @test
