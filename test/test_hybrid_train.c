@@ -249,7 +249,7 @@ Test(hybrid_train, all_phases_and_summary) {
     char* log = slurp(DIR "/phases.log");
     cr_assert(strstr(log, "| predict 1/2 along the drift |") != NULL);
     cr_assert(strstr(log, "hybrid summary") != NULL);
-    cr_assert(strstr(log, "look-ahead: beta0 0.5") != NULL);
+    cr_assert(strstr(log, "look-ahead: beta0 0.125") != NULL);  // one micro batch: the blind gate's default
     free(log);
     // backward passes = steps - Predict steps; the summary counts the runs' steps
     cr_assert_eq(summary_number(DIR "/phases", "backward"), 60 - summary_number(DIR "/phases", "steps_predict"));
