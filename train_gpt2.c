@@ -517,9 +517,6 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
 // fp32 ones, rounded again there). The loops, blocks and parallel split are attention_forward_fp32's and
 // attention_backward_fp32's; each thread runs the products of its heads through its own oneDNN primitives (one
 // per product and block, made by that thread at start-up for the allocated (B, T): llmc/cpu_dnnl.h).
-// The bf16 attention's blocks are twice the fp32 one's: each block is a oneDNN call per product (six per head
-// and block), whose fixed cost at these small shapes outweighs the masked work a larger block adds.
-#define ATT_BLOCK_BF16 64
 enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
 typedef struct {
     int nblocks, threads;
@@ -534,7 +531,7 @@ static DnnlGemm* att_prim(Bf16Attention* ba, int tid, int product, int block) {
 
 static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH, int threads) {
     int C3 = 3 * C, hs = C / NH;
-    ba->nblocks = (T + ATT_BLOCK_BF16 - 1) / ATT_BLOCK_BF16;
+    ba->nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
     ba->threads = threads;
     ba->cx = (DnnlContext*)mallocCheck((size_t)threads * sizeof(DnnlContext));
     ba->prim = (DnnlGemm*)mallocCheck((size_t)threads * ATT_PRODUCTS * ba->nblocks * sizeof(DnnlGemm));
@@ -549,7 +546,7 @@ static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH, int t
         DnnlContext* cx = &ba->cx[tid];
         dnnl_local_init(cx);
         for (int i = 0; i < ba->nblocks; i++) {
-            int r0 = i * ATT_BLOCK_BF16, r1 = r0 + ATT_BLOCK_BF16 < T ? r0 + ATT_BLOCK_BF16 : T, m = r1 - r0;
+            int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, m = r1 - r0;
             // rows r0..r1 (for dv and dk: keys r0..r1 over the queries r0..T), operands as the fp32 GEMMs read them
             dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_SCORES, i), 0, 1, m, r1, hs, C3, C3, T, 0, 0);
             dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_AV, i), 0, 0, m, hs, r1, T, C3, C, 0, 0);
@@ -592,7 +589,7 @@ void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attent
             bf16* a16 = ba->p16 + (size_t)tid * T * T;
             float* o = out + (size_t)b * T * C + h * hs;
             for (int i = 0; i < ba->nblocks; i++) {
-                int r0 = i * ATT_BLOCK_BF16, r1 = r0 + ATT_BLOCK_BF16 < T ? r0 + ATT_BLOCK_BF16 : T;
+                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
                 dnnl_gemm_run(att_prim(ba, tid, ATT_SCORES, i), q + (size_t)r0 * C3, k, a + (size_t)r0 * T);
                 for (int t = r0; t < r1; t++) {
                     float* row = a + (size_t)t * T;
@@ -643,7 +640,7 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
             const float* a = att + ((size_t)b * NH + h) * T * T;
             // the probabilities in bf16: the lower triangle, and zeros to the end of each row's block
             for (int t = 0; t < T; t++) {
-                int end = (t / ATT_BLOCK_BF16 + 1) * ATT_BLOCK_BF16 < T ? (t / ATT_BLOCK_BF16 + 1) * ATT_BLOCK_BF16 : T;
+                int end = (t / ATT_BLOCK + 1) * ATT_BLOCK < T ? (t / ATT_BLOCK + 1) * ATT_BLOCK : T;
                 const float* row = a + (size_t)t * T;
                 bf16* row16 = a16 + (size_t)t * T;
                 #pragma omp simd
@@ -651,12 +648,12 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
                 for (int t2 = t + 1; t2 < end; t2++) { row16[t2] = 0; }
             }
             for (int i = 0; i < ba->nblocks; i++) {  // dv (keys c0..c1) = att^T dout over the queries c0..T
-                int c0 = i * ATT_BLOCK_BF16;
+                int c0 = i * ATT_BLOCK;
                 dnnl_gemm_run(att_prim(ba, tid, ATT_DV, i), a16 + (size_t)c0 * T + c0, d + (size_t)c0 * C,
                               dv + (size_t)c0 * C3);
             }
             for (int i = 0; i < ba->nblocks; i++) {
-                int r0 = i * ATT_BLOCK_BF16, r1 = r0 + ATT_BLOCK_BF16 < T ? r0 + ATT_BLOCK_BF16 : T;
+                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
                 // datt (rows r0..r1, keys 0..r1) = dout v^T, through the softmax into d(scores) in a16
                 dnnl_gemm_run(att_prim(ba, tid, ATT_DATT, i), d + (size_t)r0 * C, v, datt + (size_t)r0 * T);
                 for (int t = r0; t < r1; t++) {
@@ -673,7 +670,7 @@ void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, con
                 dnnl_gemm_run(att_prim(ba, tid, ATT_DQ, i), a16 + (size_t)r0 * T, k, dq + (size_t)r0 * C3);
             }
             for (int i = 0; i < ba->nblocks; i++) {  // dk (keys c0..c1) = dscores^T q over the queries c0..T
-                int c0 = i * ATT_BLOCK_BF16;
+                int c0 = i * ATT_BLOCK;
                 dnnl_gemm_run(att_prim(ba, tid, ATT_DK, i), a16 + (size_t)c0 * T + c0, q + (size_t)c0 * C3,
                               dk + (size_t)c0 * C3);
             }
