@@ -158,13 +158,13 @@ static inline double hybrid_now_ms(void) { return clock_seconds() * 1e3; }
 // offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
 // hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);
 // total_steps is the schedule length, tokens_per_step what one measured step trains on (all micro
-// batches of all processes). cfg: resolved by hybrid_resolve for the run's micro batches (a trainer's
-// hybrid_setup does that); a -1 left in it takes HYBRID_LOOKAHEAD.
+// batches of all processes) in micro_batches backward passes, for which the default beta0 is resolved
+// (hybrid_resolve: h->cfg is the configuration the run uses).
 static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const size_t* offsets, int nblocks,
-                               int total_steps, double tokens_per_step, float lr_peak, float beta1, float beta2,
+                               int total_steps, double tokens_per_step, int micro_batches, float lr_peak, float beta1, float beta2,
                                float eps, const float* weight_decay) {
     memset(h, 0, sizeof(*h));
-    h->cfg = hybrid_resolve(cfg, 2);  // a default beta0 the caller left unresolved: the measuring gate's
+    h->cfg = hybrid_resolve(cfg, micro_batches);
     cfg = &h->cfg;
     h->nblocks = nblocks;
     h->num_params = offsets[nblocks];

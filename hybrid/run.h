@@ -39,13 +39,12 @@ static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const T
     float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     gpt2_param_blocks(mc, offsets, block_wd, run->cfg.weight_decay);
     int micro_batches = run->grad_accum * run->num_processes;
-    HybridConfig rc = hybrid_resolve(cfg, micro_batches);
-    hybrid_init(h, &rc, offsets, nblocks, run->total_steps, run_tokens_per_step(run), run->cfg.lr, run->cfg.beta1,
-                run->cfg.beta2, eps, block_wd);
+    hybrid_init(h, cfg, offsets, nblocks, run->total_steps, run_tokens_per_step(run), micro_batches, run->cfg.lr,
+                run->cfg.beta1, run->cfg.beta2, eps, block_wd);
     free(offsets);
     free(block_wd);
-    if (hybrid_gate_blind(&rc, micro_batches) && run->cfg.process_rank == 0) {
-        hybrid_print_gate_blind(rc.lookahead, run_tokens_per_step(run), stdout);
+    if (hybrid_gate_blind(&h->cfg, micro_batches) && run->cfg.process_rank == 0) {
+        hybrid_print_gate_blind(h->cfg.lookahead, run_tokens_per_step(run), stdout);
     }
 }
 

@@ -750,7 +750,8 @@ def fmt_p(p):
     return "—" if p is None else f"{p:.3g}"
 
 
-def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
+def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing, same):
+    """report.md's text; same: same_lr_pairs(arm_rows, run_rows)"""
     L = []
     L.append(f"# Study `{cfg['name']}`: baseline vs hybrid")
     L.append("")
@@ -789,7 +790,6 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing):
     L.append("")
     L.append("The best baseline is in **bold**.")
     L.append("")
-    same = same_lr_pairs(arm_rows, run_rows)
     if same:
         L.append("## Against the baseline at the same LR")
         L.append("")

@@ -95,7 +95,7 @@ static void config(HybridConfig* c, int H, int K, int warmup) {
 
 static void hybrid_for(HybridState* h, const HybridConfig* c, const Sim* s) {
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(h, c, s->off, NB, STEPS, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(h, c, s->off, NB, STEPS, 1024.0, 2, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
 }
 
 typedef struct {
@@ -509,7 +509,7 @@ static int load_into(const HybridConfig* c, int total_steps, const Sim* s, const
                      char* err, size_t errn) {
     HybridState h;
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(&h, c, s->off, NB, total_steps, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(&h, c, s->off, NB, total_steps, 1024.0, 2, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
     float* d = malloc(s->P * 4);
     float* keep = malloc(s->P * 4);
     err[0] = '\0';
@@ -873,7 +873,7 @@ Test(state, step_json) {
 }
 
 // the default beta0 resolved for the run: the smaller one where the noise gate is blind (one micro batch), the
-// full one where it measures or is off, a given one as given; hybrid_init takes an unresolved default as the full one
+// full one where it measures or is off, a given one as given
 Test(hybrid_config, default_beta0_follows_what_the_gate_can_measure) {
     HybridConfig c;
     hybrid_config_default(&c);

@@ -132,7 +132,7 @@ static void tiny_init(Tiny* s) {
     HybridConfig c;
     hybrid_config_default(&c);
     c.enabled = 1; c.warmup = 3; c.predict_steps = 2; c.full_steps = 1;
-    hybrid_init(&s->h, &c, offsets, nb, 100, 1024.0, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
+    hybrid_init(&s->h, &c, offsets, nb, 100, 1024.0, 2, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
     s->drift = calloc(s->model.num_parameters, sizeof(float));
     s->t = 0;
     s->x = malloc(32 * sizeof(int)); s->y = malloc(32 * sizeof(int));

@@ -32,7 +32,7 @@ static void setup(HybridState* h) {
     cfg.predict_steps = 2;
     cfg.full_steps = 2;
     cfg.noise_gate = 4.0f;  // sim_step's noise terms hover about a ratio of 4: the gate opens and closes
-    hybrid_init(h, &cfg, offsets, NB, STEPS, 1024.0, 1e-2f, 0.9f, 0.95f, 1e-8f, decay);
+    hybrid_init(h, &cfg, offsets, NB, STEPS, 1024.0, 2, 1e-2f, 0.9f, 0.95f, 1e-8f, decay);
 }
 
 static float sim_loss(const Sim* s) {
