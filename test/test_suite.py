@@ -5,7 +5,8 @@ test/test_suite.py — scripts/suite's runner with test/fake_trainer.py standing
 --corpus) runs its grid, picks each arm's best LR from it and runs best against best on the fresh seeds
 (the baseline also at 115% of the steps), and touches no other shard; a second call runs nothing; a run
 whose DONE file is gone is run again, alone, and a changed cell runs again; a failed run fails the call and leaves the others finished;
-a config whose comparison seeds are not fresh is refused.
+a config whose comparison seeds are not fresh is refused; --verdict counts, over several results folders,
+the median cell, the cells that clear the threshold and the grid points where hybrid mode was worse.
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
 import glob
@@ -198,6 +199,41 @@ def comparison_seeds_must_be_fresh():
     cfg = make_config(os.path.join(TMP, "seeds2"), grid_seeds=[1, 1])
     rc, out, err = suite("--config", cfg, "--dry-run")
     assert rc == 1 and "distinct" in err, err
+
+
+def fake_summary(path, corpus, cell, saved, n_saved, p_saved, diff, p_diff, grid):
+    """A cell's summary.json as the suite writes it, with only the fields --verdict reads."""
+    os.makedirs(path, exist_ok=True)
+    s = {"corpus": corpus, "cell": cell, "best": {"baseline": 0.002, "hybrid": 0.002},
+         "grid": [{"lr": lr, "paired": {"mean": m, "p": p, "n": 3}} for lr, m, p in grid],
+         "compare": {"paired": {"mean": diff, "p": p_diff, "n": 5},
+                     "saved": {"mean": saved, "p": p_saved, "n": n_saved, "ci95": 0.01}}}
+    with open(os.path.join(path, "summary.json"), "w") as f:
+        json.dump(s, f)
+
+
+@test
+def the_verdict_counts_cells_corpora_and_worse_grid_points():
+    a, b = os.path.join(TMP, "verdict", "cpu"), os.path.join(TMP, "verdict", "gpu")
+    ok = [(0.001, -0.02, 0.01), (0.002, 0.001, 0.5)]
+    fake_summary(os.path.join(a, "alpha", "c1"), "alpha", "c1", 0.05, 5, 0.01, -0.02, 0.001, ok)
+    fake_summary(os.path.join(b, "beta", "c1"), "beta", "c1", 0.04, 5, 0.02, -0.01, 0.01, ok)
+    fake_summary(os.path.join(b, "beta", "c2"), "beta", "c2", 0.01, 5, 0.9, 0.0, 0.9, ok)
+    fake_summary(os.path.join(b, "default", "c1"), "default", "c1", -0.5, 5, 1.0, 0.3, 0.001,
+                 [(0.001, 0.5, 0.001)])  # the development corpus: never counted
+    rc, out, err = suite("--verdict", a, b)
+    assert rc == 0, err
+    assert "median cell: +4.0% over 3 cells" in out and "with p < 0.05: 2 (" in out and "in 2 corpora" in out, out
+    assert "(p < 0.05): 0 of 6" in out and "the goal (median ≥ 3%, two corpora, never worse): met" in out, out
+    # one grid point worse, and a cell that clears 3% on only some seeds: not counted, and the goal is not met
+    fake_summary(os.path.join(b, "beta", "c2"), "beta", "c2", 0.01, 5, 0.9, 0.0, 0.9, ok[:1] + [(0.002, 0.03, 0.02)])
+    fake_summary(os.path.join(a, "alpha", "c1"), "alpha", "c1", 0.3, 3, 0.001, -0.02, 0.001, ok)
+    rc, out, err = suite("--verdict", a, b)
+    assert rc == 0, err
+    assert "(p < 0.05): 1 of 6 (gpu/beta/c2 at 0.002)" in out and "not counted, a ratio on only some seeds: cpu/alpha/c1" in out, out
+    assert "in 1 corpora" in out and "median cell: +2.5% over 2 cells" in out and "never worse): not met" in out, out
+    rc, out, err = suite("--verdict", os.path.join(TMP, "verdict", "nothing"))
+    assert rc == 1 and "not a folder" in err, err
 
 
 if __name__ == "__main__":
