@@ -60,10 +60,11 @@ typedef struct {
 // shrinks with the learning rate anyway; why no cool-down: docs/hybrid.md), and no Predict runs: the
 // look-ahead adds no pass over the weights, Predict runs are a choice a run makes. The noise gate's
 // threshold was chosen on the development corpus for safety above a tuned LR, where the measured noise
-// scale falls (docs/hybrid.md). With one micro batch the gate cannot measure: the look-ahead then runs
-// ungated at a quarter of beta0, the setting that was level with the baseline above the optimum there.
+// scale falls (docs/hybrid.md). A step given as one micro batch takes a quarter of beta0, the setting that
+// was level with the baseline above the optimum there (and is halved so that the gate can measure:
+// hybrid_split_micro_batch in hybrid/run.h).
 #define HYBRID_LOOKAHEAD 0.5f        // beta0 where the noise gate measures (or is off: --noise-gate 0)
-#define HYBRID_LOOKAHEAD_BLIND 0.125f // beta0 at one micro batch per step, the gate blind
+#define HYBRID_LOOKAHEAD_BLIND 0.125f // beta0 where the step is given as one micro batch
 static const HybridConfig HYBRID_CONFIG_DEFAULT = {
     0,      // enabled
     -1.0f,  // lookahead: HYBRID_LOOKAHEAD or HYBRID_LOOKAHEAD_BLIND (hybrid_resolve)
@@ -83,14 +84,14 @@ static inline void hybrid_config_default(HybridConfig* c) { *c = HYBRID_CONFIG_D
 #define HYBRID_ARG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, 0, h, NULL, bare, 0}
 static const ArgSpec HYBRID_ARGS[] = {
     HYBRID_ARG("--hybrid", ARG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
-    HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off; default 0.5, or 0.125 at one micro batch per step where the noise gate is blind)"),
+    HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off; default 0.5, or 0.125 where a step is given as one micro batch, which hybrid mode runs as two halves so that the noise gate measures)"),
     HYBRID_ARG("--drift-decay", ARG_FLOAT, drift_decay, -1, 0.9999, NULL, "hybrid: EMA decay of the drift (-1: a memory of 10% of the schedule, at most 100 steps: 0.99)"),
     HYBRID_ARG("--hybrid-warmup", ARG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
     HYBRID_ARG("--hybrid-cooldown", ARG_FLOAT, cooldown, 0, 1, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
     HYBRID_ARG("--predict-steps", ARG_INT, predict_steps, 0, 16, NULL, "hybrid: steps of a Predict run along the drift (0: none)"),
     HYBRID_ARG("--full-steps", ARG_INT, full_steps, 1, 1 << 20, NULL, "hybrid: min measured steps between Predict runs"),
     HYBRID_ARG("--divergence-threshold", ARG_FLOAT, divergence_threshold, 0.1, 1000, NULL, "hybrid: z-score of a jump (grad norm backs beta off; Correct loss rolls back)"),
-    HYBRID_ARG("--noise-gate", ARG_FLOAT, noise_gate, 0, 1e6, NULL, "hybrid: look-ahead only while the gradient noise scale >= this x tokens per step (0: always; needs 2+ micro batches to measure)"),
+    HYBRID_ARG("--noise-gate", ARG_FLOAT, noise_gate, 0, 1e6, NULL, "hybrid: look-ahead only while the gradient noise scale >= this x tokens per step (0: always; measured from 2+ micro batches)"),
 };
 #define NUM_HYBRID_ARGS ((int)(sizeof(HYBRID_ARGS) / sizeof(HYBRID_ARGS[0])))
 
@@ -346,8 +347,9 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
 
 // With one micro batch per step (over every process) B_noise cannot be measured: the noise gate cannot
 // close and the look-ahead runs on every step of its window, whatever the batch is against the noise scale
-// (near or above it, that costs loss: docs/hybrid_usage.md). hybrid_setup says so at start-up, before a
-// step is spent, with what to do about it. c: the resolved configuration (hybrid_resolve).
+// (near or above it, that costs loss: docs/hybrid_usage.md). By default hybrid mode halves such a step
+// (hybrid_split_micro_batch, hybrid/run.h); a run that still has one micro batch (a given --lookahead)
+// hears so from hybrid_setup at start-up, before a step is spent. c: the resolved configuration.
 static inline int hybrid_gate_blind(const HybridConfig* c, int micro_batches) {
     return c->enabled && c->lookahead > 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
 }

@@ -249,10 +249,10 @@ Test(hybrid_train, all_phases_and_summary) {
     char* log = slurp(DIR "/phases.log");
     cr_assert(strstr(log, "| predict 1/2 along the drift |") != NULL);
     cr_assert(strstr(log, "hybrid summary") != NULL);
-    cr_assert(strstr(log, "look-ahead: beta0 0.125") != NULL);  // one micro batch: the blind gate's default
+    cr_assert(strstr(log, "look-ahead: beta0 0.125") != NULL);  // given as one micro batch: its default
     free(log);
-    // backward passes = steps - Predict steps; the summary counts the runs' steps
-    cr_assert_eq(summary_number(DIR "/phases", "backward"), 60 - summary_number(DIR "/phases", "steps_predict"));
+    // backward passes = 2 x (steps - Predict steps) (one micro batch halved); the summary counts the runs' steps
+    cr_assert_eq(summary_number(DIR "/phases", "backward"), 2 * (60 - summary_number(DIR "/phases", "steps_predict")));
     cr_assert_eq(summary_number(DIR "/phases", "predict_steps"), summary_number(DIR "/phases", "steps_predict"));
 }
 
@@ -298,7 +298,8 @@ Test(hybrid_train, hybrid_with_nothing_predicted_equals_the_baseline) {
 
 // the noise gate through the binary, at 2 micro batches per step (B_noise measured, ~1k tokens here at
 // 64 tokens per step): a ratio no run reaches keeps the look-ahead off the whole window, and the run is
-// the baseline's bit for bit; ratio 0 looks ahead; one micro batch cannot measure, so the gate stays open;
+// the baseline's bit for bit; ratio 0 looks ahead; a step given as one micro batch is halved so that the
+// gate measures and closes too, unless --lookahead is given (then it cannot measure and stays open);
 // a resume inside the window continues the running estimate bit-exactly
 Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     corpus();
@@ -306,18 +307,21 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     cr_assert_eq(trainer(DIR "/gate_closed", "-x 30 -v 10 -m 2 -d 64 -n 1 --hybrid --noise-gate 1000000"), 0);
     cr_assert_eq(trainer(DIR "/gate_none", "-x 30 -v 10 -m 2 -d 64 --hybrid --noise-gate 0"), 0);
     cr_assert_eq(trainer(DIR "/gate_micro1", "-x 30 -v 10 -m 2 --hybrid --noise-gate 1000000"), 0);
+    cr_assert_eq(trainer(DIR "/gate_micro1_given", "-x 30 -v 10 -m 2 --hybrid --noise-gate 1000000 --lookahead 0.125"), 0);
     cr_assert_eq(summary_number(DIR "/gate_closed", "lookahead_steps"), 0);
     cr_assert_gt(summary_number(DIR "/gate_closed", "lookahead_gated_steps"), 15);  // the window: 27 steps
     cr_assert_gt(summary_number(DIR "/gate_closed", "noise_scale_running"), 64);
     // no cool-down by default: the look-ahead runs from the prefill (10%: 3 steps) to the last step
     cr_assert_eq(summary_number(DIR "/gate_none", "lookahead_steps"), 27);
     cr_assert_eq(summary_number(DIR "/gate_none", "lookahead_gated_steps"), 0);
-    cr_assert_gt(summary_number(DIR "/gate_micro1", "lookahead_steps"), 15, "one micro batch: the gate must stay open");
+    cr_assert_gt(summary_number(DIR "/gate_micro1", "lookahead_gated_steps"), 15, "one micro batch, halved: the gate must measure");
+    cr_assert_gt(summary_number(DIR "/gate_micro1", "noise_scale_running"), 0);
+    cr_assert_gt(summary_number(DIR "/gate_micro1_given", "lookahead_steps"), 15, "one micro batch kept: the gate stays open");
     char *base = loss_fields(DIR "/gate_base"), *closed = loss_fields(DIR "/gate_closed"), *none = loss_fields(DIR "/gate_none");
     cr_assert_eq(same_losses(base, closed, "gate closed against the baseline"), 30);
     char* last_base = strrchr(base, 'v'), *last_none = strrchr(none, 'v');  // the final "val_loss" fields
     cr_assert(strcmp(last_base, last_none) != 0, "ratio 0 must look ahead and train differently");
-    char* log = slurp(DIR "/gate_micro1.log");
+    char* log = slurp(DIR "/gate_micro1_given.log");
     cr_assert(strstr(log, "noise gate: open (one micro batch per step") != NULL);
     free(log);
     // resume from inside the window (the gate's estimate and counters come back with the hybrid state)
@@ -331,35 +335,61 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     free(want); free(got); free(base); free(closed); free(none);
 }
 
-// one micro batch per step: the gate cannot measure, and the trainer says so at start-up, before the first
-// step, with what to do; not with 2+ micro batches (it measures), nor where there is no gate or no look-ahead
-Test(hybrid_train, one_micro_batch_says_the_gate_is_blind) {
+// a step given as one micro batch: hybrid mode halves it (as many tokens per step) so that the gate measures,
+// says so at start-up before the first step, and keeps that case's beta0; val reads as many tokens. An odd -b
+// cannot be halved: the look-ahead is off. A given --lookahead keeps one micro batch: the gate is blind, and
+// the trainer says so with what to do. Nothing is said with 2+ micro batches, no gate or no look-ahead.
+Test(hybrid_train, one_micro_batch_is_halved_so_the_gate_measures) {
     corpus();
-    const char* line = "noise gate: blind at one micro batch per step";
-    cr_assert_eq(trainer(DIR "/blind", "-x 4 -v 0 --hybrid"), 0);
-    char* log = slurp(DIR "/blind.log");
-    char *at = strstr(log, line), *step1 = strstr(log, "step    1/");
+    const char* split = "noise gate: one micro batch per step of 2 x 16 is run as two of 1 x 16";
+    const char* blind = "noise gate: blind at one micro batch per step";
+    cr_assert_eq(trainer(DIR "/split", "-x 4 -v 2 -m 3 --hybrid"), 0);
+    char* log = slurp(DIR "/split.log");
+    char *at = strstr(log, split), *step1 = strstr(log, "step    1/");
     cr_assert(at != NULL, "no start-up line at one micro batch per step");
     cr_assert(step1 != NULL && at < step1, "the line must come before the first step");
-    cr_assert(strstr(at, "32 tokens per step") != NULL && strstr(at, "--lookahead 0") != NULL);
-    cr_assert(strstr(at, "at beta0 0.125") != NULL, "the line names the beta0 it runs at");
+    cr_assert(strstr(at, "beta0 0.125") != NULL, "the line names the beta0 it runs at");
+    cr_assert(strstr(log, blind) == NULL);
     free(log);
-    // beta0: the smaller default where the gate is blind; the full one where it measures or is off; a given one as given
-    cr_assert_eq(summary_number(DIR "/blind", "lookahead_beta0"), 0.125);
-    const char* quiet[][2] = {{DIR "/blind_d64", "-x 4 -v 0 -d 64 --hybrid"}, {DIR "/blind_nogate", "-x 4 -v 0 --hybrid --noise-gate 0"},
-                              {DIR "/blind_nolook", "-x 4 -v 0 --hybrid --lookahead 0"}, {DIR "/blind_base", "-x 4 -v 0"}};
+    cr_assert_eq(summary_number(DIR "/split", "lookahead_beta0"), 0.125);
+    cr_assert_eq(summary_number(DIR "/split", "backward"), 8, "two micro batches per step");
+    cr_assert_eq(summary_number(DIR "/split", "tokens"), 4 * 32, "as many tokens per step");
+    cr_assert_eq(trainer(DIR "/split_base", "-x 4 -v 2 -m 3"), 0);
+    char *a = loss_fields(DIR "/split"), *b = loss_fields(DIR "/split_base");
+    char *va = strstr(a, "val_loss\": "), *vb = strstr(b, "val_loss\": ");  // before any step: the same weights
+    cr_assert(va != NULL && vb != NULL);
+    double x = atof(va + 11), y = atof(vb + 11);  // 6 batches of 1 x 16 against 3 of 2 x 16: the same tokens
+    cr_assert(y > 1.0 && fabs(x - y) <= 1e-5 * y, "val must read the same tokens: %.8f vs %.8f", x, y);
+    free(a); free(b);
+    // odd -b: not halved, the look-ahead off
+    cr_assert_eq(trainer(DIR "/split_odd", "-x 4 -v 0 -b 3 --hybrid"), 0);
+    log = slurp(DIR "/split_odd.log");
+    cr_assert(strstr(log, "which cannot be halved") != NULL && strstr(log, blind) == NULL);
+    free(log);
+    cr_assert_eq(summary_number(DIR "/split_odd", "lookahead_beta0"), 0);
+    cr_assert_eq(summary_number(DIR "/split_odd", "backward"), 4);
+    // a given beta0 keeps one micro batch: blind, and said so with what to do
+    cr_assert_eq(trainer(DIR "/split_given", "-x 4 -v 0 --hybrid --lookahead 0.3"), 0);
+    cr_assert_float_eq(summary_number(DIR "/split_given", "lookahead_beta0"), 0.3, 1e-6);
+    log = slurp(DIR "/split_given.log");
+    at = strstr(log, blind);
+    cr_assert(at != NULL && strstr(at, "32 tokens per step") != NULL && strstr(at, "--lookahead 0") != NULL);
+    cr_assert(strstr(log, split) == NULL);
+    free(log);
+    const char* quiet[][2] = {{DIR "/split_d64", "-x 4 -v 0 -d 64 --hybrid"}, {DIR "/split_nogate", "-x 4 -v 0 --hybrid --noise-gate 0"},
+                              {DIR "/split_nolook", "-x 4 -v 0 --hybrid --lookahead 0"}, {DIR "/split_base3", "-x 4 -v 0"}};
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(trainer(quiet[i][0], quiet[i][1]), 0);
         char path[256];
         snprintf(path, sizeof(path), "%s.log", quiet[i][0]);
         log = slurp(path);
-        cr_assert(strstr(log, line) == NULL, "%s: the gate can measure or does not apply, yet the line is there", quiet[i][1]);
+        cr_assert(strstr(log, split) == NULL && strstr(log, blind) == NULL, "%s: a line where none applies", quiet[i][1]);
         free(log);
+        snprintf(path, sizeof(path), "%s", quiet[i][0]);
+        if (i < 3) { cr_assert_eq(summary_number(path, "backward"), i == 0 ? 8 : 4, "%s", quiet[i][1]); }
     }
-    cr_assert_eq(summary_number(DIR "/blind_d64", "lookahead_beta0"), 0.5);
-    cr_assert_eq(summary_number(DIR "/blind_nogate", "lookahead_beta0"), 0.5);
-    cr_assert_eq(trainer(DIR "/blind_given", "-x 4 -v 0 --hybrid --lookahead 0.3"), 0);
-    cr_assert_float_eq(summary_number(DIR "/blind_given", "lookahead_beta0"), 0.3, 1e-6);
+    cr_assert_eq(summary_number(DIR "/split_d64", "lookahead_beta0"), 0.5);
+    cr_assert_eq(summary_number(DIR "/split_nogate", "lookahead_beta0"), 0.5);
 }
 
 Test(hybrid_train, resume_is_bit_exact, .timeout = 600) {
