@@ -1506,7 +1506,6 @@ int main(int argc, char** argv) {
     TrainConfig* cfg = &run->cfg;
     config_parse(cfg, argc, argv, &CLI);
     run->cli = &CLI;
-    hybrid_split_micro_batch(&hybrid_flags, cfg, 1);  // before anything is sized by -b
     run->num_processes = 1;
     run->rank0 = 1;
     if (cfg->output_dir != NULL) { config_make_dirs(cfg->output_dir); }

@@ -966,7 +966,6 @@ int main(int argc, char** argv) {
     run->rank0 = tr.multi_gpu.process_rank == 0;
     int np = run->num_processes = tr.multi_gpu.num_processes;
     cfg->process_rank = tr.multi_gpu.process_rank;
-    hybrid_split_micro_batch(&hybrid_flags, cfg, np);  // before anything is sized by -b
     if (cfg->total_batch != -1 && cfg->total_batch % (cfg->B * cfg->T * np) != 0) {
         fatal("flag -d: total batch %d is not a multiple of B*T*processes = %d", cfg->total_batch, cfg->B * cfg->T * np);
     }

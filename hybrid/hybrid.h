@@ -60,14 +60,13 @@ typedef struct {
 // shrinks with the learning rate anyway; why no cool-down: docs/hybrid.md), and no Predict runs: the
 // look-ahead adds no pass over the weights, Predict runs are a choice a run makes. The noise gate's
 // threshold was chosen on the development corpus for safety above a tuned LR, where the measured noise
-// scale falls (docs/hybrid.md). A step given as one micro batch takes a quarter of beta0, the setting that
-// was level with the baseline above the optimum there (and is halved so that the gate can measure:
-// hybrid_split_micro_batch in hybrid/run.h).
+// scale falls (docs/hybrid.md). With one micro batch per step the gate cannot measure, and ungated the
+// look-ahead costs where a step is near or above the noise scale, which the trainer cannot tell: there
+// the default is no look-ahead (hybrid_resolve).
 #define HYBRID_LOOKAHEAD 0.5f        // beta0 where the noise gate measures (or is off: --noise-gate 0)
-#define HYBRID_LOOKAHEAD_BLIND 0.125f // beta0 where the step is given as one micro batch
 static const HybridConfig HYBRID_CONFIG_DEFAULT = {
     0,      // enabled
-    -1.0f,  // lookahead: HYBRID_LOOKAHEAD or HYBRID_LOOKAHEAD_BLIND (hybrid_resolve)
+    -1.0f,  // lookahead: HYBRID_LOOKAHEAD, or 0 at one micro batch with the gate on (hybrid_resolve)
     -1.0f,  // drift_decay
     -1,     // warmup
     0.0f,   // cooldown
@@ -84,7 +83,7 @@ static inline void hybrid_config_default(HybridConfig* c) { *c = HYBRID_CONFIG_D
 #define HYBRID_ARG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, 0, h, NULL, bare, 0}
 static const ArgSpec HYBRID_ARGS[] = {
     HYBRID_ARG("--hybrid", ARG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
-    HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off; default 0.5, or 0.125 where a step is given as one micro batch, which hybrid mode runs as two halves so that the noise gate measures)"),
+    HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off; default 0.5, or off at one micro batch per step, where the noise gate cannot measure)"),
     HYBRID_ARG("--drift-decay", ARG_FLOAT, drift_decay, -1, 0.9999, NULL, "hybrid: EMA decay of the drift (-1: a memory of 10% of the schedule, at most 100 steps: 0.99)"),
     HYBRID_ARG("--hybrid-warmup", ARG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
     HYBRID_ARG("--hybrid-cooldown", ARG_FLOAT, cooldown, 0, 1, NULL, "hybrid: nothing predicted in this last fraction of the schedule"),
@@ -106,12 +105,12 @@ static inline void hybrid_config_check(const void* config) {
 }
 
 // the configuration a run uses: the default beta0 (lookahead -1) resolved for the run's micro batches per
-// step over every process. Where the noise gate cannot measure (one micro batch) it cannot close as the
-// LR outgrows the batch, so the look-ahead takes the smaller beta0.
+// step over every process. Where the noise gate cannot measure (one micro batch) it cannot close near
+// or above the noise scale, so by default there is no look-ahead (a given --lookahead runs ungated).
 static inline HybridConfig hybrid_resolve(const HybridConfig* c, int micro_batches) {
     HybridConfig r = *c;
     if (r.lookahead < 0.0f) {
-        r.lookahead = r.noise_gate > 0.0f && micro_batches < 2 ? HYBRID_LOOKAHEAD_BLIND : HYBRID_LOOKAHEAD;
+        r.lookahead = r.noise_gate > 0.0f && micro_batches < 2 ? 0.0f : HYBRID_LOOKAHEAD;
     }
     return r;
 }
@@ -347,9 +346,9 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
 
 // With one micro batch per step (over every process) B_noise cannot be measured: the noise gate cannot
 // close and the look-ahead runs on every step of its window, whatever the batch is against the noise scale
-// (near or above it, that costs loss: docs/hybrid_usage.md). By default hybrid mode halves such a step
-// (hybrid_split_micro_batch, hybrid/run.h); a run that still has one micro batch (a given --lookahead)
-// hears so from hybrid_setup at start-up, before a step is spent. c: the resolved configuration.
+// (near or above it, that costs loss: docs/hybrid_usage.md). So by default there is none; a given
+// --lookahead runs ungated, and hybrid_setup says so at start-up, before a step is spent, with what to
+// do about it. c: the resolved configuration (hybrid_resolve).
 static inline int hybrid_gate_blind(const HybridConfig* c, int micro_batches) {
     return c->enabled && c->lookahead > 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
 }
@@ -360,6 +359,18 @@ static inline void hybrid_print_gate_blind(float beta0, double tokens_per_step, 
                "and can cost near or above either. To know which: a short run with -d a multiple of -b x -t (2+ micro "
                "batches) prints the noise scale at its end; if %.0f tokens per step is near or above it, add "
                "--lookahead 0 (or train with 2+ micro batches and the gate decides).\n", beta0, tokens_per_step);
+}
+
+// the default look-ahead resolved to none because the run has one micro batch per step (given: the flags
+// as parsed; c: resolved), which hybrid_setup says at start-up
+static inline int hybrid_lookahead_off_micro1(const HybridConfig* given, const HybridConfig* c, int micro_batches) {
+    return c->enabled && given->lookahead < 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
+}
+
+static inline void hybrid_print_lookahead_off_micro1(FILE* f) {
+    fprintf(f, "noise gate: one micro batch per step, so the gradient noise scale cannot be measured: the look-ahead is "
+               "off by default (ungated, it costs near or above the noise scale). For a gate that measures, give -d a "
+               "multiple of 2 x -b x -t (2+ micro batches); --lookahead runs it ungated.\n");
 }
 
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {

@@ -27,30 +27,6 @@
 #define HYBRID_ARG_TABLE(cfg) \
     {HYBRID_ARGS, NUM_HYBRID_ARGS, (cfg), &HYBRID_CONFIG_DEFAULT, sizeof(HybridConfig), hybrid_config_check, 1}
 
-// At one micro batch per step (over every process) the noise gate has no second gradient to measure the
-// noise scale with, and ungated the look-ahead costs where the step is near or above it. So, right after
-// the flags are parsed and before anything is sized by -b, hybrid mode makes such a step two micro batches
-// of half the rows: as many tokens per step, the same gradient in expectation (the loader's order is the
-// smaller batch's), and a gate that measures. -m doubles so that val reads the same tokens. beta0 keeps the
-// one-micro-batch default. An odd -b cannot be halved: the look-ahead's default is then off. An explicit
-// --lookahead or --noise-gate 0 is taken as given (ungated, the start-up line says so).
-static inline void hybrid_split_micro_batch(HybridConfig* h, TrainConfig* c, int num_processes) {
-    int micro = (c->total_batch == -1 ? c->B * c->T * num_processes : c->total_batch) / (c->B * c->T);
-    if (!h->enabled || c->max_steps == 0 || micro >= 2 || h->noise_gate <= 0.0f || h->lookahead >= 0.0f) { return; }
-    if (c->B % 2 != 0) {
-        h->lookahead = 0.0f;
-        printf("noise gate: one micro batch per step of %d rows, which cannot be halved to measure the gradient noise "
-               "scale: the look-ahead is off (give -d a multiple of 2 x -b x -t for a gate that measures)\n", c->B);
-        return;
-    }
-    h->lookahead = hybrid_resolve(h, 1).lookahead;
-    printf("noise gate: one micro batch per step of %d x %d is run as two of %d x %d (the same tokens per step), so that "
-           "the gate can measure the gradient noise scale; look-ahead beta0 %g\n", c->B, c->T, c->B / 2, c->T, h->lookahead);
-    c->total_batch = c->B * c->T * num_processes;
-    c->B /= 2;
-    if (c->val_batches > 0) { c->val_batches = c->val_batches > (1 << 29) ? (1 << 30) : 2 * c->val_batches; }
-}
-
 // hybrid mode's state for a training run, over the model's parameter blocks (llmc/checkpoint.h's
 // gpt2_param_blocks: each tensor of each layer); zeroed when hybrid mode is off or nothing is trained.
 // eps: AdamW's, the trainer's constant.
@@ -67,8 +43,9 @@ static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const T
                 run->cfg.beta1, run->cfg.beta2, eps, block_wd);
     free(offsets);
     free(block_wd);
-    if (hybrid_gate_blind(&h->cfg, micro_batches) && run->cfg.process_rank == 0) {
-        hybrid_print_gate_blind(h->cfg.lookahead, run_tokens_per_step(run), stdout);
+    if (run->cfg.process_rank == 0) {
+        if (hybrid_gate_blind(&h->cfg, micro_batches)) { hybrid_print_gate_blind(h->cfg.lookahead, run_tokens_per_step(run), stdout); }
+        if (hybrid_lookahead_off_micro1(cfg, &h->cfg, micro_batches)) { hybrid_print_lookahead_off_micro1(stdout); }
     }
 }
 
