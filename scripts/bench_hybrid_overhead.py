@@ -13,9 +13,7 @@ baseline in the same run.
    step, the Correct-step time against it (Correct steps that rolled their run back, which run a second
    forward, are counted apart), and the Predict-step time as a fraction of the baseline's Full step.
    Targets: Full and Correct <= 1.03x the baseline (look-ahead: 1.02x), Predict <= 2% of a Full step at
-   d6 B8 T256. A step given as one micro batch (these configs) runs in hybrid mode as two of half the rows
-   (so that the noise gate measures, hybrid/run.h), so a fourth arm, the baseline with that layout
-   (-b B/2 -d B*T), tells the halving's cost from the fused pass's: the table gives both ratios.
+   d6 B8 T256.
    The hybrid runs use --hybrid-warmup 4 --hybrid-cooldown 0 so that a short run has Predict and Correct
    steps to time (the first run waits for 10 measured losses: a config needs more than 12 steps to have
    one); these flags change no per-step work.
@@ -105,27 +103,24 @@ def main():
     try:
         for spec in a.configs.split(","):
             model, B, T, steps = spec.split(":")
-            arms = ARMS + ([("baseline halved", ["-b", str(int(B) // 2), "-d", str(int(B) * int(T))])]
-                           if int(B) % 2 == 0 else [])
-            times = {name: {} for name, _ in arms}
+            times = {name: {} for name, _ in ARMS}
             for rnd in range(a.rounds):
-                for name, flags in arms:
+                for name, flags in ARMS:
                     out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}_{rnd}")
                     run_trainer(a.trainer, model, B, T, int(steps), flags, out, env, a.precision, shlex.split(a.args))
                     phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
             res = {name: medians(by) for name, by in times.items()}
-            for name, flags in arms:
+            for name, flags in ARMS:
                 print(f"  {model} B={B} T={T} {name} ({a.rounds} runs of {steps} steps): " +
                       ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
             base, nbase = res["baseline"].get("full", (None, 0))
-            half, _ = res.get("baseline halved", {}).get("full", (None, 0))
             for name, _ in ARMS[1:]:
                 r = res[name]
                 full, nf = r.get("measured", (None, 0))
                 corr, nc = r.get("correct", (None, 0))
                 pred, npr = r.get("predict", (None, 0))
                 back, nback = r.get("rolled back", (None, 0))
-                rows.append((f"{model} B={B} T={T}", name, base, nbase, full, nf, corr, nc, pred, npr, back, nback, half))
+                rows.append((f"{model} B={B} T={T}", name, base, nbase, full, nf, corr, nc, pred, npr, back, nback))
             if a.micro:
                 r = subprocess.run([a.micro, model[1:], "9"], env=env, cwd=ROOT, capture_output=True, text=True)
                 if r.returncode != 0:
@@ -134,14 +129,13 @@ def main():
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
-    print("| config | arm | baseline Full ms | hybrid Full ms | x baseline | x baseline in two halves | Correct ms | "
-          "x baseline | Predict ms | Predict / baseline Full | rolled-back Correct ms | x baseline |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for cfg, name, base, nb, full, nf, corr, nc, pred, npr, back, nback, half in rows:
+    print("| config | arm | baseline Full ms | hybrid Full ms | x baseline | Correct ms | x baseline | "
+          "Predict ms | Predict / baseline Full | rolled-back Correct ms | x baseline |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for cfg, name, base, nb, full, nf, corr, nc, pred, npr, back, nback in rows:
         ratio = lambda x: f"{x / base:.3f}x" if x is not None and base else "-"
-        hratio = f"{full / half:.3f}x" if full is not None and half else "-"
         frac = lambda x: f"{100.0 * x / base:.2f}%" if x is not None and base else "-"
-        print(f"| {cfg} | {name} | {fmt(base, nb)} | {fmt(full, nf)} | {ratio(full)} | {hratio} | {fmt(corr, nc)} | "
+        print(f"| {cfg} | {name} | {fmt(base, nb)} | {fmt(full, nf)} | {ratio(full)} | {fmt(corr, nc)} | "
               f"{ratio(corr)} | {fmt(pred, npr)} | {frac(pred)} | {fmt(back, nback)} | {ratio(back)} |")
     print(f"\nmedian ms per step (steps counted in brackets) after step {a.skip} of each run, {a.rounds} interleaved "
           f"runs per arm; {a.threads} threads; --precision {a.precision}; hybrid Full: its warm-up and Full steps (the fused AdamW + drift + "
