@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # dev/cuda/bench_hybrid_gpu.sh — hybrid mode on the GPU: step time by phase and device memory over a long run.
 #   dev/cuda/bench_hybrid_gpu.sh OUT_DIR [BINARY (default ./train_gpt2cu)]
-# Three runs of the same model, data and seed: the baseline (--hybrid 0), hybrid mode's default (the
-# look-ahead fused into the update) and hybrid mode with Predict runs (--predict-steps H). Per run: the median
+# Three runs of the same model, data and seed: the baseline (--hybrid 0), the look-ahead at beta0 0.5
+# (the default where the gate measures; a run of one micro batch per step, as here, gets none by default)
+# and hybrid mode with Predict runs (--predict-steps H). Per run: the median
 # step time of each phase (metrics.jsonl's "ms"; steps after WARM), and the GPU's used memory as nvidia-smi
 # reports it, sampled every half second once the run has logged SETTLE steps: hybrid mode allocates nothing
 # after start-up, so min and max must agree (the line says "constant" or "GREW"). Environment:
@@ -40,8 +41,8 @@ arm() {  # NAME FLAGS...
 for name in $ORDER; do
     case $name in
         baseline) arm baseline --hybrid 0 ;;
-        lookahead) arm lookahead --hybrid 1 ;;
-        predict) arm predict --hybrid 1 --predict-steps "$H" ;;
+        lookahead) arm lookahead --hybrid 1 --lookahead 0.5 ;;
+        predict) arm predict --hybrid 1 --lookahead 0.5 --predict-steps "$H" ;;
         *) echo "ORDER: unknown run '$name' (baseline, lookahead, predict)"; exit 2 ;;
     esac
 done
