@@ -361,10 +361,10 @@ static inline void hybrid_print_gate_blind(float beta0, double tokens_per_step, 
                "--lookahead 0 (or train with 2+ micro batches and the gate decides).\n", beta0, tokens_per_step);
 }
 
-// the default look-ahead resolved to none because the run has one micro batch per step (given: the flags
-// as parsed; c: resolved), which hybrid_setup says at start-up
-static inline int hybrid_lookahead_off_micro1(const HybridConfig* given, const HybridConfig* c, int micro_batches) {
-    return c->enabled && given->lookahead < 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
+// the default look-ahead resolves to none (hybrid_resolve) because the run has one micro batch per step
+// (given: the flags as parsed), which hybrid_setup says at start-up
+static inline int hybrid_lookahead_off_micro1(const HybridConfig* given, int micro_batches) {
+    return given->enabled && given->lookahead < 0.0f && given->noise_gate > 0.0f && micro_batches < 2;
 }
 
 static inline void hybrid_print_lookahead_off_micro1(FILE* f) {

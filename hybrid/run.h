@@ -45,7 +45,7 @@ static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const T
     free(block_wd);
     if (run->cfg.process_rank == 0) {
         if (hybrid_gate_blind(&h->cfg, micro_batches)) { hybrid_print_gate_blind(h->cfg.lookahead, run_tokens_per_step(run), stdout); }
-        if (hybrid_lookahead_off_micro1(cfg, &h->cfg, micro_batches)) { hybrid_print_lookahead_off_micro1(stdout); }
+        if (hybrid_lookahead_off_micro1(cfg, micro_batches)) { hybrid_print_lookahead_off_micro1(stdout); }
     }
 }
 
