@@ -119,6 +119,45 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
 
 
 @test
+def a_grid_grows_past_the_end_where_a_best_lr_sits():
+    # the fake trainer's loss is lowest at 2e-3: a grid of 4e-3 and 8e-3 has both arms' best at its low end, so
+    # with grid_extend 2 it grows to 2e-3 (best at the end again), then to 1e-3 (2e-3 now inside), and stops
+    where = os.path.join(TMP, "grow")
+
+    def config(**over):
+        cfg = make_config(where, **over)
+        c1 = json.load(open(os.path.join(where, "c1.json")))
+        c1["lr_grid"] = [0.004, 0.008]
+        json.dump(c1, open(os.path.join(where, "c1.json"), "w"))
+        return cfg
+    cfg = config(grid_extend=2)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--phase", "grid", "--jobs", "2")
+    assert rc == 0, out + err
+    assert len(started(out)) == 8 + 4 + 4, len(started(out))
+    s = json.load(open(os.path.join(where, "results", "alpha", "c1", "summary.json")))
+    assert [g["lr"] for g in s["grid"]] == [0.001, 0.002, 0.004, 0.008], s["grid"]
+    assert s["best"] == {"baseline": 0.002, "hybrid": 0.002}, s["best"]
+    assert "edge of the grid" not in open(os.path.join(where, "results", "alpha", "c1", "report.md")).read()
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--dry-run")
+    assert rc == 0 and "alpha/c1 grid: 16 of 16" in out and "alpha/c1 compare: 0 of 9" in out, out
+    # grown once only: the best stays at the grid's end, and the report says so
+    cfg = config(grid_extend=1)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--report-only")
+    assert rc == 0, err
+    s = json.load(open(os.path.join(where, "results", "alpha", "c1", "summary.json")))
+    assert [g["lr"] for g in s["grid"]] == [0.002, 0.004, 0.008] and s["best"]["baseline"] == 0.002, s
+    assert "edge of the grid" in open(os.path.join(where, "results", "alpha", "c1", "report.md")).read()
+    # without grid_extend the grid is the cell's
+    cfg = config()
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--report-only")
+    s = json.load(open(os.path.join(where, "results", "alpha", "c1", "summary.json")))
+    assert rc == 0 and [g["lr"] for g in s["grid"]] == [0.004, 0.008], s["grid"]
+    cfg = config(grid_extend=-1)
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 1 and "'grid_extend' must be an integer" in err, err
+
+
+@test
 def a_seed_without_a_step_ratio_is_counted_and_said():
     # seed 4's longer baseline ends higher than its 1,000-step one (an unstable end): no step ratio exists for it,
     # and the report and the overview say over how many of the seeds the steps saved were computed
@@ -225,6 +264,7 @@ def the_verdict_counts_cells_corpora_and_worse_grid_points():
     assert rc == 0, err
     assert "median cell: +4.0% over 3 cells" in out and "with p < 0.05: 2 (" in out and "in 2 corpora" in out, out
     assert "(p < 0.05): 0 of 6" in out and "the goal (median ≥ 3%, two corpora, never worse): met" in out, out
+    assert "an end of its grid (not a bracketed optimum; grid_extend grows such a grid): 3 (cpu/alpha/c1, " in out, out  # best 2e-3 of 1e-3, 2e-3
     # one grid point worse, and a cell that clears 3% on only some seeds: not counted, and the goal is not met
     fake_summary(os.path.join(b, "beta", "c2"), "beta", "c2", 0.01, 5, 0.9, 0.0, 0.9, ok[:1] + [(0.002, 0.03, 0.02)])
     fake_summary(os.path.join(a, "alpha", "c1"), "alpha", "c1", 0.3, 3, 0.001, -0.02, 0.001, ok)
