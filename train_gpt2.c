@@ -401,36 +401,71 @@ void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, con
 // accumulation through oneDNN (llmc/cpu_dnnl.h), each made once at start-up for the allocated (B, T).
 // The elementwise work around them (bias, residual, softmax) is the fp32 kernels', in the same order.
 
-// A linear layer's three products with bf16 operands and fp32 accumulation (llmc/cpu_dnnl.h).
 // A linear layer's primitives for its one shape at the allocated (B, T): out (N,OC) = inp (N,C) @ W^T,
 // dinp (N,C) = dout (N,OC) @ W, dW (OC,C) += dout^T @ inp, with bf16 operands read through strides (no
 // explicit transposes). The right operand can be packed into the layout its primitive reads fastest (the
 // same results bit for bit, llmc/cpu_dnnl.h): the dweight GEMM's inp always, at each call; the weights with
 // pack_w, once per update (bf16_linear_pack). The left operands stay as they are (dout^T too: packing it
 // would change the order of the sums).
+// A wide layer (OC > chunk: the lm head, Vp x C) runs its products in pieces that oneDNN runs at up to twice
+// the speed of one product over the whole W (measured on an AMX Xeon: docs/benchmark.md): the forward in
+// blocks of BF16_ROWS rows of inp (each block's out rows whole and contiguous), dinp and dW in chunks of
+// `chunk` rows of W (columns of dout). Each block of out and chunk of dW is its own product; dinp sums the
+// chunks' products in chunk order (fp32, the sum post-op). A layer no wider than a chunk is one product.
+#define BF16_CHUNK 4096  // a wide layer's rows of W per dinp and dweight product
+#define BF16_ROWS 64     // a wide layer's rows of inp per forward product (where they divide N)
 typedef struct {
-    DnnlGemm fwd, dinp, dweight;
+    DnnlGemm fwd;                // a block of fwd_rows rows of out
+    DnnlGemm dinp[3];            // [0] the first chunk (dinp =), [1] a later full chunk (+=), [2] the narrower last (+=)
+    DnnlGemm dweight[2];         // [0] a chunk of rows of dW, [1] the last, narrower chunk (rem > 0)
+    int N, OC, C, fwd_rows;      // N = a multiple of fwd_rows
+    int chunk, nfull, rem, nchunks; // OC = nfull * chunk + rem
     const bf16* w16;             // (layers, OC, C) the bf16 weights (in params_bf16)
     int layers;
     int pack_w;                  // 1: fwd and dinp read w_fwd and w_dinp; 0: w16
-    size_t fwd_bytes, dinp_bytes; // pack_w: one layer's packed weight in each layout (64-byte multiples)
+    size_t fwd_bytes, dinp_bytes; // pack_w: one layer's packed weight in each layout, all chunks (64-byte multiples)
+    size_t* dinp_off;            // pack_w: (nchunks) each chunk's offset in a layer's packed weight for dinp
+    size_t act_bytes[2];         // dweight[k]'s packed inp (64-byte multiples)
     void* w_fwd;                 // pack_w: (layers, W^T packed for fwd)
-    void* w_dinp;                // pack_w: (layers, W packed for dinp)
+    void* w_dinp;                // pack_w: (layers, W packed for dinp, chunk by chunk)
 } Bf16Linear;
 
 static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 
+static int bf16_chunk_kind(const Bf16Linear* l, int c) { return c < l->nfull ? 0 : 1; }
+static DnnlGemm* bf16_chunk_dinp(Bf16Linear* l, int c) { return &l->dinp[c == 0 ? 0 : c < l->nfull ? 1 : 2]; }
+
 static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accumulate, const bf16* w16, int layers,
-                               int pack_w) {
+                               int pack_w, int chunk) {
+    memset(l, 0, sizeof(*l));
     l->pack_w = pack_w;
     l->w16 = w16;
-    dnnl_gemm_create(&l->fwd, 0, 1, N, OC, C, C, C, OC, fwd_accumulate, pack_w);  // B = W^T: W (OC,C) read transposed
-    dnnl_gemm_create(&l->dinp, 0, 0, N, C, OC, OC, C, C, 0, pack_w);              // B = W
-    dnnl_gemm_create(&l->dweight, 1, 0, OC, C, N, OC, C, C, 1, 1);                // B = inp, A = dout^T
     l->layers = layers;
-    l->fwd_bytes = round64(dnnl_gemm_packed_bytes(&l->fwd));
-    l->dinp_bytes = round64(dnnl_gemm_packed_bytes(&l->dinp));
+    l->N = N;
+    l->OC = OC;
+    l->C = C;
+    l->chunk = chunk < OC ? chunk : OC;
+    l->nfull = OC / l->chunk;
+    l->rem = OC - l->nfull * l->chunk;
+    l->nchunks = l->nfull + (l->rem > 0);
+    l->fwd_rows = l->nchunks > 1 && N % BF16_ROWS == 0 ? BF16_ROWS : N;
+    dnnl_gemm_create(&l->fwd, 0, 1, l->fwd_rows, OC, C, C, C, OC, fwd_accumulate, pack_w);  // B = W^T, read transposed
+    int width[2] = {l->chunk, l->rem};
+    for (int k = 0; k < 2; k++) {
+        if (width[k] == 0) { continue; }
+        dnnl_gemm_create(&l->dweight[k], 1, 0, width[k], C, N, OC, C, C, 1, 1);  // B = inp, A = dout^T
+        l->act_bytes[k] = round64(dnnl_gemm_packed_bytes(&l->dweight[k]));
+    }
+    dnnl_gemm_create(&l->dinp[0], 0, 0, N, C, l->chunk, OC, C, C, 0, pack_w);  // B = W
+    if (l->nfull > 1) { dnnl_gemm_create(&l->dinp[1], 0, 0, N, C, l->chunk, OC, C, C, 1, pack_w); }
+    if (l->rem > 0) { dnnl_gemm_create(&l->dinp[2], 0, 0, N, C, l->rem, OC, C, C, 1, pack_w); }
     if (!pack_w) { return; }
+    l->fwd_bytes = round64(dnnl_gemm_packed_bytes(&l->fwd));
+    l->dinp_off = (size_t*)mallocCheck((size_t)l->nchunks * sizeof(size_t));
+    for (int c = 0; c < l->nchunks; c++) {
+        l->dinp_off[c] = l->dinp_bytes;
+        l->dinp_bytes += round64(dnnl_gemm_packed_bytes(bf16_chunk_dinp(l, c)));
+    }
     l->w_fwd = aligned_alloc(64, layers * l->fwd_bytes);
     l->w_dinp = aligned_alloc(64, layers * l->dinp_bytes);
     if (l->w_fwd == NULL || l->w_dinp == NULL) { fatal("bf16: out of memory for the packed weights"); }
@@ -438,30 +473,39 @@ static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accu
 
 static void bf16_linear_destroy(Bf16Linear* l) {
     dnnl_gemm_destroy(&l->fwd);
-    dnnl_gemm_destroy(&l->dinp);
-    dnnl_gemm_destroy(&l->dweight);
+    for (int k = 0; k < 2; k++) { dnnl_gemm_destroy(&l->dweight[k]); }
+    for (int k = 0; k < 3; k++) { dnnl_gemm_destroy(&l->dinp[k]); }
+    free(l->dinp_off);
     free(l->w_fwd);
     free(l->w_dinp);
     memset(l, 0, sizeof(*l));
 }
 
+// layer's weights (rows c*chunk on) as the dinp product of chunk c reads them
+static const void* bf16_linear_w_dinp(const Bf16Linear* l, int layer, int c) {
+    if (!l->pack_w) { return l->w16 + ((size_t)layer * l->OC + (size_t)c * l->chunk) * l->C; }
+    return (const char*)l->w_dinp + layer * l->dinp_bytes + l->dinp_off[c];
+}
+
+// layer's weights as the forward reads them
+static const void* bf16_linear_w_fwd(const Bf16Linear* l, int layer) {
+    if (!l->pack_w) { return l->w16 + (size_t)layer * l->OC * l->C; }
+    return (const char*)l->w_fwd + layer * l->fwd_bytes;
+}
+
 // pack_w: every layer's bf16 weights packed for the forward and the dinp product (after each update)
 static void bf16_linear_pack(Bf16Linear* l) {
-    size_t per = (size_t)l->fwd.N * l->fwd.K;  // OC * C
     for (int i = 0; l->pack_w && i < l->layers; i++) {
-        dnnl_gemm_pack_b(&l->fwd, l->w16 + i * per, (char*)l->w_fwd + i * l->fwd_bytes);
-        dnnl_gemm_pack_b(&l->dinp, l->w16 + i * per, (char*)l->w_dinp + i * l->dinp_bytes);
+        const bf16* w = l->w16 + (size_t)i * l->OC * l->C;
+        dnnl_gemm_pack_b(&l->fwd, w, (void*)bf16_linear_w_fwd(l, i));
+        for (int c = 0; c < l->nchunks; c++) {
+            dnnl_gemm_pack_b(bf16_chunk_dinp(l, c), w + (size_t)c * l->chunk * l->C, (void*)bf16_linear_w_dinp(l, i, c));
+        }
     }
 }
 
-// layer's weights as the forward (fwd) or the dinp product reads them
-static const void* bf16_linear_w(const Bf16Linear* l, int layer, int fwd) {
-    if (!l->pack_w) { return l->w16 + (size_t)layer * l->fwd.N * l->fwd.K; }
-    return fwd ? (const char*)l->w_fwd + layer * l->fwd_bytes : (const char*)l->w_dinp + layer * l->dinp_bytes;
-}
-
-// the bytes of packed inp the dweight product needs (the scratch matmul_backward_bf16 takes)
-static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return round64(dnnl_gemm_packed_bytes(&l->dweight)); }
+// the bytes of packed inp the dweight products need (the scratch matmul_backward_bf16 takes)
+static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return l->act_bytes[0] + l->act_bytes[1]; }
 
 // matmul_forward_fp32's product in bf16 with layer's weights; scratch (N,C) takes inp in bf16.
 // One parallel region writes bias (+ residual) into out and rounds inp; the GEMM then accumulates on top.
@@ -486,7 +530,9 @@ void matmul_forward_bf16(float* out, const float* inp, Bf16Linear* lin, int laye
         }
         bf16_convert_rows(scratch, inp, N, C, C, tid, nth);
     }
-    dnnl_gemm_run(&lin->fwd, scratch, bf16_linear_w(lin, layer, 1), out);
+    for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
+        dnnl_gemm_run(&lin->fwd, scratch + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), out + (size_t)r0 * OC);
+    }
     prof_end(PROF_GEMM, t0);
 }
 
@@ -505,9 +551,17 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
         bf16_convert_rows(inp16, inp, N, C, C, tid, nth);
         if (dbias != NULL && dout != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
     }
-    dnnl_gemm_run(&lin->dinp, dout16, bf16_linear_w(lin, layer, 0), dinp);
-    dnnl_gemm_pack_b(&lin->dweight, inp16, inp_packed);
-    dnnl_gemm_run(&lin->dweight, dout16, inp_packed, dweight);
+    for (int c = 0; c < lin->nchunks; c++) {
+        dnnl_gemm_run(bf16_chunk_dinp(lin, c), dout16 + (size_t)c * lin->chunk, bf16_linear_w_dinp(lin, layer, c), dinp);
+    }
+    void* packed[2] = {inp_packed, (char*)inp_packed + lin->act_bytes[0]};
+    for (int k = 0; k < 2; k++) {
+        if (lin->act_bytes[k] > 0) { dnnl_gemm_pack_b(&lin->dweight[k], inp16, packed[k]); }
+    }
+    for (int c = 0; c < lin->nchunks; c++) {
+        dnnl_gemm_run(&lin->dweight[bf16_chunk_kind(lin, c)], dout16 + (size_t)c * lin->chunk,
+                      packed[bf16_chunk_kind(lin, c)], dweight + (size_t)c * lin->chunk * C);
+    }
     prof_end(PROF_GEMM, t0);
 }
 
@@ -1067,11 +1121,11 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     // large share of a bf16 step), the layers' from 4096 rows (B*T) on: below that, packing the layers'
     // costs about what it saves (docs/benchmark.md).
     int pack_layers = N >= 4096;
-    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers);
-    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers);
-    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, pack_layers);
-    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, pack_layers);
-    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1);  // tied to wte (Vp, C)
+    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1, BF16_CHUNK);  // tied to wte (Vp, C)
     #undef W16
     bf16_attention_create(&model->att16, model->seq_len, C, model->config.num_heads, model->num_threads);
     size_t act = 0;

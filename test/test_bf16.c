@@ -36,7 +36,7 @@ static double bound(double sum_abs, int K) { return (1.0 / 128 + 1.0 / 65536 + K
 
 // the three products of one linear layer at (N, C, OC), bf16 vs exact (fp64 of the fp32 inputs); pack_w: the
 // weights packed (as the lm head's are)
-static void check_linear(int N, int C, int OC, int with_residual, int pack_w) {
+static void check_linear(int N, int C, int OC, int with_residual, int pack_w, int chunk) {
     float* inp = rand_buf((size_t)N * C, 1.0f);
     float* w = rand_buf((size_t)OC * C, 0.5f);
     float* bias = rand_buf(OC, 0.1f);
@@ -55,7 +55,7 @@ static void check_linear(int N, int C, int OC, int with_residual, int pack_w) {
     bf16* s2 = (bf16*)malloc((size_t)N * wide * sizeof(bf16));
     Bf16Linear lin;
     memset(&lin, 0, sizeof(lin));
-    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, pack_w);
+    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, pack_w, chunk);
     bf16_linear_pack(&lin);
     void* packed = aligned_alloc(64, bf16_linear_act_bytes(&lin));
     matmul_forward_bf16(out, inp, &lin, 0, bias, with_residual ? res : NULL, N, C, OC, s1);
@@ -103,11 +103,17 @@ static void check_linear(int N, int C, int OC, int with_residual, int pack_w) {
 Test(bf16_matmul, forward_and_both_backward_gemms_within_bf16_rounding) {
     if (!bf16_ready()) { return; }
     for (int pack_w = 0; pack_w <= 1; pack_w++) {
-        check_linear(64, 48, 144, 0, pack_w);   // qkv-like
-        check_linear(64, 192, 48, 1, pack_w);   // fcproj-like, with the residual
-        check_linear(37, 19, 53, 1, pack_w);    // odd everything
-        check_linear(1, 7, 3, 0, pack_w);       // one row
-        check_linear(130, 64, 256, 0, pack_w);  // lm-head-like (no bias is a NULL bias in the model; bias here)
+        check_linear(64, 48, 144, 0, pack_w, BF16_CHUNK);   // qkv-like
+        check_linear(64, 192, 48, 1, pack_w, BF16_CHUNK);   // fcproj-like, with the residual
+        check_linear(37, 19, 53, 1, pack_w, BF16_CHUNK);    // odd everything
+        check_linear(1, 7, 3, 0, pack_w, BF16_CHUNK);       // one row
+        check_linear(130, 64, 256, 0, pack_w, BF16_CHUNK);  // lm-head-like (no bias is a NULL bias in the model; bias here)
+        // in pieces, as the lm head runs: dinp and dweight in chunks of W's rows (whole chunks, and a narrower
+        // last one), the forward in blocks of BF16_ROWS rows where they divide N
+        check_linear(130, 64, 256, 0, pack_w, 64);
+        check_linear(3 * BF16_ROWS, 24, 100, 0, pack_w, 32);
+        check_linear(37, 19, 53, 1, pack_w, 16);
+        check_linear(5, 24, 40, 0, pack_w, 32);
     }
 }
 
@@ -223,7 +229,7 @@ Test(bf16_matmul, bf16_is_really_used) {
     for (size_t i = 0; i < (size_t)OC * C; i++) { w16[i] = bf16_from_float(w[i]); }
     Bf16Linear lin;
     memset(&lin, 0, sizeof(lin));
-    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, 0);
+    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, 0, BF16_CHUNK);
     matmul_forward_fp32(o32, inp, w, zero, NULL, N, C, OC);
     matmul_forward_bf16(o16, inp, &lin, 0, zero, NULL, N, C, OC, s);
     double maxdiff = 0.0;
