@@ -1125,7 +1125,8 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, pack_layers, BF16_CHUNK);
-    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1, BF16_CHUNK);  // tied to wte (Vp, C)
+    // the lm head in pieces from 1024 rows on: at 256 rows one product was as fast or faster (docs/benchmark.md)
+    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1, N >= 1024 ? BF16_CHUNK : Vp);  // tied to wte
     #undef W16
     bf16_attention_create(&model->att16, model->seq_len, C, model->config.num_heads, model->num_threads);
     size_t act = 0;
