@@ -565,170 +565,152 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
     prof_end(PROF_GEMM, t0);
 }
 
-// The attention with its six products in bf16: q, k, v, the probabilities, dout
-// and d(scores) are rounded to bf16 as the GPU's attention has them, the products accumulate in fp32, and
-// the softmax and its backward stay fp32 on fp32 scores (the probabilities kept for the backward are the
-// fp32 ones, rounded again there). The loops, blocks and parallel split are attention_forward_fp32's and
-// attention_backward_fp32's; each thread runs the products of its heads through its own oneDNN primitives (one
-// per product and block, made by that thread at start-up for the allocated (B, T): llmc/cpu_dnnl.h).
+// The attention with its six products in bf16: q, k, v, the probabilities, dout and d(scores) are rounded
+// to bf16 as the GPU's attention has them, the products accumulate in fp32, and the softmax and its backward
+// stay fp32 on fp32 scores (the probabilities kept for the backward are the fp32 ones, rounded again there).
+// Each product runs over all heads of one sequence in one call, on operands laid out head by head (q, k, v,
+// dout: (NH, T, hs) per sequence, rounded into that layout; results to (NH, T, hs) scratch, then put back
+// in place): oneDNN's AMX kernels take dense batches, where a product per head and block of rows (as the fp32
+// attention runs) cost several times its FLOPs in per-call work (docs/benchmark.md). The products span the
+// whole (T, T) square; the masked corner's probabilities and d(scores) are zeros, so they add nothing.
 enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
 typedef struct {
-    int nblocks, threads;
-    DnnlContext* cx; // (threads) each thread's stream and scratch
-    DnnlGemm* prim;  // (threads, ATT_PRODUCTS, nblocks): q k^T, att v, att^T dout, dout v^T, ds k, ds^T q
-    bf16* p16;       // (threads, T, T) a head's probabilities in bf16, then (backward) its d(scores)
+    int T, C, NH;
+    DnnlGemm prim[ATT_PRODUCTS]; // over NH heads: q k^T, att v, att^T dout, dout v^T, ds k, ds^T q
+    bf16* p16;       // (NH, T, T) one sequence's probabilities in bf16, then (backward) its d(scores)
+    float* s32;      // (NH, T, T) the backward's d(att) of one sequence
+    float* h32;      // (3, NH, T, hs) a product's results head by head: out, or dq, dk, dv
 } Bf16Attention;
 
-static DnnlGemm* att_prim(Bf16Attention* ba, int tid, int product, int block) {
-    return &ba->prim[((size_t)tid * ATT_PRODUCTS + product) * ba->nblocks + block];
-}
-
 static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH, int threads) {
-    int C3 = 3 * C, hs = C / NH;
-    ba->nblocks = (T + ATT_BLOCK - 1) / ATT_BLOCK;
-    ba->threads = threads;
-    ba->cx = (DnnlContext*)mallocCheck((size_t)threads * sizeof(DnnlContext));
-    ba->prim = (DnnlGemm*)mallocCheck((size_t)threads * ATT_PRODUCTS * ba->nblocks * sizeof(DnnlGemm));
-    ba->p16 = (bf16*)mallocCheck((size_t)threads * T * T * sizeof(bf16));
-    dnnl_context_init();
-    #pragma omp parallel num_threads(threads)
-    {
-        int tid = omp_get_thread_num();
-        if (omp_get_num_threads() != threads) {
-            fatal("bf16: %d threads for the attention, %d expected", omp_get_num_threads(), threads);
-        }
-        DnnlContext* cx = &ba->cx[tid];
-        dnnl_local_init(cx);
-        for (int i = 0; i < ba->nblocks; i++) {
-            int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, m = r1 - r0;
-            // rows r0..r1 (for dv and dk: keys r0..r1 over the queries r0..T), operands as the fp32 GEMMs read them
-            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_SCORES, i), 0, 1, m, r1, hs, C3, C3, T, 0, 0);
-            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_AV, i), 0, 0, m, hs, r1, T, C3, C, 0, 0);
-            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DV, i), 1, 0, m, hs, T - r0, T, C, C3, 0, 0);
-            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DATT, i), 0, 1, m, r1, hs, C, C3, T, 0, 0);
-            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DQ, i), 0, 0, m, hs, r1, T, C3, C3, 0, 0);
-            dnnl_gemm_create_in(cx, att_prim(ba, tid, ATT_DK, i), 1, 0, m, hs, T - r0, T, C3, C3, 0, 0);
-        }
-    }
+    (void)threads;  // oneDNN splits each batched product over all threads itself
+    int hs = C / NH;
+    memset(ba, 0, sizeof(*ba));
+    ba->T = T; ba->C = C; ba->NH = NH;
+    ba->p16 = (bf16*)mallocCheck((size_t)NH * T * T * sizeof(bf16));
+    ba->s32 = (float*)mallocCheck((size_t)NH * T * T * sizeof(float));
+    ba->h32 = (float*)mallocCheck((size_t)3 * T * C * sizeof(float));
+    dnnl_gemm_create_batch(&ba->prim[ATT_SCORES], NH, 0, 1, T, T, hs);  // q (T,hs) k^T
+    dnnl_gemm_create_batch(&ba->prim[ATT_AV], NH, 0, 0, T, hs, T);      // att (T,T) v (T,hs)
+    dnnl_gemm_create_batch(&ba->prim[ATT_DV], NH, 1, 0, T, hs, T);      // att^T dout
+    dnnl_gemm_create_batch(&ba->prim[ATT_DATT], NH, 0, 1, T, T, hs);    // dout v^T
+    dnnl_gemm_create_batch(&ba->prim[ATT_DQ], NH, 0, 0, T, hs, T);      // ds k
+    dnnl_gemm_create_batch(&ba->prim[ATT_DK], NH, 1, 0, T, hs, T);      // ds^T q
 }
 
 static void bf16_attention_destroy(Bf16Attention* ba) {
-    for (int t = 0; ba->prim != NULL && t < ba->threads; t++) {
-        for (int k = 0; k < ATT_PRODUCTS; k++) {
-            for (int i = 0; i < ba->nblocks; i++) { dnnl_gemm_destroy(att_prim(ba, t, k, i)); }
-        }
-        dnnl_local_destroy(&ba->cx[t]);
-    }
-    free(ba->prim);
-    free(ba->cx);
+    for (int k = 0; k < ATT_PRODUCTS; k++) { dnnl_gemm_destroy(&ba->prim[k]); }
     free(ba->p16);
+    free(ba->s32);
+    free(ba->h32);
     memset(ba, 0, sizeof(*ba));
 }
 
-// attention_forward_fp32 with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded.
-void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attention* ba, bf16* qkv16,
-                            int B, int T, int C, int NH) {
-    int C3 = 3 * C, hs = C / NH;
-    float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel
-    { bf16_convert_rows(qkv16, qkv, (size_t)B * T, C3, C3, omp_get_thread_num(), omp_get_num_threads()); }
+// x (B, T, parts*C) rounded into dst (B, parts, NH, T, hs): each sequence's parts head by head
+static void bf16_to_heads(bf16* dst, const float* x, int B, int T, int C, int NH, int parts) {
+    int hs = C / NH, w = parts * C;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            int tid = omp_get_thread_num();
-            const bf16* q = qkv16 + (size_t)b * T * C3 + h * hs;
-            const bf16* k = q + C;
-            const bf16* v = q + 2 * C;
-            float* a = att + ((size_t)b * NH + h) * T * T;
-            bf16* a16 = ba->p16 + (size_t)tid * T * T;
-            float* o = out + (size_t)b * T * C + h * hs;
-            for (int i = 0; i < ba->nblocks; i++) {
-                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-                dnnl_gemm_run(att_prim(ba, tid, ATT_SCORES, i), q + (size_t)r0 * C3, k, a + (size_t)r0 * T);
-                for (int t = r0; t < r1; t++) {
-                    float* row = a + (size_t)t * T;
-                    bf16* row16 = a16 + (size_t)t * T;
-                    float maxval = -FLT_MAX;
-                    #pragma omp simd reduction(max:maxval)
-                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= scale; maxval = row[t2] > maxval ? row[t2] : maxval; }
-                    float sum = 0.0f;
-                    #pragma omp simd reduction(+:sum)
-                    for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
-                    float inv = 1.0f / sum;
-                    #pragma omp simd
-                    for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; row16[t2] = bf16_from_float(row[t2]); }
-                    for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; }
-                    for (int t2 = t + 1; t2 < r1; t2++) { row16[t2] = 0; }  // the block's masked corner
-                }
-                dnnl_gemm_run(att_prim(ba, tid, ATT_AV, i), a16 + (size_t)r0 * T, v, o + (size_t)r0 * C);
+        for (int t = 0; t < T; t++) {
+            const float* row = x + ((size_t)b * T + t) * w;
+            for (int j = 0; j < parts * NH; j++) {  // j = part * NH + h
+                bf16* d = dst + (((size_t)b * parts * NH + j) * T + t) * hs;
+                #pragma omp simd
+                for (int i = 0; i < hs; i++) { d[i] = bf16_from_float(row[j * hs + i]); }
             }
         }
+    }
+}
+
+// h (parts, NH, T, hs) put back into sequence b of y (B, T, ldy) at columns 0..parts*C
+static void bf16_from_heads(float* y, const float* h, int b, int T, int C, int NH, int parts, int ldy) {
+    int hs = C / NH;
+    #pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+        float* row = y + ((size_t)b * T + t) * ldy;
+        for (int j = 0; j < parts * NH; j++) {
+            const float* s = h + ((size_t)j * T + t) * hs;
+            #pragma omp simd
+            for (int i = 0; i < hs; i++) { row[j * hs + i] = s[i]; }
+        }
+    }
+}
+
+// attention_forward_fp32 with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded (head by head).
+void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attention* ba, bf16* qkv16,
+                            int B, int T, int C, int NH) {
+    int hs = C / NH;
+    size_t hsz = (size_t)NH * T * hs;  // one part (q, k or v) of one sequence
+    float scale = 1.0f / sqrtf((float)hs);
+    bf16_to_heads(qkv16, qkv, B, T, C, NH, 3);
+    for (int b = 0; b < B; b++) {
+        const bf16* q = qkv16 + (size_t)b * 3 * hsz;
+        float* a = att + (size_t)b * NH * T * T;
+        dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + hsz, a);
+        #pragma omp parallel for schedule(static)
+        for (int ht = 0; ht < NH * T; ht++) {
+            int t = ht % T;
+            float* row = a + (size_t)ht * T;
+            bf16* row16 = ba->p16 + (size_t)ht * T;
+            float maxval = -FLT_MAX;
+            #pragma omp simd reduction(max:maxval)
+            for (int t2 = 0; t2 <= t; t2++) { row[t2] *= scale; maxval = row[t2] > maxval ? row[t2] : maxval; }
+            float sum = 0.0f;
+            #pragma omp simd reduction(+:sum)
+            for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
+            float inv = 1.0f / sum;
+            #pragma omp simd
+            for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; row16[t2] = bf16_from_float(row[t2]); }
+            for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; row16[t2] = 0; }
+        }
+        dnnl_gemm_run(&ba->prim[ATT_AV], ba->p16, q + 2 * hsz, ba->h32);
+        bf16_from_heads(out, ba->h32, b, T, C, NH, 1, C);
     }
 }
 
 // attention_backward_fp32 with bf16 products; qkv16 (B,T,3C) and dout16 (B,T,C) are scratch for qkv and dout
-// rounded; scratch (threads, T, T) one d(att) per thread. att (the fp32 probabilities) is left as it is.
-void attention_backward_bf16(float* dqkv, float* scratch, const float* dout, const float* qkv, const float* att,
+// rounded (head by head). att (the fp32 probabilities) is left as it is.
+void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* att,
                              Bf16Attention* ba, bf16* qkv16, bf16* dout16, int B, int T, int C, int NH) {
-    int C3 = 3 * C, hs = C / NH;
+    int hs = C / NH;
+    size_t hsz = (size_t)NH * T * hs;
     float scale = 1.0f / sqrtf((float)hs);
-    #pragma omp parallel
-    {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        bf16_convert_rows(qkv16, qkv, (size_t)B * T, C3, C3, tid, nth);
-        bf16_convert_rows(dout16, dout, (size_t)B * T, C, C, tid, nth);
-    }
-    #pragma omp parallel for collapse(2) schedule(static)
+    bf16_to_heads(qkv16, qkv, B, T, C, NH, 3);
+    bf16_to_heads(dout16, dout, B, T, C, NH, 1);
+    float* dq = ba->h32;
+    float* dk = dq + hsz;
+    float* dv = dk + hsz;
     for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            int tid = omp_get_thread_num();
-            float* datt = scratch + (size_t)tid * T * T;
-            bf16* a16 = ba->p16 + (size_t)tid * T * T;
-            const bf16* q = qkv16 + (size_t)b * T * C3 + h * hs;
-            const bf16* k = q + C;
-            const bf16* v = q + 2 * C;
-            float* dq = dqkv + (size_t)b * T * C3 + h * hs;
-            float* dk = dq + C;
-            float* dv = dq + 2 * C;
-            const bf16* d = dout16 + (size_t)b * T * C + h * hs;
-            const float* a = att + ((size_t)b * NH + h) * T * T;
-            // the probabilities in bf16: the lower triangle, and zeros to the end of each row's block
-            for (int t = 0; t < T; t++) {
-                int end = (t / ATT_BLOCK + 1) * ATT_BLOCK < T ? (t / ATT_BLOCK + 1) * ATT_BLOCK : T;
-                const float* row = a + (size_t)t * T;
-                bf16* row16 = a16 + (size_t)t * T;
-                #pragma omp simd
-                for (int t2 = 0; t2 <= t; t2++) { row16[t2] = bf16_from_float(row[t2]); }
-                for (int t2 = t + 1; t2 < end; t2++) { row16[t2] = 0; }
-            }
-            for (int i = 0; i < ba->nblocks; i++) {  // dv (keys c0..c1) = att^T dout over the queries c0..T
-                int c0 = i * ATT_BLOCK;
-                dnnl_gemm_run(att_prim(ba, tid, ATT_DV, i), a16 + (size_t)c0 * T + c0, d + (size_t)c0 * C,
-                              dv + (size_t)c0 * C3);
-            }
-            for (int i = 0; i < ba->nblocks; i++) {
-                int r0 = i * ATT_BLOCK, r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-                // datt (rows r0..r1, keys 0..r1) = dout v^T, through the softmax into d(scores) in a16
-                dnnl_gemm_run(att_prim(ba, tid, ATT_DATT, i), d + (size_t)r0 * C, v, datt + (size_t)r0 * T);
-                for (int t = r0; t < r1; t++) {
-                    const float* row = a + (size_t)t * T;
-                    const float* drow = datt + (size_t)t * T;
-                    bf16* ds = a16 + (size_t)t * T;
-                    float dsum = 0.0f;
-                    #pragma omp simd reduction(+:dsum)
-                    for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
-                    #pragma omp simd
-                    for (int t2 = 0; t2 <= t; t2++) { ds[t2] = bf16_from_float(row[t2] * (drow[t2] - dsum) * scale); }
-                }
-                // dq (rows r0..r1) = dscores k over the keys 0..r1
-                dnnl_gemm_run(att_prim(ba, tid, ATT_DQ, i), a16 + (size_t)r0 * T, k, dq + (size_t)r0 * C3);
-            }
-            for (int i = 0; i < ba->nblocks; i++) {  // dk (keys c0..c1) = dscores^T q over the queries c0..T
-                int c0 = i * ATT_BLOCK;
-                dnnl_gemm_run(att_prim(ba, tid, ATT_DK, i), a16 + (size_t)c0 * T + c0, q + (size_t)c0 * C3,
-                              dk + (size_t)c0 * C3);
-            }
+        const bf16* q = qkv16 + (size_t)b * 3 * hsz;
+        const bf16* k = q + hsz;
+        const bf16* v = k + hsz;
+        const bf16* d = dout16 + (size_t)b * hsz;
+        const float* a = att + (size_t)b * NH * T * T;
+        #pragma omp parallel for schedule(static)
+        for (int ht = 0; ht < NH * T; ht++) {  // the probabilities in bf16, zeros past the diagonal
+            const float* row = a + (size_t)ht * T;
+            bf16* row16 = ba->p16 + (size_t)ht * T;
+            #pragma omp simd
+            for (int t2 = 0; t2 < T; t2++) { row16[t2] = bf16_from_float(row[t2]); }
         }
+        dnnl_gemm_run(&ba->prim[ATT_DV], ba->p16, d, dv);
+        dnnl_gemm_run(&ba->prim[ATT_DATT], d, v, ba->s32);
+        #pragma omp parallel for schedule(static)
+        for (int ht = 0; ht < NH * T; ht++) {  // through the softmax into d(scores), in place of the probabilities
+            int t = ht % T;
+            const float* row = a + (size_t)ht * T;
+            const float* drow = ba->s32 + (size_t)ht * T;
+            bf16* ds = ba->p16 + (size_t)ht * T;
+            float dsum = 0.0f;
+            #pragma omp simd reduction(+:dsum)
+            for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
+            #pragma omp simd
+            for (int t2 = 0; t2 <= t; t2++) { ds[t2] = bf16_from_float(row[t2] * (drow[t2] - dsum) * scale); }
+            for (int t2 = t + 1; t2 < T; t2++) { ds[t2] = 0; }
+        }
+        dnnl_gemm_run(&ba->prim[ATT_DQ], ba->p16, k, dq);
+        dnnl_gemm_run(&ba->prim[ATT_DK], ba->p16, q, dk);
+        bf16_from_heads(dqkv, ba->h32, b, T, C, NH, 3, 3 * C);
     }
 }
 
@@ -783,7 +765,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 // d(scores), in bf16 it is left as it is
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att, int B, int T,
                         int C, int NH, Bf16Op bf) {
-    if (bf.att != NULL) { attention_backward_bf16(dqkv, scratch, dout, qkv, att, bf.att, bf.b, bf.a, B, T, C, NH); }
+    if (bf.att != NULL) { attention_backward_bf16(dqkv, dout, qkv, att, bf.att, bf.b, bf.a, B, T, C, NH); }
     else { attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH); }
 }
 

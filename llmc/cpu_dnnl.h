@@ -130,22 +130,28 @@ static inline dnnl_primitive_attr_t dnnl_attr_user_scratch(void) {
     return attr;
 }
 
-// made for, and run with, the context cx (dnnl_gemm_create: dnnl_ctx)
-static inline void dnnl_gemm_create_in(DnnlContext* cx, DnnlGemm* g, int transA, int transB, int M, int N, int K,
-                                       int lda, int ldb, int ldc, int accumulate, int pack_b) {
+// made for, and run with, the context cx (dnnl_gemm_create: dnnl_ctx). batch > 1: that many products of
+// the same shape in one call, each operand's matrices one after the other (A's batch stride (transA ? K : M)
+// * lda, B's (transB ? N : K) * ldb, C's M * ldc): the attention's heads.
+static inline void dnnl_gemm_create_batch_in(DnnlContext* cx, DnnlGemm* g, int batch, int transA, int transB, int M,
+                                             int N, int K, int lda, int ldb, int ldc, int accumulate, int pack_b) {
     dnnl_context_init();
     memset(g, 0, sizeof(*g));
     g->cx = cx;
-    dnnl_dims_t adims = {M, K}, bdims = {K, N}, cdims = {M, N};
-    dnnl_dims_t astr = {transA ? 1 : lda, transA ? lda : 1};
-    dnnl_dims_t bstr = {transB ? 1 : ldb, transB ? ldb : 1};
-    dnnl_dims_t cstr = {ldc, 1};
+    int nd = batch > 1 ? 3 : 2, o = nd - 2;  // o: the matrix dims' offset after the batch dim
+    dnnl_dims_t adims = {batch}, bdims = {batch}, cdims = {batch}, astr = {0}, bstr = {0}, cstr = {0};
+    astr[0] = (dnnl_dim_t)(transA ? K : M) * lda;
+    bstr[0] = (dnnl_dim_t)(transB ? N : K) * ldb;
+    cstr[0] = (dnnl_dim_t)M * ldc;
+    adims[o] = M; adims[o + 1] = K; astr[o] = transA ? 1 : lda; astr[o + 1] = transA ? lda : 1;
+    bdims[o] = K; bdims[o + 1] = N; bstr[o] = transB ? 1 : ldb; bstr[o + 1] = transB ? ldb : 1;
+    cdims[o] = M; cdims[o + 1] = N; cstr[o] = ldc; cstr[o + 1] = 1;
     dnnl_memory_desc_t amd, bmd, cmd;
-    dnnlCheck(dnnl_memory_desc_init_by_strides(&amd, 2, adims, dnnl_bf16, astr), "memory desc A");
-    dnnlCheck(dnnl_memory_desc_init_by_strides(&bmd, 2, bdims, dnnl_bf16, bstr), "memory desc B");
-    dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, 2, cdims, dnnl_f32, cstr), "memory desc C");
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&amd, nd, adims, dnnl_bf16, astr), "memory desc A");
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&bmd, nd, bdims, dnnl_bf16, bstr), "memory desc B");
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, nd, cdims, dnnl_f32, cstr), "memory desc C");
     dnnl_memory_desc_t bany;  // pack_b: the primitive picks B's layout
-    dnnlCheck(dnnl_memory_desc_init_by_tag(&bany, 2, bdims, dnnl_bf16, dnnl_format_tag_any), "memory desc B any");
+    dnnlCheck(dnnl_memory_desc_init_by_tag(&bany, nd, bdims, dnnl_bf16, dnnl_format_tag_any), "memory desc B any");
     dnnl_matmul_desc_t desc;
     dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, pack_b ? &bany : &bmd, NULL, &cmd), "matmul desc");
     dnnl_primitive_attr_t attr = dnnl_attr_user_scratch();
@@ -184,9 +190,19 @@ static inline void dnnl_gemm_create_in(DnnlContext* cx, DnnlGemm* g, int transA,
     g->M = M; g->N = N; g->K = K;
 }
 
+static inline void dnnl_gemm_create_in(DnnlContext* cx, DnnlGemm* g, int transA, int transB, int M, int N, int K,
+                                       int lda, int ldb, int ldc, int accumulate, int pack_b) {
+    dnnl_gemm_create_batch_in(cx, g, 1, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
+}
+
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
                                     int ldc, int accumulate, int pack_b) {
     dnnl_gemm_create_in(&dnnl_ctx, g, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
+}
+
+// batch products of dense (M,K) x (K,N) matrices (or their transposes, read through the strides) in one call
+static inline void dnnl_gemm_create_batch(DnnlGemm* g, int batch, int transA, int transB, int M, int N, int K) {
+    dnnl_gemm_create_batch_in(&dnnl_ctx, g, batch, transA, transB, M, N, K, transA ? M : K, transB ? K : N, N, 0, 0);
 }
 
 // pack_b: the bytes of B in the primitive's layout (a buffer for dnnl_gemm_pack_b; 64-byte aligned)
@@ -251,6 +267,10 @@ static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, 
     (void)g; (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)lda; (void)ldb; (void)ldc; (void)accumulate;
     (void)pack_b;
     fatal("bf16: this build has no oneDNN (install libdnnl-dev and rebuild)");
+}
+static inline void dnnl_gemm_create_batch(DnnlGemm* g, int batch, int transA, int transB, int M, int N, int K) {
+    (void)batch;
+    dnnl_gemm_create(g, transA, transB, M, N, K, 0, 0, 0, 0, 0);
 }
 typedef struct { int unused; } DnnlContext;
 static inline void dnnl_context_init(void) {}

@@ -194,8 +194,8 @@ static void check_attention(int B, int T, int C, int NH) {
     attention_forward_fp32(out32, att32, qkv, B, T, C, NH);
     attention_forward_bf16(out16, att16, qkv, &ba, qkv_16, B, T, C, NH);
     double e_att = rel_err(att16, att32, na), e_out = rel_err(out16, out32, nc);
-    memset(ba.p16, 0x7f, (size_t)threads * T * T * sizeof(bf16));  // the backward takes nothing from the forward's
-    attention_backward_bf16(dqkv16, scratch, dout, qkv, att16, &ba, qkv_16, dout_16, B, T, C, NH);
+    memset(ba.p16, 0x7f, (size_t)NH * T * T * sizeof(bf16));  // the backward takes nothing from the forward's
+    attention_backward_bf16(dqkv16, dout, qkv, att16, &ba, qkv_16, dout_16, B, T, C, NH);
     attention_backward_fp32(dqkv32, scratch, dout, qkv, att32, B, T, C, NH);  // overwrites att32
     double e_d = rel_err(dqkv16, dqkv32, n3);
     double tol = 1.0 / 64;
