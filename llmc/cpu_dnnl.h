@@ -2,8 +2,9 @@
  * llmc/cpu_dnnl.h — bf16 matrix multiplies on the CPU through oneDNN (train_gpt2 --precision bf16): bf16
  * operands, fp32 accumulation and fp32 output, on CPUs that multiply bf16 pairs natively (avx512_bf16,
  * AMX). What it defines: the rows' conversion to bf16 (llmc/bf16.h's rounding), the detection of
- * native bf16 dot products (with a test override), and DnnlGemm, one oneDNN matmul primitive for one fixed
- * shape and operand layout, created once at start-up and executed with fresh data pointers each call.
+ * native bf16 dot products (with a test override), and DnnlGemm, one oneDNN matmul primitive (or a batch of
+ * same-shaped products) for one fixed shape and operand layout, created once at start-up and executed with
+ * fresh data pointers each call.
  * Why fixed shapes: a primitive's JIT kernels and blocking are chosen for its shape; creating them takes
  * milliseconds and allocates, so the training loop only executes them (and oneDNN's scratch space is ours,
  * one buffer shared by all primitives: scratchpad mode "user").
@@ -49,9 +50,8 @@ static inline int cpu_has_native_bf16(void) {
 #ifdef LLMC_DNNL
 static inline int dnnl_available(void) { return 1; }
 
-// one engine, and a stream and scratch buffer for the primitives that run on it: dnnl_ctx for every product
-// run outside a parallel region (made on the first dnnl_gemm_create), and one per thread for products
-// that each thread of a parallel region runs on its own (dnnl_local_init)
+// one engine, and a stream and scratch buffer for the primitives that run on it (dnnl_ctx: made on the first
+// dnnl_gemm_create; every product runs outside a parallel region, and oneDNN opens its own)
 typedef struct {
     dnnl_engine_t engine;    // dnnl_ctx's, shared
     dnnl_stream_t stream;
@@ -103,23 +103,6 @@ static inline void dnnl_scratch_reserve_in(DnnlContext* cx, const_dnnl_primitive
     dnnl_dims_t sd = {(dnnl_dim_t)need};
     dnnlCheck(dnnl_memory_desc_init_by_tag(&flat, 1, sd, dnnl_u8, dnnl_a), "scratch desc");
     dnnlCheck(dnnl_memory_create(&cx->scratch, &flat, dnnl_ctx.engine, cx->scratch_data), "scratch memory");
-}
-
-// Products that the threads of a parallel region each run on their own data (the attention's per-head
-// ones): each thread makes its own context and its own primitives, inside the region. A primitive made
-// there runs on one thread; made outside, it splits itself for all threads, and run inside a region it
-// runs those pieces one after the other, slower than one thread's own primitive.
-// (dnnl_context_init first, outside the region: the engine is shared)
-static inline void dnnl_local_init(DnnlContext* cx) {
-    if (dnnl_ctx.engine == NULL) { fatal("oneDNN: dnnl_local_init before dnnl_context_init"); }
-    memset(cx, 0, sizeof(*cx));
-    dnnlCheck(dnnl_stream_create(&cx->stream, dnnl_ctx.engine, dnnl_stream_default_flags), "stream");
-}
-static inline void dnnl_local_destroy(DnnlContext* cx) {
-    if (cx->stream != NULL) { dnnl_stream_destroy(cx->stream); }
-    if (cx->scratch != NULL) { dnnl_memory_destroy(cx->scratch); }
-    free(cx->scratch_data);
-    memset(cx, 0, sizeof(*cx));
 }
 
 // a primitive attribute with the scratchpad ours (the caller destroys it)
@@ -190,14 +173,9 @@ static inline void dnnl_gemm_create_batch_in(DnnlContext* cx, DnnlGemm* g, int b
     g->M = M; g->N = N; g->K = K;
 }
 
-static inline void dnnl_gemm_create_in(DnnlContext* cx, DnnlGemm* g, int transA, int transB, int M, int N, int K,
-                                       int lda, int ldb, int ldc, int accumulate, int pack_b) {
-    dnnl_gemm_create_batch_in(cx, g, 1, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
-}
-
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
                                     int ldc, int accumulate, int pack_b) {
-    dnnl_gemm_create_in(&dnnl_ctx, g, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
+    dnnl_gemm_create_batch_in(&dnnl_ctx, g, 1, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
 }
 
 // batch products of dense (M,K) x (K,N) matrices (or their transposes, read through the strides) in one call
@@ -225,8 +203,7 @@ static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
     dnnl_execute(g->cx, g->pack, args, 2, "reorder");
 }
 
-// runs the product on the given data (one made on dnnl_ctx outside any parallel region: oneDNN opens its
-// own; one made on a thread's own context by that thread, inside); B is bf16 as
+// runs the product on the given data, outside any parallel region (oneDNN opens its own); B is bf16 as
 // described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled
 static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) {
     dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
@@ -274,13 +251,6 @@ static inline void dnnl_gemm_create_batch(DnnlGemm* g, int batch, int transA, in
 }
 typedef struct { int unused; } DnnlContext;
 static inline void dnnl_context_init(void) {}
-static inline void dnnl_local_init(DnnlContext* cx) { (void)cx; }
-static inline void dnnl_local_destroy(DnnlContext* cx) { (void)cx; }
-static inline void dnnl_gemm_create_in(DnnlContext* cx, DnnlGemm* g, int transA, int transB, int M, int N, int K,
-                                       int lda, int ldb, int ldc, int accumulate, int pack_b) {
-    (void)cx;
-    dnnl_gemm_create(g, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
-}
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { (void)g; return 0; }
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) { (void)g; (void)B; (void)packed; }
 static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) { (void)g; (void)A; (void)B; (void)C; }
