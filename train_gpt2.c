@@ -418,7 +418,7 @@ typedef struct {
     DnnlGemm fwd;                // a block of fwd_rows rows of out
     DnnlGemm dinp[3];            // [0] the first chunk (dinp =), [1] a later full chunk (+=), [2] the narrower last (+=)
     DnnlGemm dweight[2];         // [0] a chunk of rows of dW, [1] the last, narrower chunk (rem > 0)
-    int N, OC, C, fwd_rows;      // N = a multiple of fwd_rows
+    int OC, C, fwd_rows;         // the allocated rows N are a multiple of fwd_rows
     int chunk, nfull, rem, nchunks; // OC = nfull * chunk + rem
     const bf16* w16;             // (layers, OC, C) the bf16 weights (in params_bf16)
     int layers;
@@ -441,7 +441,6 @@ static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accu
     l->pack_w = pack_w;
     l->w16 = w16;
     l->layers = layers;
-    l->N = N;
     l->OC = OC;
     l->C = C;
     l->chunk = chunk < OC ? chunk : OC;
@@ -575,18 +574,15 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
 // whole (T, T) square; the masked corner's probabilities and d(scores) are zeros, so they add nothing.
 enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
 typedef struct {
-    int T, C, NH;
     DnnlGemm prim[ATT_PRODUCTS]; // over NH heads: q k^T, att v, att^T dout, dout v^T, ds k, ds^T q
     bf16* p16;       // (NH, T, T) one sequence's probabilities in bf16, then (backward) its d(scores)
     float* s32;      // (NH, T, T) the backward's d(att) of one sequence
     float* h32;      // (3, NH, T, hs) a product's results head by head: out, or dq, dk, dv
 } Bf16Attention;
 
-static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH, int threads) {
-    (void)threads;  // oneDNN splits each batched product over all threads itself
+static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH) {
     int hs = C / NH;
     memset(ba, 0, sizeof(*ba));
-    ba->T = T; ba->C = C; ba->NH = NH;
     ba->p16 = (bf16*)mallocCheck((size_t)NH * T * T * sizeof(bf16));
     ba->s32 = (float*)mallocCheck((size_t)NH * T * T * sizeof(float));
     ba->h32 = (float*)mallocCheck((size_t)3 * T * C * sizeof(float));
@@ -1110,7 +1106,7 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     // the lm head in pieces from 1024 rows on: at 256 rows one product was as fast or faster (docs/benchmark.md)
     bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1, N >= 1024 ? BF16_CHUNK : Vp);  // tied to wte
     #undef W16
-    bf16_attention_create(&model->att16, model->seq_len, C, model->config.num_heads, model->num_threads);
+    bf16_attention_create(&model->att16, model->seq_len, C, model->config.num_heads);
     size_t act = 0;
     for (int i = 0; i < NUM_LINEARS; i++) {
         size_t b = bf16_linear_act_bytes(&model->lin[i]);

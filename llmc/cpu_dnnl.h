@@ -81,16 +81,15 @@ static inline void dnnl_context_init(void) {
 // not the order of the sums; a transposed A does change it, so A stays as given).
 typedef struct {
     dnnl_primitive_t prim;
-    DnnlContext* cx;         // the stream and scratch it runs with
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
-    int M, N, K;
     dnnl_primitive_t pack;   // pack_b: the reorder from B as described into the primitive's layout
     dnnl_memory_t b_plain;   // pack_b: B as described, bound at each pack
     size_t packed_bytes;     // pack_b: the size of B in the primitive's layout
 } DnnlGemm;
 
-// a context's user scratchpad grows (at start-up only) to what the primitive pd needs
-static inline void dnnl_scratch_reserve_in(DnnlContext* cx, const_dnnl_primitive_desc_t pd) {
+// dnnl_ctx's user scratchpad grows (at start-up only) to what the primitive pd needs
+static inline void dnnl_scratch_reserve(const_dnnl_primitive_desc_t pd) {
+    DnnlContext* cx = &dnnl_ctx;
     const dnnl_memory_desc_t* smd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     size_t need = smd != NULL ? dnnl_memory_desc_get_size(smd) : 0;
     if (need <= cx->scratch_bytes) { return; }
@@ -113,14 +112,12 @@ static inline dnnl_primitive_attr_t dnnl_attr_user_scratch(void) {
     return attr;
 }
 
-// made for, and run with, the context cx (dnnl_gemm_create: dnnl_ctx). batch > 1: that many products of
-// the same shape in one call, each operand's matrices one after the other (A's batch stride (transA ? K : M)
-// * lda, B's (transB ? N : K) * ldb, C's M * ldc): the attention's heads.
-static inline void dnnl_gemm_create_batch_in(DnnlContext* cx, DnnlGemm* g, int batch, int transA, int transB, int M,
-                                             int N, int K, int lda, int ldb, int ldc, int accumulate, int pack_b) {
+// batch > 1: that many products of the same shape in one call, each operand's matrices one after the other
+// (A's batch stride (transA ? K : M) * lda, B's (transB ? N : K) * ldb, C's M * ldc): the attention's heads.
+static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, int transB, int M, int N, int K,
+                                            int lda, int ldb, int ldc, int accumulate, int pack_b) {
     dnnl_context_init();
     memset(g, 0, sizeof(*g));
-    g->cx = cx;
     int nd = batch > 1 ? 3 : 2, o = nd - 2;  // o: the matrix dims' offset after the batch dim
     dnnl_dims_t adims = {batch}, bdims = {batch}, cdims = {batch}, astr = {0}, bstr = {0}, cstr = {0};
     astr[0] = (dnnl_dim_t)(transA ? K : M) * lda;
@@ -147,7 +144,7 @@ static inline void dnnl_gemm_create_batch_in(DnnlContext* cx, DnnlGemm* g, int b
     dnnl_primitive_desc_t pd;
     dnnl_status_t s = dnnl_primitive_desc_create(&pd, &desc, attr, dnnl_ctx.engine, NULL);
     if (s != dnnl_success) { fatal("oneDNN: no bf16 matmul for %d x %d x %d on this CPU (status %d)", M, K, N, (int)s); }
-    dnnl_scratch_reserve_in(cx, pd);
+    dnnl_scratch_reserve(pd);
     dnnlCheck(dnnl_primitive_create(&g->prim, pd), "matmul primitive");
     dnnlCheck(dnnl_memory_create(&g->a, &amd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory A");
     dnnlCheck(dnnl_memory_create(&g->c, &cmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory C");
@@ -160,7 +157,7 @@ static inline void dnnl_gemm_create_batch_in(DnnlContext* cx, DnnlGemm* g, int b
         dnnl_primitive_desc_t rpd;
         dnnlCheck(dnnl_reorder_primitive_desc_create(&rpd, &bmd, dnnl_ctx.engine, packed, dnnl_ctx.engine, rattr),
                   "reorder desc");
-        dnnl_scratch_reserve_in(cx, rpd);
+        dnnl_scratch_reserve(rpd);
         dnnlCheck(dnnl_primitive_create(&g->pack, rpd), "reorder primitive");
         dnnl_primitive_desc_destroy(rpd);
         dnnl_primitive_attr_destroy(rattr);
@@ -170,25 +167,25 @@ static inline void dnnl_gemm_create_batch_in(DnnlContext* cx, DnnlGemm* g, int b
     dnnl_primitive_desc_destroy(pd);
     if (po != NULL) { dnnl_post_ops_destroy(po); }
     dnnl_primitive_attr_destroy(attr);
-    g->M = M; g->N = N; g->K = K;
 }
 
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
                                     int ldc, int accumulate, int pack_b) {
-    dnnl_gemm_create_batch_in(&dnnl_ctx, g, 1, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
+    dnnl_gemm_create_strided(g, 1, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
 }
 
 // batch products of dense (M,K) x (K,N) matrices (or their transposes, read through the strides) in one call
 static inline void dnnl_gemm_create_batch(DnnlGemm* g, int batch, int transA, int transB, int M, int N, int K) {
-    dnnl_gemm_create_batch_in(&dnnl_ctx, g, batch, transA, transB, M, N, K, transA ? M : K, transB ? K : N, N, 0, 0);
+    dnnl_gemm_create_strided(g, batch, transA, transB, M, N, K, transA ? M : K, transB ? K : N, N, 0, 0);
 }
 
 // pack_b: the bytes of B in the primitive's layout (a buffer for dnnl_gemm_pack_b; 64-byte aligned)
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { return g->packed_bytes; }
 
-// executes p on the context cx with its n arguments plus cx's scratchpad (where there is one; args has room
+// executes p on dnnl_ctx with its n arguments plus the scratchpad (where there is one; args has room
 // for it), and waits for it
-static inline void dnnl_execute(DnnlContext* cx, dnnl_primitive_t p, dnnl_exec_arg_t* args, int n, const char* what) {
+static inline void dnnl_execute(dnnl_primitive_t p, dnnl_exec_arg_t* args, int n, const char* what) {
+    DnnlContext* cx = &dnnl_ctx;
     if (cx->scratch != NULL) { args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, cx->scratch}; }
     dnnlCheck(dnnl_primitive_execute(p, cx->stream, n, args), what);
     dnnlCheck(dnnl_stream_wait(cx->stream), "stream wait");
@@ -200,7 +197,7 @@ static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
     dnnlCheck(dnnl_memory_set_data_handle(g->b_plain, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, packed), "bind packed B");
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_FROM, g->b_plain}, {DNNL_ARG_TO, g->b}};
-    dnnl_execute(g->cx, g->pack, args, 2, "reorder");
+    dnnl_execute(g->pack, args, 2, "reorder");
 }
 
 // runs the product on the given data, outside any parallel region (oneDNN opens its own); B is bf16 as
@@ -210,7 +207,7 @@ static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, floa
     dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
     dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
-    dnnl_execute(g->cx, g->prim, args, 3, "matmul");
+    dnnl_execute(g->prim, args, 3, "matmul");
 }
 
 static inline void dnnl_gemm_destroy(DnnlGemm* g) {
@@ -238,7 +235,7 @@ static inline const char* dnnl_isa_name(void) {
 #else
 // built without oneDNN (no libdnnl-dev): the types exist, nothing can be created
 static inline int dnnl_available(void) { return 0; }
-typedef struct { int M, N, K; } DnnlGemm;
+typedef struct { int unused; } DnnlGemm;
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
                                     int ldc, int accumulate, int pack_b) {
     (void)g; (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)lda; (void)ldb; (void)ldc; (void)accumulate;
@@ -249,8 +246,6 @@ static inline void dnnl_gemm_create_batch(DnnlGemm* g, int batch, int transA, in
     (void)batch;
     dnnl_gemm_create(g, transA, transB, M, N, K, 0, 0, 0, 0, 0);
 }
-typedef struct { int unused; } DnnlContext;
-static inline void dnnl_context_init(void) {}
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { (void)g; return 0; }
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) { (void)g; (void)B; (void)packed; }
 static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) { (void)g; (void)A; (void)B; (void)C; }

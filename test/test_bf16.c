@@ -190,7 +190,7 @@ static void check_attention(int B, int T, int C, int NH) {
     bf16* dout_16 = (bf16*)malloc(nc * sizeof(bf16));
     Bf16Attention ba;
     memset(&ba, 0, sizeof(ba));
-    bf16_attention_create(&ba, T, C, NH, threads);
+    bf16_attention_create(&ba, T, C, NH);
     attention_forward_fp32(out32, att32, qkv, B, T, C, NH);
     attention_forward_bf16(out16, att16, qkv, &ba, qkv_16, B, T, C, NH);
     double e_att = rel_err(att16, att32, na), e_out = rel_err(out16, out32, nc);
