@@ -75,9 +75,10 @@ int main(int argc, char** argv) {
     HybridConfig hc;
     hybrid_config_default(&hc);
     hc.enabled = 1;
+    hc.lookahead = 0.5f;
     hc.predict_steps = 2;
     HybridState h;
-    hybrid_init(&h, &hc, offsets, nb, 1000, 1024.0, 2, 1e-3f, 0.9f, 0.95f, 1e-8f, wd); // the trainer's AdamW
+    hybrid_init(&h, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd); // the trainer's AdamW
     h.lr = 1e-3f;
     if (bf16_on) { hybrid_set_bf16_copy(&h, model.params_bf16); }
     float* coef = (float*)mallocCheck((size_t)nb * sizeof(float));

@@ -22,8 +22,8 @@
  *            steps' two gradient norms, llmc/run.h) is below --noise-gate times the tokens per step.
  *            The look-ahead pays where a step's tokens are far below B_noise and costs where they are
  *            about at it, where a tuned LR already takes the drift's step (docs/hybrid.md). With one
- *            micro batch per step B_noise cannot be measured: the gate stays open, so by default
- *            there is no look-ahead there (hybrid_resolve, hybrid/hybrid.h).
+ *            micro batch per step B_noise cannot be measured: the gate stays open (the trainer says
+ *            so at start-up).
  * The state is a few numbers per block, allocated in lookahead_init and saved with the hybrid state.
  */
 #ifndef HYBRID_LOOKAHEAD_H

@@ -39,13 +39,13 @@ static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const T
     float* block_wd = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     gpt2_param_blocks(mc, offsets, block_wd, run->cfg.weight_decay);
     int micro_batches = run->grad_accum * run->num_processes;
-    hybrid_init(h, cfg, offsets, nblocks, run->total_steps, run_tokens_per_step(run), micro_batches, run->cfg.lr,
+    hybrid_init(h, cfg, offsets, nblocks, run->total_steps, run_tokens_per_step(run), run->cfg.lr,
                 run->cfg.beta1, run->cfg.beta2, eps, block_wd);
     free(offsets);
     free(block_wd);
     if (run->cfg.process_rank == 0) {
         if (hybrid_gate_blind(&h->cfg, micro_batches)) { hybrid_print_gate_blind(h->cfg.lookahead, run_tokens_per_step(run), stdout); }
-        if (hybrid_lookahead_off_micro1(cfg, micro_batches)) { hybrid_print_lookahead_off_micro1(stdout); }
+        if (hybrid_nothing_on(&h->cfg)) { hybrid_print_nothing_on(stdout); }
     }
 }
 

@@ -85,17 +85,18 @@ static void (*g_probe)(HybridState* h, const Sim* s, int step, const HybridPlan*
 
 static float lr_at(int step) { return LR_PEAK * (0.1f + 0.9f * 0.5f * (1.0f + cosf(3.14159265f * step / STEPS))); }
 
-// the look-ahead on (default beta0 0.5) and Predict runs of H steps every K measured steps
+// the look-ahead on (beta0 0.5, what a run gives to turn it on) and Predict runs of H steps every K measured steps
 static void config(HybridConfig* c, int H, int K, int warmup) {
     hybrid_config_default(c);
     c->enabled = 1;
+    c->lookahead = 0.5f;
     c->predict_steps = H; c->full_steps = K; c->warmup = warmup;
     c->divergence_threshold = 100.0f;  // only the sabotaged Correct steps roll back
 }
 
 static void hybrid_for(HybridState* h, const HybridConfig* c, const Sim* s) {
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(h, c, s->off, NB, STEPS, 1024.0, 2, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(h, c, s->off, NB, STEPS, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
 }
 
 typedef struct {
@@ -509,7 +510,7 @@ static int load_into(const HybridConfig* c, int total_steps, const Sim* s, const
                      char* err, size_t errn) {
     HybridState h;
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(&h, c, s->off, NB, total_steps, 1024.0, 2, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(&h, c, s->off, NB, total_steps, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
     float* d = malloc(s->P * 4);
     float* keep = malloc(s->P * 4);
     err[0] = '\0';
@@ -872,23 +873,26 @@ Test(state, step_json) {
     sim_free(&s);
 }
 
-// the default beta0 resolved for the run: none where the noise gate cannot measure (one micro batch), the
-// full one where it measures or is off, a given one as given
-Test(hybrid_config, default_beta0_follows_what_the_gate_can_measure) {
+// nothing is on by default (no look-ahead, no Predict runs): the start-up line says so; a given beta0 or
+// Predict runs are something; the gate is blind only for a given look-ahead at one micro batch
+Test(hybrid_config, nothing_is_on_by_default) {
     HybridConfig c;
     hybrid_config_default(&c);
     c.enabled = 1;
-    cr_assert_eq(hybrid_resolve(&c, 1).lookahead, 0.0f, "one micro batch: no look-ahead by default");
-    cr_assert_eq(hybrid_resolve(&c, 2).lookahead, HYBRID_LOOKAHEAD);
-    cr_assert(hybrid_lookahead_off_micro1(&c, 1));
-    HybridConfig g = c;
-    g.noise_gate = 0.0f;
-    cr_assert_eq(hybrid_resolve(&g, 1).lookahead, HYBRID_LOOKAHEAD, "no gate: nothing is blind");
+    cr_assert_eq(c.lookahead, 0.0f, "no look-ahead by default");
+    cr_assert_eq(c.predict_steps, 0, "no Predict runs by default");
+    cr_assert(hybrid_nothing_on(&c));
+    cr_assert(!hybrid_gate_blind(&c, 1), "no look-ahead: nothing to gate");
     HybridConfig e = c;
     e.lookahead = 0.3f;
-    cr_assert_eq(hybrid_resolve(&e, 1).lookahead, 0.3f);
-    e.lookahead = 0.0f;
-    cr_assert_eq(hybrid_resolve(&e, 1).lookahead, 0.0f, "--lookahead 0 stays off");
-    cr_assert(hybrid_gate_blind(&(HybridConfig){.enabled = 1, .lookahead = 0.125f, .noise_gate = 3.0f}, 1));
-    cr_assert(!hybrid_lookahead_off_micro1(&e, 1), "a given --lookahead is not the default's");
+    cr_assert(!hybrid_nothing_on(&e));
+    cr_assert(hybrid_gate_blind(&e, 1) && !hybrid_gate_blind(&e, 2));
+    e.noise_gate = 0.0f;
+    cr_assert(!hybrid_gate_blind(&e, 1), "no gate: nothing is blind");
+    HybridConfig p = c;
+    p.predict_steps = 2;
+    cr_assert(!hybrid_nothing_on(&p));
+    HybridConfig off = c;
+    off.enabled = 0;
+    cr_assert(!hybrid_nothing_on(&off), "without --hybrid nothing is said");
 }

@@ -131,8 +131,8 @@ static void tiny_init(Tiny* s) {
     cr_assert_eq(offsets[nb], s->model.num_parameters);
     HybridConfig c;
     hybrid_config_default(&c);
-    c.enabled = 1; c.warmup = 3; c.predict_steps = 2; c.full_steps = 1;
-    hybrid_init(&s->h, &c, offsets, nb, 100, 1024.0, 2, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
+    c.enabled = 1; c.lookahead = 0.5f; c.warmup = 3; c.predict_steps = 2; c.full_steps = 1;
+    hybrid_init(&s->h, &c, offsets, nb, 100, 1024.0, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
     s->drift = calloc(s->model.num_parameters, sizeof(float));
     s->t = 0;
     s->x = malloc(32 * sizeof(int)); s->y = malloc(32 * sizeof(int));
@@ -298,17 +298,15 @@ Test(hybrid_train, hybrid_with_nothing_predicted_equals_the_baseline) {
 
 // the noise gate through the binary, at 2 micro batches per step (B_noise measured, ~1k tokens here at
 // 64 tokens per step): a ratio no run reaches keeps the look-ahead off the whole window, and the run is
-// the baseline's bit for bit; ratio 0 looks ahead; one micro batch cannot measure: no look-ahead by
-// default, and a given one runs with the gate open;
+// the baseline's bit for bit; ratio 0 looks ahead; one micro batch cannot measure: a given look-ahead
+// runs with the gate open;
 // a resume inside the window continues the running estimate bit-exactly
 Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     corpus();
     cr_assert_eq(trainer(DIR "/gate_base", "-x 30 -v 10 -m 2 -d 64"), 0);
-    cr_assert_eq(trainer(DIR "/gate_closed", "-x 30 -v 10 -m 2 -d 64 -n 1 --hybrid --noise-gate 1000000"), 0);
-    cr_assert_eq(trainer(DIR "/gate_none", "-x 30 -v 10 -m 2 -d 64 --hybrid --noise-gate 0"), 0);
+    cr_assert_eq(trainer(DIR "/gate_closed", "-x 30 -v 10 -m 2 -d 64 -n 1 --hybrid --lookahead 0.5 --noise-gate 1000000"), 0);
+    cr_assert_eq(trainer(DIR "/gate_none", "-x 30 -v 10 -m 2 -d 64 --hybrid --lookahead 0.5 --noise-gate 0"), 0);
     cr_assert_eq(trainer(DIR "/gate_micro1", "-x 30 -v 10 -m 2 --hybrid --noise-gate 1000000 --lookahead 0.125"), 0);
-    cr_assert_eq(trainer(DIR "/gate_micro1_default", "-x 30 -v 10 -m 2 --hybrid --noise-gate 1000000"), 0);
-    cr_assert_eq(summary_number(DIR "/gate_micro1_default", "lookahead_steps"), 0, "one micro batch: no look-ahead by default");
     cr_assert_eq(summary_number(DIR "/gate_closed", "lookahead_steps"), 0);
     cr_assert_gt(summary_number(DIR "/gate_closed", "lookahead_gated_steps"), 15);  // the window: 27 steps
     cr_assert_gt(summary_number(DIR "/gate_closed", "noise_scale_running"), 64);
@@ -326,7 +324,7 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     // resume from inside the window (the gate's estimate and counters come back with the hybrid state)
     cr_assert_eq(system("rm -rf " DIR "/gate_resume && cp -r " DIR "/gate_closed " DIR "/gate_resume && cd " DIR "/gate_resume && "
                         "for f in DONE_*; do s=$(echo $f | sed 's/DONE_0*//'); [ \"$s\" -gt 12 ] && rm $f; done; true"), 0);
-    cr_assert_eq(trainer(DIR "/gate_resume", "-x 30 -v 10 -m 2 -d 64 -n 1 --hybrid --noise-gate 1000000 -y 1"), 0);
+    cr_assert_eq(trainer(DIR "/gate_resume", "-x 30 -v 10 -m 2 -d 64 -n 1 --hybrid --lookahead 0.5 --noise-gate 1000000 -y 1"), 0);
     char *want = loss_fields(DIR "/gate_closed"), *got = loss_fields(DIR "/gate_resume");
     cr_assert_str_eq(got, want, "resume inside the window differs");
     cr_assert_eq(summary_number(DIR "/gate_resume", "lookahead_gated_steps"), summary_number(DIR "/gate_closed", "lookahead_gated_steps"));
@@ -334,47 +332,56 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     free(want); free(got); free(base); free(closed); free(none);
 }
 
-// one micro batch per step: the gate cannot measure, so by default there is no look-ahead (the run is the
-// baseline's, bit for bit) and the trainer says so at start-up, before the first step, with what to do; a
-// given --lookahead runs ungated, with a warning; nothing is said with 2+ micro batches (the gate
-// measures), with no gate or with --lookahead 0
-Test(hybrid_train, one_micro_batch_has_no_lookahead_by_default) {
+// nothing is on by default: `--hybrid` alone is the baseline's run bit for bit, at one micro batch per step
+// and at two (where the gate measures), and the trainer says so at start-up, before the first step, with
+// how to turn the look-ahead on; a look-ahead given at one micro batch runs ungated, with a warning that
+// names it and what to do; neither line where it does not apply
+Test(hybrid_train, hybrid_alone_is_the_baseline) {
     corpus();
-    const char* off = "noise gate: one micro batch per step, so the gradient noise scale cannot be measured: the look-ahead is off";
+    const char* nothing = "hybrid: nothing is on: the look-ahead and Predict runs are off by default";
     const char* blind = "noise gate: blind at one micro batch per step";
-    cr_assert_eq(trainer(DIR "/micro1", "-x 12 -v 4 -m 2 --hybrid"), 0);
-    char* log = slurp(DIR "/micro1.log");
-    char *at = strstr(log, off), *step1 = strstr(log, "step    1/");
-    cr_assert(at != NULL, "no start-up line at one micro batch per step");
-    cr_assert(step1 != NULL && at < step1, "the line must come before the first step");
-    cr_assert(strstr(at, "2 x -b x -t") != NULL && strstr(log, blind) == NULL);
-    free(log);
-    cr_assert_eq(summary_number(DIR "/micro1", "lookahead_beta0"), 0);
-    cr_assert_eq(summary_number(DIR "/micro1", "lookahead_steps"), 0);
-    cr_assert_eq(trainer(DIR "/micro1_base", "-x 12 -v 4 -m 2"), 0);
-    char *a = loss_fields(DIR "/micro1"), *b = loss_fields(DIR "/micro1_base");
-    cr_assert_eq(same_losses(b, a, "one micro batch, default hybrid against the baseline"), 12);
-    free(a); free(b);
-    // a given beta0 runs ungated: the warning names it and what to do
+    const char* arms[][3] = {{DIR "/alone1", DIR "/alone1_base", ""}, {DIR "/alone2", DIR "/alone2_base", " -d 64"}};
+    for (int i = 0; i < 2; i++) {
+        char flags[128];
+        snprintf(flags, sizeof(flags), "-x 12 -v 4 -m 2%s --hybrid", arms[i][2]);
+        cr_assert_eq(trainer(arms[i][0], flags), 0);
+        snprintf(flags, sizeof(flags), "-x 12 -v 4 -m 2%s", arms[i][2]);
+        cr_assert_eq(trainer(arms[i][1], flags), 0);
+        char path[256];
+        snprintf(path, sizeof(path), "%s.log", arms[i][0]);
+        char* log = slurp(path);
+        char *at = strstr(log, nothing), *step1 = strstr(log, "step    1/");
+        cr_assert(at != NULL, "%s: no start-up line", flags);
+        cr_assert(step1 != NULL && at < step1, "the line must come before the first step");
+        cr_assert(strstr(at, "--lookahead 0.5") != NULL && strstr(log, blind) == NULL);
+        free(log);
+        cr_assert_eq(summary_number(arms[i][0], "lookahead_beta0"), 0);
+        cr_assert_eq(summary_number(arms[i][0], "lookahead_steps"), 0);
+        char *a = loss_fields(arms[i][0]), *b = loss_fields(arms[i][1]);
+        cr_assert_eq(same_losses(b, a, "--hybrid alone against the baseline"), 12);
+        free(a); free(b);
+    }
+    // a given beta0 at one micro batch runs ungated: the warning names it and what to do
     cr_assert_eq(trainer(DIR "/micro1_given", "-x 4 -v 0 --hybrid --lookahead 0.3"), 0);
     cr_assert_float_eq(summary_number(DIR "/micro1_given", "lookahead_beta0"), 0.3, 1e-6);
-    log = slurp(DIR "/micro1_given.log");
-    at = strstr(log, blind);
+    char* log = slurp(DIR "/micro1_given.log");
+    char* at = strstr(log, blind);
     cr_assert(at != NULL && strstr(at, "32 tokens per step") != NULL && strstr(at, "--lookahead 0") != NULL);
-    cr_assert(strstr(at, "at beta0 0.3") != NULL && strstr(log, off) == NULL);
+    cr_assert(strstr(at, "at beta0 0.3") != NULL && strstr(log, nothing) == NULL);
     free(log);
-    const char* quiet[][2] = {{DIR "/micro1_d64", "-x 4 -v 0 -d 64 --hybrid"}, {DIR "/micro1_nogate", "-x 4 -v 0 --hybrid --noise-gate 0"},
-                              {DIR "/micro1_nolook", "-x 4 -v 0 --hybrid --lookahead 0"}, {DIR "/micro1_base2", "-x 4 -v 0"}};
+    const char* quiet[][2] = {{DIR "/given_d64", "-x 4 -v 0 -d 64 --hybrid --lookahead 0.5"},
+                              {DIR "/given_nogate", "-x 4 -v 0 --hybrid --lookahead 0.5 --noise-gate 0"},
+                              {DIR "/predict_only", "-x 8 -v 0 --hybrid --hybrid-warmup 2 --predict-steps 2"},
+                              {DIR "/no_hybrid", "-x 4 -v 0"}};
     for (int i = 0; i < 4; i++) {
         cr_assert_eq(trainer(quiet[i][0], quiet[i][1]), 0);
         char path[256];
         snprintf(path, sizeof(path), "%s.log", quiet[i][0]);
         log = slurp(path);
-        cr_assert(strstr(log, off) == NULL && strstr(log, blind) == NULL, "%s: a line where none applies", quiet[i][1]);
+        cr_assert(strstr(log, nothing) == NULL && strstr(log, blind) == NULL, "%s: a line where none applies", quiet[i][1]);
         free(log);
     }
-    cr_assert_eq(summary_number(DIR "/micro1_d64", "lookahead_beta0"), 0.5);
-    cr_assert_eq(summary_number(DIR "/micro1_nogate", "lookahead_beta0"), 0.5);
+    cr_assert_eq(summary_number(DIR "/given_d64", "lookahead_beta0"), 0.5);
 }
 
 Test(hybrid_train, resume_is_bit_exact, .timeout = 600) {

@@ -28,11 +28,12 @@ static void setup(HybridState* h) {
     HybridConfig cfg;
     hybrid_config_default(&cfg);
     cfg.enabled = 1;
+    cfg.lookahead = 0.5f;
     cfg.warmup = 4;
     cfg.predict_steps = 2;
     cfg.full_steps = 2;
     cfg.noise_gate = 4.0f;  // sim_step's noise terms hover about a ratio of 4: the gate opens and closes
-    hybrid_init(h, &cfg, offsets, NB, STEPS, 1024.0, 2, 1e-2f, 0.9f, 0.95f, 1e-8f, decay);
+    hybrid_init(h, &cfg, offsets, NB, STEPS, 1024.0, 1e-2f, 0.9f, 0.95f, 1e-8f, decay);
 }
 
 static float sim_loss(const Sim* s) {
