@@ -50,7 +50,7 @@ MK=(make --no-print-directory)
 # two micro batches per step (-d 2048): gradient accumulation, the first micro batch's gradient norm and the
 # noise gate it feeds all run in every check
 FLAGS=(-e d4 -b 8 -t 128 -d 2048 -x 20 -n 10 -v 10 -m 4 -s 0 -l 1e-3 -u 5 -q 0.1)
-HYBRID=(--hybrid 1 --hybrid-warmup 4 --predict-steps 2 --full-steps 2)
+HYBRID=(--hybrid 1 --lookahead 0.5 --hybrid-warmup 4 --predict-steps 2 --full-steps 2)  # the look-ahead is opt-in
 SUMMARY=()
 
 echo "check_all: $(date -u), commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet 2>/dev/null || echo ' (modified)')"
