@@ -8,7 +8,7 @@ step of the look-ahead's window, and on how many of those steps a gate of --rati
     scripts/noise_gate_replay.py out/run                         # a baseline run: would the gate open?
     scripts/noise_gate_replay.py out/run --ratio 2 --every 50    # another ratio, a line every 50 steps
 
-On a baseline run it says what a `--hybrid` run with the same flags would do for as long as its gate stays
+On a baseline run it says what a `--hybrid --lookahead B` run with the same flags would do for as long as its gate stays
 closed: until then the two runs are the same run, bit for bit. On a hybrid run it repeats the trainer's own
 numbers (`lookahead_gated_steps`, `noise_scale_running` in summary.json), which the tests check.
 The window is hybrid mode's default, from 10% of the schedule to its end, unless --start/--stop or --cooldown
