@@ -747,7 +747,8 @@ def noise_gate_replay_repeats_the_trainer():
     for ratio, cooldown in (("0.5", "0"), ("8", "0"), ("64", "0"), ("100000", "0"), ("8", "0.3")):
         d = os.path.join(TMP, f"gate_{ratio}_{cooldown}")
         rc, out, err = sh([TRAINER, "-i", tr, "-j", va, "-e", "d1", "-b", "2", "-t", "16", "-d", "64", "-x", "60",
-                           "-v", "0", "-s", "0", "-o", d, "--hybrid", "--noise-gate", ratio, "--hybrid-cooldown", cooldown],
+                           "-v", "0", "-s", "0", "-o", d, "--hybrid", "--lookahead", "0.5", "--noise-gate", ratio,
+                           "--hybrid-cooldown", cooldown],
                           env={"OMP_NUM_THREADS": "1"})
         check(rc == 0, f"trainer failed ({rc}): {err[-1000:]}")
         h = json.load(open(os.path.join(d, "summary.json")))["hybrid"]
