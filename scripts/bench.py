@@ -2,8 +2,15 @@
 """
 scripts/bench.py — `make bench`: tokens/s and MFU of full training steps of train_gpt2.c next to the PyTorch
 reference (scripts/train_gpt2.py --bench, same model, batch and tokens) at its best, and the OpenBLAS SGEMM
-peak (2048^3; the best of a measurement before and one after), all in this one run, for d12 4x64, d12 8x256
-and d6 8x256. Then where train_gpt2's step time goes (llmc/cpu_profile.h).
+peak (2048^3), all in this one run, for d12 4x64, d12 8x256 and d6 8x256. Then where train_gpt2's step time
+goes (llmc/cpu_profile.h).
+The peak is measured at the start, at the end, and right before and after each config's timed run: each
+row's MFU (and floors) is against the better of the two probes beside it, the peak the machine showed while
+that row ran. On a shared machine the peak moves (a VM whose cores another tenant also drives: one
+avx512_bf16 Xeon read its bf16 peak at about 500 and about 1,000 GFLOP/s minutes apart), and when the probes of
+one run differ by more than PEAK_SPREAD the bench says so: its MFU figures are then a property of the
+machine's load as much as of the code, and only ratios measured side by side (bf16 / fp32 in one row,
+scripts/bench_commits.py) compare.
 The kernels are those a user gets who sets nothing: every program runs without the variables that override
 the choice our programs make (llmc/cpu_blas.h: OPENBLAS_CORETYPE, and its marker and test hook) or oneDNN's
 (ONEDNN_MAX_CPU_ISA, DNNL_MAX_CPU_ISA). Where the environment sets one, the bench says so and measures the
@@ -36,6 +43,7 @@ ROOT = os.path.dirname(HERE)
 # marker and test hook, inherited, stop the choice too) and oneDNN's ISA cap (the bf16 matmuls); the
 # Makefile's BENCH_ENV lists the same for the benches it runs itself
 KERNEL_VARS = ["OPENBLAS_CORETYPE", "LLMC_BLAS_REEXEC", "LLMC_BLAS_TEST_CORE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"]
+PEAK_SPREAD = 1.15  # the probes' max / min above which a run's MFU is flagged as the machine's load, not the code's
 PHASES = ["gemm", "attention", "layernorm", "gelu", "crossentropy", "encoder", "grad_norm",
           "adamw", "other"]
 
@@ -60,6 +68,22 @@ def vs_floor(ms, floor_ms):
     """a profile cell against its floor: "time / floor (ratio x)", both in ms (two digits at least)"""
     fmt = lambda x: f"{x:.1f}" if x >= 0.95 else f"{x:.2g}"
     return f"{fmt(ms)} / {fmt(floor_ms)} ({ms / floor_ms:.1f}x)" if floor_ms > 0 else f"{fmt(ms)} / - (-)"
+
+
+def peak_spread_note(name, probes):
+    """one line when a peak's probes in this run differ by more than PEAK_SPREAD (max / min), else None"""
+    lo, hi = min(probes), max(probes)
+    if lo <= 0 or hi / lo <= PEAK_SPREAD:
+        return None
+    return (f"warning: the {name} peak moved during this run: {lo:.1f} to {hi:.1f} GFLOP/s over {len(probes)} probes "
+            f"({hi / lo:.2f}x; a shared machine's load). Each row's MFU is against the peak measured beside it, but "
+            f"MFU from this run is not a property of the code; compare ratios measured side by side.")
+
+
+def local_peak(c, pk):
+    """a bench_gpt2 result against the peak pk measured beside it: MFU = tok/s * FLOPs/token / pk"""
+    c["peak"] = pk
+    c["mfu_pct"] = 100.0 * c["tok_s"] * c["flops_per_token"] / (pk * 1e9)
 
 
 def default_env(env):
@@ -124,73 +148,82 @@ def main():
     if a.peaks_only:
         return
     rows, rows16, profiles = [], [], []
+    probes, probes16 = [peak], [peak16] if sg16 else []
+    probe = lambda: run_json(["build/bench_sgemm", n, "5"], env)["gflops"]
+    probe16 = lambda: run_json(["build/bench_sgemm", n, "5", "bf16"], env)["gflops"]
     for spec in a.configs.split(","):
         model, B, T = spec.split(":")
         depth = model[1:]
-        c = run_json(["build/bench_gpt2", depth, B, T, str(a.steps), str(a.warmup), str(peak)], env)
+        before = probe()
+        c = run_json(["build/bench_gpt2", depth, B, T, str(a.steps), str(a.warmup), str(before)], env)
+        after = probe()
+        probes += [before, after]
+        local_peak(c, max(before, after))
         profiles.append((f"{model} B={B} T={T}", c))
         if a.no_torch:
             best, runs = None, []
         else:
             best, runs = torch_best(model, B, T, a.torch_steps, a.threads, env, sg.get("core"))
-        rows.append([f"{model} B={B} T={T}", c["tok_s"], c["mfu_pct"], best, c["flops_per_token"]])
+        rows.append([f"{model} B={B} T={T}", c["tok_s"], c["mfu_pct"], best, c["flops_per_token"], c["peak"]])
         pt = " / ".join("%.1f (%s)" % (r["tok_s"], r["label"]) for r in runs)
         print(f"  {rows[-1][0]}: train_gpt2 {c['tok_s']:.1f} tok/s ({c['mfu_pct']:.1f}%)"
               + (f", PyTorch {pt}" if runs else ""), flush=True)
         if sg16:
-            c16 = run_json(["build/bench_gpt2", depth, B, T, str(a.steps), str(a.warmup), str(peak16), "bf16"], env)
+            before = probe16()
+            c16 = run_json(["build/bench_gpt2", depth, B, T, str(a.steps), str(a.warmup), str(before), "bf16"], env)
+            after = probe16()
+            probes16 += [before, after]
+            local_peak(c16, max(before, after))
             profiles.append((f"{model} B={B} T={T} bf16", c16))
             if a.no_torch:
                 best16, runs16 = None, []
             else:
                 best16, runs16 = torch_best(model, B, T, a.torch_steps, a.threads, env, sg.get("core"), "bf16")
-            rows16.append([f"{model} B={B} T={T}", c16["tok_s"], c16["mfu_pct"], best16, c["tok_s"]])
+            rows16.append([f"{model} B={B} T={T}", c16["tok_s"], c16["mfu_pct"], best16, c["tok_s"], c16["peak"]])
             pt = " / ".join("%.1f (%s)" % (r["tok_s"], r["label"]) for r in runs16)
             print(f"  {rows16[-1][0]}: train_gpt2 bf16 {c16['tok_s']:.1f} tok/s ({c16['mfu_pct']:.1f}% of the bf16 "
                   f"peak, {c16['tok_s'] / c['tok_s']:.2f}x fp32)" + (f", PyTorch autocast bf16 {pt}" if runs16 else ""),
                   flush=True)
-    # the peak again at the end: on a shared machine the best of the two is the closer estimate
-    peak_end = run_json(["build/bench_sgemm", n, "5"], env)["gflops"]
+    # the peak again at the end; the best probe of the run is the peak the summary names
+    peak_end = probe()
+    probes.append(peak_end)
     print(f"OpenBLAS SGEMM {n}^3 again: {peak_end:.1f} GFLOP/s", flush=True)
-    if peak_end > peak:
-        for r in rows:
-            r[2] *= peak / peak_end
-        peak = peak_end
+    peak = max(probes)
     if sg16:
-        peak16_end = run_json(["build/bench_sgemm", n, "5", "bf16"], env)["gflops"]
+        peak16_end = probe16()
+        probes16.append(peak16_end)
         print(f"bf16 matmul {n}^3 again: {peak16_end:.1f} GFLOP/s", flush=True)
-        if peak16_end > peak16:
-            for r in rows16:
-                r[2] *= peak16 / peak16_end
-            peak16 = peak16_end
+        peak16 = max(probes16)
     bw_end = run_json(["build/bench_sgemm", str(a.bw_mib), "5", "bandwidth"], env)
     print(f"memory bandwidth again: {bw_end['gbs']:.1f} GB/s", flush=True)
     gbs = max(bw["gbs"], bw_end["gbs"])
     print()
-    print("| config | train_gpt2 tok/s | MFU (% of SGEMM peak) | PyTorch best tok/s (threads torch/BLAS) "
+    print("| config | train_gpt2 tok/s | SGEMM peak beside it | MFU (% of it) | PyTorch best tok/s (threads torch/BLAS) "
           "| PyTorch MFU | train_gpt2 / PyTorch |")
-    print("|---|---|---|---|---|---|")
-    for name, ct, cm, best, fpt in rows:
+    print("|---|---|---|---|---|---|---|")
+    for name, ct, cm, best, fpt, pk in rows:
         if best is None:
-            print(f"| {name} | {ct:.1f} | {cm:.1f}% | - | - | - |")
+            print(f"| {name} | {ct:.1f} | {pk:.1f} | {cm:.1f}% | - | - | - |")
             continue
-        pm = 100.0 * best["tok_s"] * best["flops_per_token"] / (peak * 1e9)
-        print(f"| {name} | {ct:.1f} | {cm:.1f}% | {best['tok_s']:.1f} ({best['label']}) | {pm:.1f}% "
+        pm = 100.0 * best["tok_s"] * best["flops_per_token"] / (pk * 1e9)
+        print(f"| {name} | {ct:.1f} | {pk:.1f} | {cm:.1f}% | {best['tok_s']:.1f} ({best['label']}) | {pm:.1f}% "
               f"| {ct / best['tok_s']:.2f}x |")
     if rows16:
         print("\nbf16 (train_gpt2 --precision bf16; PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16)):\n")
-        print("| config | train_gpt2 bf16 tok/s | bf16 / fp32 | MFU (% of bf16 peak) | PyTorch autocast best tok/s "
-              "(threads torch/BLAS) | PyTorch MFU (bf16 peak) | train_gpt2 / PyTorch (bf16) |")
-        print("|---|---|---|---|---|---|---|")
-        for name, ct, cm, best, fp32_tok in rows16:
+        print("| config | train_gpt2 bf16 tok/s | bf16 / fp32 | bf16 peak beside it | MFU (% of it) | PyTorch autocast "
+              "best tok/s (threads torch/BLAS) | PyTorch MFU (bf16 peak) | train_gpt2 / PyTorch (bf16) |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, ct, cm, best, fp32_tok, pk in rows16:
             if best is None:
-                print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {cm:.1f}% | - | - | - |")
+                print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {pk:.1f} | {cm:.1f}% | - | - | - |")
                 continue
-            pm = 100.0 * best["tok_s"] * best["flops_per_token"] / (peak16 * 1e9)
-            print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {cm:.1f}% | {best['tok_s']:.1f} ({best['label']}) "
-                  f"| {pm:.1f}% | {ct / best['tok_s']:.2f}x |")
-        print(f"\nbf16 matmul peak {peak16:.1f} GFLOP/s ({sg16['blas']}, {a.threads} threads)")
-    print(f"\nSGEMM peak {peak:.1f} GFLOP/s ({a.threads} threads); medians over {a.steps - a.warmup} steps "
+            pm = 100.0 * best["tok_s"] * best["flops_per_token"] / (pk * 1e9)
+            print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {pk:.1f} | {cm:.1f}% | {best['tok_s']:.1f} "
+                  f"({best['label']}) | {pm:.1f}% | {ct / best['tok_s']:.2f}x |")
+        print(f"\nbf16 matmul peak {peak16:.1f} GFLOP/s, the best of {len(probes16)} probes in this run "
+              f"({min(probes16):.1f}-{max(probes16):.1f}; {sg16['blas']}, {a.threads} threads)")
+    print(f"\nSGEMM peak {peak:.1f} GFLOP/s, the best of {len(probes)} probes in this run ({min(probes):.1f}-"
+          f"{max(probes):.1f}; {a.threads} threads); medians over {a.steps - a.warmup} steps "
           f"after {a.warmup} warm-up; FLOPs/token = 6N + 6LCT; {sg['blas']}; "
           f"PyTorch with OPENBLAS_CORETYPE={sg.get('core')}")
     isa = next((c["bf16_isa"] for _, c in profiles if c["precision"] == "bf16"), None)
@@ -207,17 +240,20 @@ def main():
         cells = " | ".join(f"{ph[k]:.0f} ({100.0 * ph[k] / total:.0f}%)" for k in PHASES)
         print(f"| {name} | {total:.0f} | {cells} |")
     print(f"\neach phase against its floor (ms per step: time / floor (time as a multiple of the floor)); the floor is max(bytes it must "
-          f"move / {gbs:.1f} GB/s, its products' FLOPs / the peak of its precision: {peak:.1f} GFLOP/s fp32, "
-          f"{peak16:.1f} bf16); bytes and FLOPs: dev/bench_gpt2.c's phase_floors:\n")
+          f"move / {gbs:.1f} GB/s, its products' FLOPs / the peak of its precision beside the row, as above); bytes and "
+          f"FLOPs: dev/bench_gpt2.c's phase_floors:\n")
     print("| config | step | " + " | ".join(PHASES) + " |")
     print("|---|---|" + "---|" * len(PHASES))
     for name, c in profiles:
-        pk = peak16 if c["precision"] == "bf16" else peak
+        pk = c["peak"]
         floor = {k: max(f["bytes"] / (gbs * 1e9), f["flops"] / (pk * 1e9)) * 1e3 for k, f in c["floor"].items()}
         ms = dict(c["phases_ms"], step=c["mean_ms"])
         floor["step"] = sum(floor[k] for k in PHASES)
         cells = " | ".join(vs_floor(ms[k], floor[k]) for k in ["step"] + PHASES)
         print(f"| {name} | {cells} |")
+    for note in (peak_spread_note("SGEMM", probes), sg16 and peak_spread_note("bf16 matmul", probes16)):
+        if note:
+            print("\n" + note)
     print(f"\nwait policy: OMP_WAIT_POLICY={profiles[0][1]['wait_policy'] or '(unset)'}"
           f" GOMP_SPINCOUNT={profiles[0][1]['spincount'] or '(unset)'}; bench took {time.time() - t_start:.0f} s")
 

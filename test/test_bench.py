@@ -17,7 +17,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
-from bench import KERNEL_VARS, PHASES  # noqa: E402
+from bench import KERNEL_VARS, PEAK_SPREAD, PHASES, peak_spread_note  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from testlib import TESTS, run_tests, test  # noqa: E402
@@ -128,6 +128,37 @@ def the_floors_count_the_products_and_the_optimizer_passes():
         assert f["adamw"]["bytes"] == (30 if precision == "bf16" else 28) * P, (precision, f["adamw"], P)
         assert f["grad_norm"]["bytes"] == 4 * P, (precision, f["grad_norm"])
         assert all(f[k]["bytes"] > 0 for k in PHASES), (precision, f)
+
+
+@test
+def each_rows_mfu_is_against_the_peak_beside_it():
+    # two configs: each row names the peak probed right before and after its timed run, and its MFU is
+    # tok/s x FLOPs/token / that peak: FLOPs/token recovered from each row of a config must agree (the fp32
+    # and the bf16 rows have the same model, and different peaks); the summary's peak is the best probe
+    out = bench(["--configs", "d1:2:32,d2:1:16", "--steps", "2", "--warmup", "1", "--no-torch", "--bw-mib", "16"])
+    fpt = {}
+    for line in out.splitlines():
+        m = re.match(r"\| (d\d B=\d+ T=\d+) \| ([0-9.]+) \| (?:[0-9.]+x \| )?([0-9.]+) \| ([0-9.]+)% \|", line)
+        if m:
+            name, tok_s, pk, mfu = m.group(1), float(m.group(2)), float(m.group(3)), float(m.group(4))
+            assert pk > 0, line
+            fpt.setdefault(name, []).append(mfu / 100.0 * pk * 1e9 / tok_s)
+    assert set(fpt) == {"d1 B=2 T=32", "d2 B=1 T=16"}, out
+    for name, v in fpt.items():
+        assert len(v) == (2 if DEFAULT16 else 1), (name, v, out)
+        assert max(v) / min(v) < 1.02, f"{name}: MFU rows imply FLOPs/token {v}: not against the peak they name"
+    m = re.search(r"SGEMM peak ([0-9.]+) GFLOP/s, the best of (\d+) probes in this run \(([0-9.]+)-([0-9.]+);", out)
+    assert m and int(m.group(2)) == 2 + 2 * 2, out  # start, end, and two beside each config
+    assert float(m.group(1)) == float(m.group(4)), m.group(0)
+
+
+@test
+def a_moving_peak_is_flagged():
+    assert peak_spread_note("bf16 matmul", [505.0, 520.0, 498.0]) is None
+    assert peak_spread_note("SGEMM", [100.0, 100.0 * PEAK_SPREAD]) is None
+    note = peak_spread_note("bf16 matmul", [494.3, 1025.2, 510.6])
+    assert note and "494.3 to 1025.2 GFLOP/s over 3 probes (2.07x" in note, note
+    assert "not a property of the code" in note, note
 
 
 @test
