@@ -107,6 +107,17 @@ run_resume() {  # extra flags...
     timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "$@" -o "$out.r" -y 1 > "$out.r.out" 2>&1 || { tail -n 5 "$out.r.out"; return 1; }
     same_losses "$out" "$out.r" 10
 }
+run_hybrid_alone() {  # --hybrid with nothing on (the defaults) trains as the baseline, bit for bit
+    local d
+    for d in base alone; do
+        rm -rf "$W/$d"
+        local extra=()
+        [ $d = alone ] && extra=(--hybrid 1)
+        timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "${extra[@]}" -o "$W/$d" > "$W/$d.out" 2>&1 || { tail -n 5 "$W/$d.out"; return 1; }
+    done
+    grep -q "hybrid: nothing is on" "$W/alone.out" || { echo "no start-up line in $W/alone.out"; return 1; }
+    same_losses "$W/base" "$W/alone" 0
+}
 run_cpu_vs_gpu() {
     rm -rf "$W/gpu_cmp"
     timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -o "$W/gpu_cmp" > "$W/gpu_cmp.out" 2>&1 || { tail -n 5 "$W/gpu_cmp.out"; return 1; }
@@ -233,6 +244,7 @@ round() {  # TAG USE_CUDNN
     check "[$tag] recompute" run_recompute
     check "[$tag] resume baseline" run_resume --hybrid 0
     check "[$tag] resume hybrid" run_resume "${HYBRID[@]}"
+    check "[$tag] hybrid alone is the baseline" run_hybrid_alone
     if [ $CPU_OK = 1 ]; then
         check "[$tag] cpu-vs-gpu" run_cpu_vs_gpu
     else
