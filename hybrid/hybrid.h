@@ -363,9 +363,14 @@ static inline void hybrid_print_nothing_on(FILE* f) {
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     metrics_print_table(&h->metrics, f);
     const Lookahead* la = &h->la;
-    fprintf(f, "look-ahead: beta0 %.3g, drift decay %.4g, %d steps with a look-ahead (mean beta %.3f), %d grad-norm jumps backed it off, "
-               "%d block caps; mean cos(update, drift) %.3f\n", la->beta0, la->gamma, la->active_steps, lookahead_mean_beta(la),
-            la->jumps, la->capped, la->n_cos ? la->cos_sum / la->n_cos : 0.0);
+    if (la->beta0 == 0.0f) {  // the default: nothing to report but what the drift measured
+        fprintf(f, "look-ahead: off (--lookahead gives beta0); drift decay %.4g, mean cos(update, drift) %.3f\n", la->gamma,
+                la->n_cos ? la->cos_sum / la->n_cos : 0.0);
+    } else {
+        fprintf(f, "look-ahead: beta0 %.3g, drift decay %.4g, %d steps with a look-ahead (mean beta %.3f), %d grad-norm jumps "
+                   "backed it off, %d block caps; mean cos(update, drift) %.3f\n", la->beta0, la->gamma, la->active_steps,
+                lookahead_mean_beta(la), la->jumps, la->capped, la->n_cos ? la->cos_sum / la->n_cos : 0.0);
+    }
     double bn = lookahead_noise_scale(la);
     if (la->noise_gate > 0.0f && la->beta0 > 0.0f && la->noise_n > 0) {
         fprintf(f, "noise gate: look-ahead only while B_noise >= %g x %.0f tokens per step: closed on %d of %d window steps; "

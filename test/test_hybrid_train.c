@@ -354,6 +354,7 @@ Test(hybrid_train, hybrid_alone_is_the_baseline) {
         cr_assert(at != NULL, "%s: no start-up line", flags);
         cr_assert(step1 != NULL && at < step1, "the line must come before the first step");
         cr_assert(strstr(at, "--lookahead 0.5") != NULL && strstr(log, blind) == NULL);
+        cr_assert(strstr(log, "look-ahead: off (--lookahead gives beta0)") != NULL, "the summary must say the look-ahead was off");
         free(log);
         cr_assert_eq(summary_number(arms[i][0], "lookahead_beta0"), 0);
         cr_assert_eq(summary_number(arms[i][0], "lookahead_steps"), 0);
