@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """
 The step time of train_gpt2 at two commits, measured side by side: each commit's build/bench_gpt2 is built
-in a temporary git worktree, then the two run interleaved (A, B, A, B, ... per config and round) so that
-a machine whose speed drifts over minutes slows both alike. Prints, per config, the median over the rounds
-of each build's median step ms, the ratio B / A, and whether the two agree on the last step's loss as
-bench_gpt2 prints it (6 decimals: a change meant to keep the numerics must print "same"; the trainer's
-own runs are the bit-exact check).
+in a temporary git worktree, then the two run interleaved per config and round, in the order A, B in even
+rounds and B, A in odd ones, so that a machine whose speed drifts over minutes slows both alike and a drift
+within a round favours neither. Prints, per config, the median over the rounds of each build's median step
+ms, the ratio B / A of each round (its two runs side by side) with their median and range, whether the range
+is on one side of 1 (resolved) or straddles it (not resolved: the machine's noise is larger than the
+difference; more rounds or a quieter machine), and whether the two agree on the last step's loss as
+bench_gpt2 prints it (6 decimals: a change meant to keep the numerics must print "same"; the trainer's own
+runs are the bit-exact check).
 
 Use it for a speed change's before/after on one machine (compare only what one run measures); `make
 bench` gives the absolute figures of one build. Needs a quiet machine.
@@ -49,6 +52,18 @@ def step(binary, spec, a, env):
     return d["median_ms"], d["loss"]
 
 
+def round_order(r):
+    """the builds in the order round r runs them: A first in even rounds, B first in odd ones"""
+    return ("a", "b") if r % 2 == 0 else ("b", "a")
+
+
+def ratios(ms_a, ms_b):
+    """per-round B / A (each round's two runs side by side): (median, lowest, highest, resolved), resolved when
+    every round's ratio is on the same side of 1"""
+    rs = [b / a for a, b in zip(ms_a, ms_b)]
+    return statistics.median(rs), min(rs), max(rs), max(rs) < 1.0 or min(rs) > 1.0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("a")
@@ -75,21 +90,24 @@ def main():
         ba, bb = build(ca, wa), build(cb, wb)
         ms = {(i, w): [] for i in range(len(specs)) for w in "ab"}
         loss = {}
+        binaries = {"a": ba, "b": bb}
         for r in range(a.rounds):
             for i, spec in enumerate(specs):
-                for w, binary in (("a", ba), ("b", bb)):
-                    t, l = step(binary, spec, a, env)
+                for w in round_order(r):
+                    t, l = step(binaries[w], spec, a, env)
                     ms[(i, w)].append(t)
                     loss[(i, w)] = l
             print(f"round {r + 1} of {a.rounds} done", file=sys.stderr, flush=True)
         print(f"median step ms over {a.rounds} interleaved rounds of {a.steps} steps ({a.steps - 2} timed), "
               f"{a.precision}, {a.threads} threads; A = {ca}, B = {cb}\n")
-        print("| config | rows B·T | A ms | B ms | B / A | loss |")
-        print("|---|---|---|---|---|---|")
+        print("| config | rows B·T | A ms | B ms | B / A (median of rounds) | rounds' range | loss |")
+        print("|---|---|---|---|---|---|---|")
         for i, (d, B, T) in enumerate(specs):
             ma, mb = statistics.median(ms[(i, "a")]), statistics.median(ms[(i, "b")])
+            med, lo, hi, resolved = ratios(ms[(i, "a")], ms[(i, "b")])
             same = "same" if loss[(i, "a")] == loss[(i, "b")] else f"{loss[(i, 'a')]} vs {loss[(i, 'b')]}"
-            print(f"| {d} B={B} T={T} | {int(B) * int(T)} | {ma:.0f} | {mb:.0f} | {mb / ma:.3f} | {same} |")
+            rng = f"{lo:.3f}-{hi:.3f}" + ("" if resolved or a.rounds < 2 else " (not resolved)")
+            print(f"| {d} B={B} T={T} | {int(B) * int(T)} | {ma:.0f} | {mb:.0f} | {med:.3f} | {rng} | {same} |")
     finally:
         for w in (wa, wb):
             if os.path.isdir(w):

@@ -162,6 +162,17 @@ def a_moving_peak_is_flagged():
 
 
 @test
+def bench_commits_alternates_and_says_when_noise_wins():
+    from bench_commits import ratios, round_order
+    assert [round_order(r) for r in range(4)] == [("a", "b"), ("b", "a"), ("a", "b"), ("b", "a")]
+    med, lo, hi, resolved = ratios([100.0, 110.0, 90.0], [95.0, 104.5, 86.4])  # B 5%, 5%, 4% faster
+    assert abs(med - 0.95) < 1e-9 and abs(lo - 0.95) < 1e-9 and abs(hi - 0.96) < 1e-9 and resolved
+    med, lo, hi, resolved = ratios([100.0, 100.0, 100.0], [91.0, 104.0, 98.0])  # the noise straddles 1
+    assert abs(med - 0.98) < 1e-9 and not resolved
+    assert ratios([100.0, 100.0], [103.0, 101.0])[3]  # consistently slower is resolved too
+
+
+@test
 def the_makefiles_benches_leave_out_the_same_variables():
     # BENCH_ENV (the benches make runs itself) and bench.py's KERNEL_VARS must name the same overrides
     line = next(s for s in open(os.path.join(ROOT, "Makefile")) if s.startswith("BENCH_ENV ="))
