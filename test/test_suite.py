@@ -217,6 +217,41 @@ def controls_run_at_their_arms_best_lr_on_the_comparison_seeds():
     assert rc == 1 and "control 'x': flag -l is set by the suite" in err, err
 
 
+def write_shard(path, ntok):
+    """an llm.c token shard of ntok tokens (the header is what the suite reads)"""
+    header = [20240520, 1, ntok] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(b"".join(x.to_bytes(4, "little", signed=True) for x in header) + bytes(2 * ntok))
+
+
+@test
+def a_cell_in_epochs_runs_as_many_passes_over_each_corpus():
+    # alpha has 3,200 train tokens, beta 960 (two shards): at 32 tokens per step (4 x 8), 2 epochs are 200 and 60
+    # steps, and the long baseline 115% of each; -x with epochs, or epochs without -b and -t, is refused
+    where = os.path.join(TMP, "epochs")
+    cfg = make_config(where)
+    write_shard(os.path.join(where, "data", "alpha", "train_000000.bin"), 3200)
+    write_shard(os.path.join(where, "data", "beta", "train_000000.bin"), 640)
+    write_shard(os.path.join(where, "data", "beta", "train_000001.bin"), 320)
+    with open(os.path.join(where, "c1.json"), "w") as f:
+        json.dump({"name": "c1", "epochs": 2, "args": {"-b": 4, "-t": 8}, "lr_grid": [0.001, 0.002, 0.004]}, f)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--dry-run")
+    assert rc == 0, out + err
+    cmds = [ln for ln in out.split("\n") if ln.startswith("  ")]
+    alpha = [c for c in cmds if "/alpha/" in c]
+    beta = [c for c in cmds if "/beta/" in c]
+    assert alpha and beta and all(" -x 200 " in c for c in alpha) and all(" -x 60 " in c for c in beta), cmds
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--jobs", "2")
+    assert rc == 0, out + err
+    report = open(os.path.join(where, "results", "beta", "c1", "report.md")).read()
+    assert "the baseline also at 69 steps" in report, report
+    for bad, why in (({"-b": 4, "-t": 8, "-x": 10}, "takes the place of -x"), ({"-b": 4}, "needs -b and -t")):
+        with open(os.path.join(where, "c1.json"), "w") as f:
+            json.dump({"name": "c1", "epochs": 2, "args": bad, "lr_grid": [0.001, 0.002]}, f)
+        rc, out, err = suite("--config", cfg, "--cell", "c1", "--dry-run")
+        assert rc != 0 and why in err, (bad, out, err)
+
+
 @test
 def a_failed_run_fails_the_call_and_the_rest_finish():
     where = os.path.join(TMP, "fail")
