@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import struct
 import sys
 
 import numpy as np
@@ -20,6 +21,21 @@ import numpy as np
 
 class CompareError(Exception):
     """A user-facing error: printed as one line 'error: ...' and exit status 1."""
+
+
+SHARD_MAGIC = 20240520  # llm.c's token shards: int32 header[256] = magic, version, token count, vocab, ...
+
+
+def shard_header(path):
+    """(token count, vocabulary) from an llm.c token shard's header; CompareError naming the file if it is none"""
+    with open(path, "rb") as f:
+        h = f.read(16)
+    if len(h) < 16:
+        raise CompareError(f"{path}: truncated shard header")
+    magic, _, ntok, vocab = struct.unpack("<4i", h)
+    if magic != SHARD_MAGIC:
+        raise CompareError(f"{path}: not a token shard (magic {magic}, expected {SHARD_MAGIC})")
+    return ntok, vocab
 
 
 def die(msg):
