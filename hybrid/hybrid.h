@@ -144,6 +144,12 @@ typedef struct {
 
 static inline double hybrid_now_ms(void) { return clock_seconds() * 1e3; }
 
+// hybrid mode with nothing on (the defaults): the run is the baseline's, which hybrid_setup says at start-up
+// rather than let a user believe something else is running
+static inline int hybrid_nothing_on(const HybridConfig* c) {
+    return c->enabled && c->lookahead == 0.0f && c->predict_steps == 0;
+}
+
 // offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
 // hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);
 // total_steps is the schedule length, tokens_per_step what one measured step trains on (all micro
@@ -169,8 +175,11 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     }
     memcpy(h->offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t));
     memcpy(h->weight_decay, weight_decay, (size_t)nblocks * sizeof(float));
-    // the window: after the drift's prefill, before the cool-down
-    int start = cfg->warmup >= 0 ? cfg->warmup : (int)(HYBRID_PREFILL * (float)total_steps + 0.5f);
+    // the window: after the drift's prefill, before the cool-down. With nothing on there is nothing to wait
+    // for: every step is a full one, and the log is the baseline's
+    int start = hybrid_nothing_on(cfg) ? 0
+              : cfg->warmup >= 0      ? cfg->warmup
+                                      : (int)(HYBRID_PREFILL * (float)total_steps + 0.5f);
     int stop = (int)((1.0f - cfg->cooldown) * (float)total_steps);
     float gamma = cfg->drift_decay >= 0.0f ? cfg->drift_decay : lookahead_default_gamma(total_steps);
     lookahead_init(&h->la, cfg->lookahead, gamma, cfg->divergence_threshold, cfg->noise_gate, tokens_per_step, start,
@@ -346,12 +355,6 @@ static inline void hybrid_print_gate_blind(float beta0, double tokens_per_step, 
                "and can cost near or above either. To know which: a short run with -d a multiple of -b x -t (2+ micro "
                "batches) prints the noise scale at its end; if %.0f tokens per step is near or above it, add "
                "--lookahead 0 (or train with 2+ micro batches and the gate decides).\n", beta0, tokens_per_step);
-}
-
-// hybrid mode with nothing on (the defaults): the run is the baseline's, which hybrid_setup says at start-up
-// rather than let a user believe something else is running
-static inline int hybrid_nothing_on(const HybridConfig* c) {
-    return c->enabled && c->lookahead == 0.0f && c->predict_steps == 0;
 }
 
 static inline void hybrid_print_nothing_on(FILE* f) {

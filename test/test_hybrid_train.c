@@ -91,6 +91,34 @@ static char* loss_fields(const char* dir) {
     return out;
 }
 
+// a run's metrics.jsonl as the baseline would log it: without the times and the three fields only a hybrid
+// run logs, which must then say that nothing happened (NULL if a line says otherwise)
+static char* as_baseline(const char* dir) {
+    char path[512];
+    snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
+    char* text = slurp(path);
+    char* out = calloc(strlen(text) + 1, 1);
+    static const char* hybrid_only = ", \"beta\": null, \"predict_run_step\": null, \"rollback\": 0";
+    static const char* times[] = {"\"ms\": ", "\"train_time_s\": "};
+    for (char* line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        char* h = strstr(line, hybrid_only);
+        if (h != NULL) { memmove(h, h + strlen(hybrid_only), strlen(h + strlen(hybrid_only)) + 1); }
+        else if (strstr(line, "\"beta\"") != NULL) { free(text); free(out); return NULL; }
+        for (int k = 0; k < 2; k++) {
+            char* t = strstr(line, times[k]);
+            if (t == NULL) { continue; }
+            char* end = t + strcspn(t, ",}");
+            if (*end == ',') { end++; }
+            while (*end == ' ') { end++; }
+            memmove(t, end, strlen(end) + 1);
+        }
+        strcat(out, line);
+        strcat(out, "\n");
+    }
+    free(text);
+    return out;
+}
+
 // the "loss" fields of two loss_fields() records, in order: how many lines match before either ends
 // (asserting each is equal); phase names may differ (warmup/full against full)
 static int same_losses(const char* a, const char* b, const char* what) {
@@ -361,6 +389,12 @@ Test(hybrid_train, hybrid_alone_is_the_baseline) {
         char *a = loss_fields(arms[i][0]), *b = loss_fields(arms[i][1]);
         cr_assert_eq(same_losses(b, a, "--hybrid alone against the baseline"), 12);
         free(a); free(b);
+        // every other field too, the phase names included: the log a baseline run writes
+        char *la = as_baseline(arms[i][0]), *lb = as_baseline(arms[i][1]);
+        cr_assert(la != NULL, "%s: a step with a look-ahead, a Predict run or a rollback", flags);
+        cr_assert(strstr(lb, "\"rollback\"") == NULL && strstr(lb, "\"ms\"") == NULL && strlen(lb) > 500);
+        cr_assert_str_eq(la, lb, "%s: metrics.jsonl differs from the baseline's", flags);
+        free(la); free(lb);
     }
     // a given beta0 at one micro batch runs ungated: the warning names it and what to do
     cr_assert_eq(trainer(DIR "/micro1_given", "-x 4 -v 0 --hybrid --lookahead 0.3"), 0);
