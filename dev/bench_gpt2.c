@@ -11,6 +11,18 @@
  * passed in is then the bf16 matmul peak (bench_sgemm ... bf16).
  * Prints one JSON line.
  * usage: bench_gpt2 depth B T [steps=8] [warmup=2] [peak_gflops=0] [precision=fp32|bf16]
+ *
+ * products mode (bf16): what the gemm and attention phases are made of, shape by shape. For each linear layer
+ * of a step (at depth 0; the lm head) its three products alone (forward, dinp, dweight with the packing of
+ * its right operand, each as the trainer chunks it) and its two layer calls whole (matmul_forward_bf16 and
+ * matmul_backward_bf16: the products with the bf16 rounding of their operands, the bias, residual and bias
+ * gradient); then the attention's six products alone and its two calls whole (the softmax, its backward
+ * and the layout conversions with them). Each row: best of `reps` after one warm-up, in GFLOP/s of the
+ * products' FLOPs as run (the attention's whole (T, T) squares), and as a share of the bf16 peak measured
+ * right before and right after that row (the better of the two; a 2048^3 product, as bench_sgemm bf16): on
+ * a machine whose peak moves from minute to minute each row is still set against its own seconds.
+ * Prints one table (markdown).
+ * usage: bench_gpt2 products depth B T [reps=5] [only: the rows whose name contains it]
  */
 #define TESTING
 #include "../train_gpt2.c"
@@ -80,10 +92,223 @@ static int cmp_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
+// ---- products mode
+
+typedef struct {
+    DnnlGemm g;
+    bf16 *a, *b;
+    float* c;
+} PeakProbe;
+
+// the bf16 peak as bench_sgemm bf16 measures it (2048^3, best of 3 after a warm-up), in GFLOP/s
+static double peak_probe(PeakProbe* p) {
+    const int n = 2048;
+    if (p->a == NULL) {
+        size_t nn = (size_t)n * n;
+        p->a = (bf16*)mallocCheck(nn * sizeof(bf16));
+        p->b = (bf16*)mallocCheck(nn * sizeof(bf16));
+        p->c = (float*)mallocCheck(nn * sizeof(float));
+        for (size_t i = 0; i < nn; i++) { p->a[i] = bf16_from_float((float)(i % 7) * 0.1f); p->b[i] = bf16_from_float((float)(i % 5) * 0.1f); }
+        memset(&p->g, 0, sizeof(p->g));
+        dnnl_gemm_create(&p->g, 0, 1, n, n, n, n, n, n, 0, 0);
+    }
+    double best = 1e30;
+    for (int r = 0; r <= 3; r++) {
+        double t0 = clock_seconds();
+        dnnl_gemm_run(&p->g, p->a, p->b, p->c);
+        double dt = clock_seconds() - t0;
+        if (r > 0 && dt < best) { best = dt; }
+    }
+    return 2.0 * n * (double)n * n / best / 1e9;
+}
+
+// one kind of work of the step, run by run_item(which, ctx)
+typedef struct {
+    GPT2* model;
+    int which;          // a LIN_* or BF16_ATTENTION
+    int part;           // PART_*
+    int N, C, OC, B, T;
+    float *out, *inp, *dout, *dinp, *dweight, *dbias, *bias, *residual;
+} Item;
+enum { PART_FWD, PART_DINP, PART_DWEIGHT, PART_FWD_CALL, PART_BWD_CALL, PART_ATT_FWD, PART_ATT_BWD,
+       PART_ATT_FWD_CALL, PART_ATT_BWD_CALL };
+
+static void run_item(Item* it) {
+    GPT2* m = it->model;
+    if (it->which == BF16_ATTENTION) {
+        Bf16Attention* ba = &m->att16;
+        int NH = m->config.num_heads, hs = it->C / NH;
+        size_t hsz = (size_t)NH * it->T * hs;
+        bf16 *qkv16 = m->bf16_b, *d16 = m->bf16_a;
+        float* att = m->acts.att;
+        switch (it->part) {
+        case PART_ATT_FWD:
+            for (int b = 0; b < it->B; b++) {
+                const bf16* q = qkv16 + (size_t)b * 3 * hsz;
+                dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + hsz, att);
+                dnnl_gemm_run(&ba->prim[ATT_AV], ba->p16, q + 2 * hsz, ba->h32);
+            }
+            break;
+        case PART_ATT_BWD:
+            for (int b = 0; b < it->B; b++) {
+                const bf16* q = qkv16 + (size_t)b * 3 * hsz;
+                const bf16* d = d16 + (size_t)b * hsz;
+                dnnl_gemm_run(&ba->prim[ATT_DV], ba->p16, d, ba->h32);
+                dnnl_gemm_run(&ba->prim[ATT_DATT], d, q + 2 * hsz, ba->s32);
+                dnnl_gemm_run(&ba->prim[ATT_DQ], ba->p16, q + hsz, ba->h32);
+                dnnl_gemm_run(&ba->prim[ATT_DK], ba->p16, q, ba->h32);
+            }
+            break;
+        case PART_ATT_FWD_CALL:
+            attention_forward_bf16(it->out, att, it->inp, ba, qkv16, it->B, it->T, it->C, NH);
+            break;
+        default:
+            attention_backward_bf16(it->dinp, it->dout, it->inp, att, ba, qkv16, d16, it->B, it->T, it->C, NH);
+        }
+        return;
+    }
+    Bf16Linear* lin = &m->lin[it->which];
+    int N = it->N, C = it->C;
+    bf16 *a = m->bf16_a, *b = m->bf16_b;
+    switch (it->part) {
+    case PART_FWD:
+        for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
+            dnnl_gemm_run(&lin->fwd, a + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0), it->out + (size_t)r0 * it->OC);
+        }
+        break;
+    case PART_DINP:
+        for (int c = 0; c < lin->nchunks; c++) {
+            dnnl_gemm_run(bf16_chunk_dinp(lin, c), a + (size_t)c * lin->chunk, bf16_linear_w_dinp(lin, 0, c), it->dinp);
+        }
+        break;
+    case PART_DWEIGHT: {
+        void* packed[2] = {m->bf16_b_packed, (char*)m->bf16_b_packed + lin->act_bytes[0]};
+        for (int k = 0; k < 2; k++) {
+            if (lin->act_bytes[k] > 0) { dnnl_gemm_pack_b(&lin->dweight[k], b, packed[k]); }
+        }
+        for (int c = 0; c < lin->nchunks; c++) {
+            dnnl_gemm_run(&lin->dweight[bf16_chunk_kind(lin, c)], a + (size_t)c * lin->chunk,
+                          packed[bf16_chunk_kind(lin, c)], it->dweight + (size_t)c * lin->chunk * C);
+        }
+        break;
+    }
+    case PART_FWD_CALL:
+        matmul_forward_bf16(it->out, it->inp, lin, 0, it->bias, it->residual, N, C, it->OC, a);
+        break;
+    default:
+        matmul_backward_bf16(it->dinp, it->dweight, it->dbias, it->which == LIN_LM ? NULL : it->dout, it->inp, lin, 0,
+                             N, C, it->OC, a, b, m->bf16_b_packed);
+    }
+}
+
+static int bench_products(int depth, int B, int T, int reps, const char* only) {
+    if (!dnnl_available()) { fprintf(stderr, "error: products: this build has no oneDNN (install libdnnl-dev)\n"); return 1; }
+    GPT2 model;
+    gpt2_build_from_random(&model, depth, 50257, 1337);
+    gpt2_allocate(&model, B, T);
+    gpt2_set_precision(&model, 1);
+    int V = model.config.vocab_size;
+    int* x = (int*)mallocCheck((size_t)(B * T + 1) * sizeof(int));
+    uint64_t rng = 42;
+    for (int i = 0; i <= B * T; i++) { x[i] = (int)(random_u32(&rng) % (uint32_t)V); }
+    gpt2_zero_grad(&model);  // one step: activations, probabilities and the packed weights as in training
+    gpt2_forward_train(&model, x, x + 1, B, T, 1.0f);
+    gpt2_backward(&model, x, x + 1, 1.0f);
+    gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
+    const GPT2Config* c = &model.config;
+    int C = c->channels, N = B * T, Vp = c->padded_vocab_size, NH = c->num_heads;
+    size_t wide = (size_t)N * (Vp > 4 * C ? Vp : 4 * C);
+    float* out = (float*)mallocCheck(wide * sizeof(float));
+    float* dinp = (float*)mallocCheck(wide * sizeof(float));
+    float* dweight = (float*)mallocCheck((size_t)Vp * C * sizeof(float) > (size_t)12 * C * C * sizeof(float)
+                                             ? (size_t)Vp * C * sizeof(float) : (size_t)12 * C * C * sizeof(float));
+    float* f32 = (float*)mallocCheck(wide * sizeof(float));   // an fp32 operand (inp, dout, residual)
+    float* dbias = (float*)mallocCheck((size_t)Vp * sizeof(float));
+    float* bias = (float*)mallocCheck((size_t)Vp * sizeof(float));
+    for (size_t i = 0; i < wide; i++) { f32[i] = 0.01f * (float)((int)(i % 17) - 8); }
+    for (int i = 0; i < Vp; i++) { bias[i] = 0.001f * (float)(i % 11); }
+    static const char* names[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj", "lm head"};
+    int ins[NUM_LINEARS] = {C, C, C, 4 * C, C}, outs[NUM_LINEARS] = {3 * C, C, 4 * C, C, Vp};
+    int res[NUM_LINEARS] = {0, 1, 0, 1, 0};
+    PeakProbe probe;
+    memset(&probe, 0, sizeof(probe));
+    printf("d%d B=%d T=%d (%d rows), bf16 on %s, %d threads; ms per call, best of %d batches; GFLOP/s of the products' FLOPs, and %% of the "
+           "bf16 peak probed right before and after each row (the better; 2048^3)\n\n",
+           depth, B, T, N, dnnl_isa_name(), omp_get_max_threads(), reps);
+    printf("| work | shape (M x N x K) | ms | GFLOP/s | peak beside it | %% of it |\n|---|---|---|---|---|---|\n");
+    Item items[NUM_LINEARS * 5 + 4];
+    int n_items = 0;
+    for (int w = 0; w < NUM_LINEARS; w++) {
+        for (int part = PART_FWD; part <= PART_BWD_CALL; part++) {
+            Item it = {&model, w, part, N, ins[w], outs[w], B, T, out, f32, f32, dinp, dweight,
+                       w == LIN_LM ? NULL : dbias, w == LIN_LM ? NULL : bias, res[w] ? f32 : NULL};
+            items[n_items++] = it;
+        }
+    }
+    for (int part = PART_ATT_FWD; part <= PART_ATT_BWD_CALL; part++) {
+        Item it = {&model, BF16_ATTENTION, part, N, C, C, B, T, out, f32, f32, dinp, NULL, NULL, NULL, NULL};
+        items[n_items++] = it;
+    }
+    static const char* part_names[] = {"forward product", "dinp product", "dweight product (+ packing inp)",
+                                       "matmul_forward_bf16 (whole)", "matmul_backward_bf16 (whole)",
+                                       "forward products (scores, att v)", "backward products (4)",
+                                       "attention_forward_bf16 (whole)", "attention_backward_bf16 (whole)"};
+    double hs = (double)C / NH;
+    for (int i = 0; i < n_items; i++) {
+        Item* it = &items[i];
+        char name[128];
+        snprintf(name, sizeof(name), "%s: %s", it->which == BF16_ATTENTION ? "attention" : names[it->which],
+                 part_names[it->part]);
+        if (only != NULL && strstr(name, only) == NULL) { continue; }
+        double flops;
+        char shape[96];
+        if (it->which == BF16_ATTENTION) {
+            int fwd = it->part == PART_ATT_FWD || it->part == PART_ATT_FWD_CALL;
+            flops = (fwd ? 2 : 4) * 2.0 * B * NH * (double)T * T * hs;
+            snprintf(shape, sizeof(shape), "%d x (%d heads: %d x %d x %d)", B, NH, T, T, (int)hs);
+        } else {
+            flops = (it->part == PART_BWD_CALL ? 4.0 : 2.0) * N * (double)it->C * it->OC;
+            if (it->part == PART_FWD || it->part == PART_FWD_CALL) { snprintf(shape, sizeof(shape), "%d x %d x %d", N, it->OC, it->C); }
+            else if (it->part == PART_DINP) { snprintf(shape, sizeof(shape), "%d x %d x %d", N, it->C, it->OC); }
+            else if (it->part == PART_DWEIGHT) { snprintf(shape, sizeof(shape), "%d x %d x %d", it->OC, it->C, N); }
+            else { snprintf(shape, sizeof(shape), "dinp and dweight"); }
+        }
+        double before = peak_probe(&probe);
+        double t0 = clock_seconds();
+        run_item(it);  // the warm-up, which also sizes a batch: runs of at least 20 ms, so that a short product
+        int k = (int)(0.02 / (clock_seconds() - t0 + 1e-9)) + 1;  // is timed over many calls
+        double best = 1e30;
+        for (int r = 0; r < reps; r++) {
+            t0 = clock_seconds();
+            for (int j = 0; j < k; j++) { run_item(it); }
+            double dt = (clock_seconds() - t0) / k;
+            if (dt < best) { best = dt; }
+        }
+        double after = peak_probe(&probe);
+        double pk = before > after ? before : after;
+        double gf = flops / best / 1e9;
+        printf("| %s | %s | %.4g | %.1f | %.1f | %.1f%% |\n", name, shape, best * 1e3, gf, pk, 100.0 * gf / pk);
+    }
+    free(out); free(dinp); free(dweight); free(f32); free(dbias); free(bias); free(x);
+    free(probe.a); free(probe.b); free(probe.c);
+    dnnl_gemm_destroy(&probe.g);
+    gpt2_free(&model);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     cpu_blas_init(argc, argv);  // the OpenBLAS kernel and the OpenMP wait policy (may re-execute once)
+    if (argc >= 5 && strcmp(argv[1], "products") == 0) {
+        int depth = atoi(argv[2]), B = atoi(argv[3]), T = atoi(argv[4]), reps = argc > 5 ? atoi(argv[5]) : 5;
+        if (depth <= 0 || B <= 0 || T <= 0 || T > 1024 || reps <= 0) {
+            fprintf(stderr, "error: bad arguments (need depth, B, reps > 0, 0 < T <= 1024)\n");
+            return 1;
+        }
+        return bench_products(depth, B, T, reps, argc > 6 ? argv[6] : NULL);
+    }
     if (argc < 4) {
-        fprintf(stderr, "usage: %s depth B T [steps=8] [warmup=2] [peak_gflops=0] [precision=fp32|bf16]\n", argv[0]);
+        fprintf(stderr, "usage: %s depth B T [steps=8] [warmup=2] [peak_gflops=0] [precision=fp32|bf16]\n"
+                        "       %s products depth B T [reps=5] [only]\n", argv[0], argv[0]);
         return 1;
     }
     int depth = atoi(argv[1]), B = atoi(argv[2]), T = atoi(argv[3]);

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(ROOT, "scripts"))
 from bench import KERNEL_VARS, PEAK_SPREAD, PHASES, peak_spread_note  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from testlib import TESTS, run_tests, test  # noqa: E402
+from testlib import TESTS, Skip, run_tests, test  # noqa: E402
 
 CLEAN = {k: v for k, v in os.environ.items() if k not in KERNEL_VARS}
 CLEAN.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -177,6 +177,33 @@ def the_makefiles_benches_leave_out_the_same_variables():
     # BENCH_ENV (the benches make runs itself) and bench.py's KERNEL_VARS must name the same overrides
     line = next(s for s in open(os.path.join(ROOT, "Makefile")) if s.startswith("BENCH_ENV ="))
     assert sorted(re.findall(r"-u (\S+)", line)) == sorted(KERNEL_VARS), (line, KERNEL_VARS)
+
+
+@test
+def the_products_rows_count_their_flops():
+    # bench_gpt2 products (d2, B=2, T=64): every product and layer call of a bf16 step, each row's GFLOP/s
+    # being the FLOPs counted here over its time, and its share the GFLOP/s over the peak it names
+    if not DEFAULT16:
+        raise Skip("no bf16 in this build")
+    L, C, NH, B, T, Vp = 2, 128, 2, 2, 64, 50304
+    N, hs = B * T, C // NH
+    r = subprocess.run(["build/bench_gpt2", "products", "2", str(B), str(T), "1"], env=CLEAN, cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    shapes = {"qkv": (C, 3 * C), "attproj": (C, C), "fc": (C, 4 * C), "fcproj": (4 * C, C), "lm head": (C, Vp)}
+    rows = re.findall(r"^\| ([a-z ]+): ([^|]+) \| [^|]+ \| ([0-9.e+]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+)% \|$",
+                      r.stdout, re.M)
+    assert len(rows) == 5 * 5 + 4, r.stdout
+    for what, part, ms, gflops, peak, pct in rows:
+        ms, gflops, peak, pct = float(ms), float(gflops), float(peak), float(pct)
+        if what == "attention":
+            flops = (2 if "forward" in part else 4) * 2 * B * NH * T * T * hs
+        else:
+            cin, cout = shapes[what]
+            flops = (4 if "backward" in part else 2) * N * cin * cout
+        assert abs(gflops * ms * 1e6 / flops - 1) < 0.01, (what, part, gflops, ms, flops)
+        assert peak > 0 and abs(pct - 100 * gflops / peak) < 0.1 + 0.002 * pct, (what, part, gflops, peak, pct)
+    assert [w for w, *_ in rows].count("attention") == 4 and [w for w, *_ in rows].count("lm head") == 5, rows
 
 
 if __name__ == "__main__":
