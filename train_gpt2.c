@@ -413,7 +413,7 @@ void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, con
 // `chunk` rows of W (columns of dout). Each block of out and chunk of dW is its own product; dinp sums the
 // chunks' products in chunk order (fp32, the sum post-op). A layer no wider than a chunk is one product.
 #define BF16_CHUNK 4096  // a wide layer's rows of W per dinp and dweight product
-#define BF16_ROWS 64     // a wide layer's rows of inp per forward product (where they divide N)
+#define BF16_ROWS 256    // a wide layer's rows of inp per forward product (where they divide N)
 typedef struct {
     DnnlGemm fwd;                // a block of fwd_rows rows of out
     DnnlGemm dinp[3];            // [0] the first chunk (dinp =), [1] a later full chunk (+=), [2] the narrower last (+=)
