@@ -217,11 +217,11 @@ static int bench_products(int depth, int B, int T, int reps, const char* only) {
     gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 1);
     const GPT2Config* c = &model.config;
     int C = c->channels, N = B * T, Vp = c->padded_vocab_size, NH = c->num_heads;
-    size_t wide = (size_t)N * (Vp > 4 * C ? Vp : 4 * C);
+    size_t widest = (size_t)(Vp > 4 * C ? Vp : 4 * C);  // a layer's widest side: the lm head's, or fc's
+    size_t wide = (size_t)N * widest;
     float* out = (float*)mallocCheck(wide * sizeof(float));
     float* dinp = (float*)mallocCheck(wide * sizeof(float));
-    float* dweight = (float*)mallocCheck((size_t)Vp * C * sizeof(float) > (size_t)12 * C * C * sizeof(float)
-                                             ? (size_t)Vp * C * sizeof(float) : (size_t)12 * C * C * sizeof(float));
+    float* dweight = (float*)mallocCheck(widest * C * sizeof(float));
     float* f32 = (float*)mallocCheck(wide * sizeof(float));   // an fp32 operand (inp, dout, residual)
     float* dbias = (float*)mallocCheck((size_t)Vp * sizeof(float));
     float* bias = (float*)mallocCheck((size_t)Vp * sizeof(float));

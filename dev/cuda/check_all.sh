@@ -116,12 +116,8 @@ run_hybrid_alone() {  # --hybrid with nothing on (the defaults) trains as the ba
         timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "${extra[@]}" -o "$W/$d" > "$W/$d.out" 2>&1 || { tail -n 5 "$W/$d.out"; return 1; }
     done
     grep -q "hybrid: nothing is on" "$W/alone.out" || { echo "no start-up line in $W/alone.out"; return 1; }
-    # a hybrid run logs three fields of its own; with nothing on they must say nothing happened, and the
-    # rest of each line must be the baseline's
-    local extra='"beta": null, "predict_run_step": null, "rollback": 0'
-    if grep '"phase": "full"' "$W/alone/metrics.jsonl" | grep -v -q -F "$extra"; then
-        echo "a step of $W/alone/metrics.jsonl has a look-ahead, a Predict run or a rollback"; return 1
-    fi
+    # a hybrid run logs three fields of its own: only where they say nothing happened are they dropped, so a
+    # step with a look-ahead, a Predict run or a rollback keeps them and differs from the baseline's line
     rm -rf "$W/alone.cmp" && mkdir -p "$W/alone.cmp" &&
         sed -E 's/, "beta": null, "predict_run_step": null, "rollback": 0//' "$W/alone/metrics.jsonl" > "$W/alone.cmp/metrics.jsonl"
     same_losses "$W/base" "$W/alone.cmp" 0
