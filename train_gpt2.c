@@ -566,51 +566,134 @@ void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float
 
 // The attention with its six products in bf16: q, k, v, the probabilities, dout and d(scores) are rounded
 // to bf16 as the GPU's attention has them, the products accumulate in fp32, and the softmax and its backward
-// stay fp32 on fp32 scores (the probabilities kept for the backward are the fp32 ones, rounded again there).
-// Each product runs over all heads of one sequence in one call, on operands laid out head by head (q, k, v,
-// dout: (NH, T, hs) per sequence, rounded into that layout; results to (NH, T, hs) scratch, then put back
-// in place): oneDNN's AMX kernels take dense batches, where a product per head and block of rows (as the fp32
-// attention runs) cost several times its FLOPs in per-call work (docs/benchmark.md). The products span the
-// whole (T, T) square; the masked corner's probabilities and d(scores) are zeros, so they add nothing.
+// run in fp32 on fp32 scores. What the backward needs from the forward is kept in bf16, as the GPU trainer
+// keeps it: q, k, v head by head and the probabilities (half the bytes of fp32 to write and read back).
+// Each product runs over all heads of a group of sequences in one call, on operands laid out head by head
+// (q, k, v, dout: (B, NH, T, hs) per part, rounded into that layout; results to (G, NH, T, hs) scratch, then
+// put back in place): oneDNN's AMX kernels take dense batches, where a product per head and block of rows
+// (as the fp32 attention runs) cost several times its FLOPs in per-call work, and each call and each pass
+// over the group is a parallel region whose start wakes the sleeping threads (docs/benchmark.md). The
+// products span the whole (T, T) square; the masked corner's probabilities and d(scores) are zeros, so they
+// add nothing.
 enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
+#define ATT_GROUP_ELEMS (1 << 20)  // a group's (G, NH, T, T) squares: at most this many, or one sequence's
 typedef struct {
-    DnnlGemm prim[ATT_PRODUCTS]; // over NH heads: q k^T, att v, att^T dout, dout v^T, ds k, ds^T q
-    bf16* p16;       // (NH, T, T) one sequence's probabilities in bf16, then (backward) its d(scores)
-    float* s32;      // (NH, T, T) the backward's d(att) of one sequence
-    float* h32;      // (3, NH, T, hs) a product's results head by head: out, or dq, dk, dv
+    DnnlGemm prim[ATT_PRODUCTS]; // over G*NH heads: q k^T, att v, att^T dout, dout v^T, ds k, ds^T q
+    int group;       // G: the sequences each product covers, a divisor of B
+    float* s32;      // (G, NH, T, T) the scores (forward), d(att) (backward)
+    bf16* ds16;      // (G, NH, T, T) d(scores) in bf16 (backward)
+    float* h32;      // (3, G, NH, T, hs) a product's results head by head: out, or dq, dk, dv
 } Bf16Attention;
 
-static void bf16_attention_create(Bf16Attention* ba, int T, int C, int NH) {
+// the largest divisor of B whose squares fit ATT_GROUP_ELEMS (at least 1)
+static int bf16_attention_group(int B, int T, int NH) {
+    size_t one = (size_t)NH * T * T;
+    int g = 1;
+    for (int d = 1; d <= B; d++) {
+        if (B % d == 0 && (size_t)d * one <= ATT_GROUP_ELEMS) { g = d; }
+    }
+    return g;
+}
+
+// primitives and scratch for groups of G sequences of (T, C) with NH heads
+static void bf16_attention_create(Bf16Attention* ba, int G, int T, int C, int NH) {
     int hs = C / NH;
     memset(ba, 0, sizeof(*ba));
-    ba->p16 = (bf16*)mallocCheck((size_t)NH * T * T * sizeof(bf16));
-    ba->s32 = (float*)mallocCheck((size_t)NH * T * T * sizeof(float));
-    ba->h32 = (float*)mallocCheck((size_t)3 * T * C * sizeof(float));
-    dnnl_gemm_create_batch(&ba->prim[ATT_SCORES], NH, 0, 1, T, T, hs);  // q (T,hs) k^T
-    dnnl_gemm_create_batch(&ba->prim[ATT_AV], NH, 0, 0, T, hs, T);      // att (T,T) v (T,hs)
-    dnnl_gemm_create_batch(&ba->prim[ATT_DV], NH, 1, 0, T, hs, T);      // att^T dout
-    dnnl_gemm_create_batch(&ba->prim[ATT_DATT], NH, 0, 1, T, T, hs);    // dout v^T
-    dnnl_gemm_create_batch(&ba->prim[ATT_DQ], NH, 0, 0, T, hs, T);      // ds k
-    dnnl_gemm_create_batch(&ba->prim[ATT_DK], NH, 1, 0, T, hs, T);      // ds^T q
+    ba->group = G;
+    size_t sq = (size_t)G * NH * T * T;
+    ba->s32 = (float*)mallocCheck(sq * sizeof(float));
+    ba->ds16 = (bf16*)mallocCheck(sq * sizeof(bf16));
+    ba->h32 = (float*)mallocCheck((size_t)3 * G * T * C * sizeof(float));
+    int n = G * NH;
+    dnnl_gemm_create_batch(&ba->prim[ATT_SCORES], n, 0, 1, T, T, hs);  // q (T,hs) k^T
+    dnnl_gemm_create_batch(&ba->prim[ATT_AV], n, 0, 0, T, hs, T);      // att (T,T) v (T,hs)
+    dnnl_gemm_create_batch(&ba->prim[ATT_DV], n, 1, 0, T, hs, T);      // att^T dout
+    dnnl_gemm_create_batch(&ba->prim[ATT_DATT], n, 0, 1, T, T, hs);    // dout v^T
+    dnnl_gemm_create_batch(&ba->prim[ATT_DQ], n, 0, 0, T, hs, T);      // ds k
+    dnnl_gemm_create_batch(&ba->prim[ATT_DK], n, 1, 0, T, hs, T);      // ds^T q
 }
 
 static void bf16_attention_destroy(Bf16Attention* ba) {
     for (int k = 0; k < ATT_PRODUCTS; k++) { dnnl_gemm_destroy(&ba->prim[k]); }
-    free(ba->p16);
     free(ba->s32);
+    free(ba->ds16);
     free(ba->h32);
     memset(ba, 0, sizeof(*ba));
 }
 
-// x (B, T, parts*C) rounded into dst (B, parts, NH, T, hs): each sequence's parts head by head
+// The softmax's passes over one row of a (T, T) square go in chunks of ATT_W floats, one vector register
+// (AVX-512) or two (AVX2), each lane keeping its own maximum and sum until one reduction across lanes at the
+// end of the row; the columns past the diagonal in the last chunk are masked. Rows are short (0..t) and
+// many: a loop of any length would end each row in a scalar remainder, which took most of the time.
+#define ATT_W 16
+
+// the columns the chunks of row t cover: 0..t rounded up to whole chunks, at most T
+static inline int att_row_span(int t, int T) {
+    int n = (t + ATT_W) / ATT_W * ATT_W;
+    return n < T ? n : T;
+}
+
+// p16 (T) = softmax over columns 0..t of s (T) times scale, rounded, and zeros past t; s gets the exps
+static inline void att_softmax_row(bf16* p16, float* s, int t, int T, float scale) {
+    int n = att_row_span(t, T), nv = n / ATT_W * ATT_W;  // nv < n: T is no multiple of ATT_W, a tail
+    float mx[ATT_W], sm[ATT_W];
+    for (int i = 0; i < ATT_W; i++) { mx[i] = -FLT_MAX; sm[i] = 0.0f; }
+    for (int c = 0; c < nv; c += ATT_W) {
+        #pragma omp simd
+        for (int i = 0; i < ATT_W; i++) {
+            float x = c + i <= t ? s[c + i] * scale : -FLT_MAX;
+            s[c + i] = x;
+            mx[i] = x > mx[i] ? x : mx[i];
+        }
+    }
+    for (int t2 = nv; t2 <= t; t2++) { s[t2] *= scale; mx[0] = s[t2] > mx[0] ? s[t2] : mx[0]; }
+    float maxval = -FLT_MAX;
+    for (int i = 0; i < ATT_W; i++) { maxval = mx[i] > maxval ? mx[i] : maxval; }
+    for (int c = 0; c < nv; c += ATT_W) {
+        #pragma omp simd
+        for (int i = 0; i < ATT_W; i++) {
+            float e = c + i <= t ? expf_vec(s[c + i] - maxval) : 0.0f;
+            s[c + i] = e;
+            sm[i] += e;
+        }
+    }
+    for (int t2 = nv; t2 <= t; t2++) { s[t2] = expf_vec(s[t2] - maxval); sm[0] += s[t2]; }
+    float sum = 0.0f;
+    for (int i = 0; i < ATT_W; i++) { sum += sm[i]; }
+    float inv = 1.0f / sum;
+    #pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) { p16[t2] = t2 <= t ? bf16_from_float(s[t2] * inv) : 0; }
+    memset(p16 + n, 0, (size_t)(T - n) * sizeof(bf16));
+}
+
+// ds16 (T) = d(scores) of row t, rounded, zeros past t: through the softmax from its probabilities p16 (T,
+// zeros past t) and d(probabilities) dp (T), times scale
+static inline void att_softmax_backward_row(bf16* ds16, const bf16* p16, const float* dp, int t, int T, float scale) {
+    int n = att_row_span(t, T), nv = n / ATT_W * ATT_W;
+    float sm[ATT_W];
+    for (int i = 0; i < ATT_W; i++) { sm[i] = 0.0f; }
+    for (int c = 0; c < nv; c += ATT_W) {  // past t the probabilities are zeros and add nothing
+        #pragma omp simd
+        for (int i = 0; i < ATT_W; i++) { sm[i] += bf16_to_float(p16[c + i]) * dp[c + i]; }
+    }
+    for (int t2 = nv; t2 <= t; t2++) { sm[0] += bf16_to_float(p16[t2]) * dp[t2]; }
+    float dsum = 0.0f;
+    for (int i = 0; i < ATT_W; i++) { dsum += sm[i]; }
+    #pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) { ds16[t2] = t2 <= t ? bf16_from_float(bf16_to_float(p16[t2]) * (dp[t2] - dsum) * scale) : 0; }
+    memset(ds16 + n, 0, (size_t)(T - n) * sizeof(bf16));
+}
+
+// x (B, T, parts*C) rounded into dst (parts, B, NH, T, hs): each part of all sequences head by head
 static void bf16_to_heads(bf16* dst, const float* x, int B, int T, int C, int NH, int parts) {
     int hs = C / NH, w = parts * C;
+    size_t psz = (size_t)B * T * C;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             const float* row = x + ((size_t)b * T + t) * w;
             for (int j = 0; j < parts * NH; j++) {  // j = part * NH + h
-                bf16* d = dst + (((size_t)b * parts * NH + j) * T + t) * hs;
+                bf16* d = dst + (size_t)(j / NH) * psz + (((size_t)b * NH + j % NH) * T + t) * hs;
                 #pragma omp simd
                 for (int i = 0; i < hs; i++) { d[i] = bf16_from_float(row[j * hs + i]); }
             }
@@ -618,95 +701,82 @@ static void bf16_to_heads(bf16* dst, const float* x, int B, int T, int C, int NH
     }
 }
 
-// h (parts, NH, T, hs) put back into sequence b of y (B, T, ldy) at columns 0..parts*C
-static void bf16_from_heads(float* y, const float* h, int b, int T, int C, int NH, int parts, int ldy) {
+// h (parts, G, NH, T, hs) put back into sequences b0 .. b0+G-1 of y (B, T, ldy) at columns 0..parts*C
+static void bf16_from_heads(float* y, const float* h, int b0, int G, int T, int C, int NH, int parts, int ldy) {
     int hs = C / NH;
+    size_t psz = (size_t)G * T * C;
     #pragma omp parallel for schedule(static)
-    for (int t = 0; t < T; t++) {
-        float* row = y + ((size_t)b * T + t) * ldy;
+    for (int gt = 0; gt < G * T; gt++) {
+        int g = gt / T, t = gt % T;
+        float* row = y + ((size_t)(b0 + g) * T + t) * ldy;
         for (int j = 0; j < parts * NH; j++) {
-            const float* s = h + ((size_t)j * T + t) * hs;
+            const float* s = h + (size_t)(j / NH) * psz + (((size_t)g * NH + j % NH) * T + t) * hs;
             #pragma omp simd
             for (int i = 0; i < hs; i++) { row[j * hs + i] = s[i]; }
         }
     }
 }
 
-// attention_forward_fp32 with bf16 products; qkv16 (B,T,3C) is scratch for qkv rounded (head by head).
-void attention_forward_bf16(float* out, float* att, const float* qkv, Bf16Attention* ba, bf16* qkv16,
-                            int B, int T, int C, int NH) {
-    int hs = C / NH;
-    size_t hsz = (size_t)NH * T * hs;  // one part (q, k or v) of one sequence
-    float scale = 1.0f / sqrtf((float)hs);
-    bf16_to_heads(qkv16, qkv, B, T, C, NH, 3);
-    for (int b = 0; b < B; b++) {
-        const bf16* q = qkv16 + (size_t)b * 3 * hsz;
-        float* a = att + (size_t)b * NH * T * T;
-        dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + hsz, a);
+// attention_forward_fp32 with bf16 products. Kept for attention_backward_bf16: att16 (B, NH, T, T) the
+// probabilities in bf16 (zeros past the diagonal) and qkv16 (3, B, NH, T, hs) q, k, v rounded. qkv16 may
+// share qkv's memory (the trainer keeps them there: in bf16 the fp32 qkv has no reader after this): qkv is
+// read only before qkv16 is written. scratch (3, B, NH, T, hs) takes q, k, v rounded for the products.
+void attention_forward_bf16(float* out, bf16* att16, bf16* qkv16, const float* qkv, Bf16Attention* ba,
+                            bf16* scratch, int B, int T, int C, int NH) {
+    int G = ba->group;
+    size_t psz = (size_t)B * T * C;  // one part (q, k or v) of all sequences
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    bf16_to_heads(scratch, qkv, B, T, C, NH, 3);
+    for (int b0 = 0; b0 < B; b0 += G) {
+        const bf16* q = scratch + (size_t)b0 * T * C;  // (G, NH, T, hs)
+        bf16* a16 = att16 + (size_t)b0 * NH * T * T;   // (G, NH, T, T)
+        dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + psz, ba->s32);
         #pragma omp parallel for schedule(static)
-        for (int ht = 0; ht < NH * T; ht++) {
-            int t = ht % T;
-            float* row = a + (size_t)ht * T;
-            bf16* row16 = ba->p16 + (size_t)ht * T;
-            float maxval = -FLT_MAX;
-            #pragma omp simd reduction(max:maxval)
-            for (int t2 = 0; t2 <= t; t2++) { row[t2] *= scale; maxval = row[t2] > maxval ? row[t2] : maxval; }
-            float sum = 0.0f;
-            #pragma omp simd reduction(+:sum)
-            for (int t2 = 0; t2 <= t; t2++) { float e = expf_vec(row[t2] - maxval); row[t2] = e; sum += e; }
-            float inv = 1.0f / sum;
-            #pragma omp simd
-            for (int t2 = 0; t2 <= t; t2++) { row[t2] *= inv; row16[t2] = bf16_from_float(row[t2]); }
-            for (int t2 = t + 1; t2 < T; t2++) { row[t2] = 0.0f; row16[t2] = 0; }
+        for (int ht = 0; ht < G * NH * T; ht++) {
+            att_softmax_row(a16 + (size_t)ht * T, ba->s32 + (size_t)ht * T, ht % T, T, scale);
         }
-        dnnl_gemm_run(&ba->prim[ATT_AV], ba->p16, q + 2 * hsz, ba->h32);
-        bf16_from_heads(out, ba->h32, b, T, C, NH, 1, C);
+        dnnl_gemm_run(&ba->prim[ATT_AV], a16, q + 2 * psz, ba->h32);
+        bf16_from_heads(out, ba->h32, b0, G, T, C, NH, 1, C);
+    }
+    if (qkv16 != scratch) {
+        size_t n = 3 * psz;
+        #pragma omp parallel
+        {
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            size_t i0 = n * tid / nth, i1 = n * (tid + 1) / nth;
+            memcpy(qkv16 + i0, scratch + i0, (i1 - i0) * sizeof(bf16));
+        }
     }
 }
 
-// attention_backward_fp32 with bf16 products; qkv16 (B,T,3C) and dout16 (B,T,C) are scratch for qkv and dout
-// rounded (head by head). att (the fp32 probabilities) is left as it is.
-void attention_backward_bf16(float* dqkv, const float* dout, const float* qkv, const float* att,
-                             Bf16Attention* ba, bf16* qkv16, bf16* dout16, int B, int T, int C, int NH) {
-    int hs = C / NH;
-    size_t hsz = (size_t)NH * T * hs;
-    float scale = 1.0f / sqrtf((float)hs);
-    bf16_to_heads(qkv16, qkv, B, T, C, NH, 3);
+// attention_backward_fp32 with bf16 products, from what attention_forward_bf16 kept: att16 (B, NH, T, T)
+// and qkv16 (3, B, NH, T, hs); dout16 (B, NH, T, hs) is scratch for dout rounded. Through the softmax with
+// the bf16 probabilities, as the GPU's backward has them.
+void attention_backward_bf16(float* dqkv, const float* dout, const bf16* qkv16, const bf16* att16,
+                             Bf16Attention* ba, bf16* dout16, int B, int T, int C, int NH) {
+    int G = ba->group;
+    size_t psz = (size_t)B * T * C, gsz = (size_t)G * T * C;
+    float scale = 1.0f / sqrtf((float)(C / NH));
     bf16_to_heads(dout16, dout, B, T, C, NH, 1);
     float* dq = ba->h32;
-    float* dk = dq + hsz;
-    float* dv = dk + hsz;
-    for (int b = 0; b < B; b++) {
-        const bf16* q = qkv16 + (size_t)b * 3 * hsz;
-        const bf16* k = q + hsz;
-        const bf16* v = k + hsz;
-        const bf16* d = dout16 + (size_t)b * hsz;
-        const float* a = att + (size_t)b * NH * T * T;
-        #pragma omp parallel for schedule(static)
-        for (int ht = 0; ht < NH * T; ht++) {  // the probabilities in bf16, zeros past the diagonal
-            const float* row = a + (size_t)ht * T;
-            bf16* row16 = ba->p16 + (size_t)ht * T;
-            #pragma omp simd
-            for (int t2 = 0; t2 < T; t2++) { row16[t2] = bf16_from_float(row[t2]); }
-        }
-        dnnl_gemm_run(&ba->prim[ATT_DV], ba->p16, d, dv);
+    float* dk = dq + gsz;
+    float* dv = dk + gsz;
+    for (int b0 = 0; b0 < B; b0 += G) {
+        const bf16* q = qkv16 + (size_t)b0 * T * C;  // (G, NH, T, hs)
+        const bf16* k = q + psz;
+        const bf16* v = k + psz;
+        const bf16* d = dout16 + (size_t)b0 * T * C;
+        const bf16* a16 = att16 + (size_t)b0 * NH * T * T;
+        dnnl_gemm_run(&ba->prim[ATT_DV], a16, d, dv);
         dnnl_gemm_run(&ba->prim[ATT_DATT], d, v, ba->s32);
         #pragma omp parallel for schedule(static)
-        for (int ht = 0; ht < NH * T; ht++) {  // through the softmax into d(scores), in place of the probabilities
-            int t = ht % T;
-            const float* row = a + (size_t)ht * T;
-            const float* drow = ba->s32 + (size_t)ht * T;
-            bf16* ds = ba->p16 + (size_t)ht * T;
-            float dsum = 0.0f;
-            #pragma omp simd reduction(+:dsum)
-            for (int t2 = 0; t2 <= t; t2++) { dsum += row[t2] * drow[t2]; }
-            #pragma omp simd
-            for (int t2 = 0; t2 <= t; t2++) { ds[t2] = bf16_from_float(row[t2] * (drow[t2] - dsum) * scale); }
-            for (int t2 = t + 1; t2 < T; t2++) { ds[t2] = 0; }
+        for (int ht = 0; ht < G * NH * T; ht++) {  // through the softmax into d(scores)
+            att_softmax_backward_row(ba->ds16 + (size_t)ht * T, a16 + (size_t)ht * T, ba->s32 + (size_t)ht * T,
+                                     ht % T, T, scale);
         }
-        dnnl_gemm_run(&ba->prim[ATT_DQ], ba->p16, k, dq);
-        dnnl_gemm_run(&ba->prim[ATT_DK], ba->p16, q, dk);
-        bf16_from_heads(dqkv, ba->h32, b, T, C, NH, 3, 3 * C);
+        dnnl_gemm_run(&ba->prim[ATT_DQ], ba->ds16, k, dq);
+        dnnl_gemm_run(&ba->prim[ATT_DK], ba->ds16, q, dk);
+        bf16_from_heads(dqkv, ba->h32, b0, G, T, C, NH, 3, 3 * C);
     }
 }
 
@@ -751,18 +821,23 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
-// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH, Bf16Op bf) {
-    if (bf.att != NULL) { attention_forward_bf16(out, att, qkv, bf.att, bf.b, B, T, C, NH); }
+// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities. In bf16 the
+// backward's inputs are kept in bf16 in the same memory: att's first half holds the probabilities (B,NH,T,T),
+// qkv's first half q, k and v head by head (3,B,NH,T,hs); the fp32 qkv is gone.
+void attention_forward(float* out, float* att, float* qkv, int B, int T, int C, int NH, Bf16Op bf) {
+    if (bf.att != NULL) { attention_forward_bf16(out, (bf16*)att, (bf16*)qkv, qkv, bf.att, bf.b, B, T, C, NH); }
     else { attention_forward_fp32(out, att, qkv, B, T, C, NH); }
 }
 
 // dqkv: (B,T,3C) overwritten from dout (B,T,C); scratch: (threads, T, T); in fp32 att is overwritten with
-// d(scores), in bf16 it is left as it is
+// d(scores), in bf16 it is left as it is (qkv and att: what attention_forward left there)
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att, int B, int T,
                         int C, int NH, Bf16Op bf) {
-    if (bf.att != NULL) { attention_backward_bf16(dqkv, dout, qkv, att, bf.att, bf.b, bf.a, B, T, C, NH); }
-    else { attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH); }
+    if (bf.att != NULL) {
+        attention_backward_bf16(dqkv, dout, (const bf16*)qkv, (const bf16*)att, bf.att, bf.a, B, T, C, NH);
+    } else {
+        attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    }
 }
 
 // crossentropy_forward's training form under --precision bf16 (dloss != 0; it calls this): the dlogits go to
@@ -877,8 +952,8 @@ typedef struct {
     float* ln1;       // (L, B, T, C)
     float* ln1_mean;  // (L, B, T)
     float* ln1_rstd;  // (L, B, T)
-    float* qkv;       // (L, B, T, 3*C)
-    float* att;       // (L, B, NH, T, T) softmax probabilities
+    float* qkv;       // (L, B, T, 3*C); in bf16 each layer's first half holds q, k, v in bf16 (3, B, NH, T, hs)
+    float* att;       // (L, B, NH, T, T) softmax probabilities; in bf16 each layer's first half, in bf16
     float* atty;      // (L, B, T, C)
     float* residual2; // (L, B, T, C)
     float* ln2;       // (L, B, T, C)
@@ -933,7 +1008,7 @@ typedef struct {
     void* bf16_b_packed;      // bf16_b packed for the dweight GEMM (the largest linear's need)
     float* ce_scratch;        // (num_threads, Vp) the cross-entropy's exps, a row per thread
     Bf16Linear lin[NUM_LINEARS]; // primitives and packed weights of qkv, attproj, fc, fcproj, lm head (wte)
-    Bf16Attention att16;      // the attention's block products and their scratch
+    Bf16Attention att16;      // the attention's batched products and their scratch
 } GPT2;
 
 static void gpt2_setup_params(GPT2* model) {
@@ -1106,7 +1181,8 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     // the lm head in pieces from 1024 rows on: at 256 rows one product was as fast or faster (docs/benchmark.md)
     bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1, N >= 1024 ? BF16_CHUNK : Vp);  // tied to wte
     #undef W16
-    bf16_attention_create(&model->att16, model->seq_len, C, model->config.num_heads);
+    int NH = model->config.num_heads;
+    bf16_attention_create(&model->att16, bf16_attention_group(model->batch_size, model->seq_len, NH), model->seq_len, C, NH);
     size_t act = 0;
     for (int i = 0; i < NUM_LINEARS; i++) {
         size_t b = bf16_linear_act_bytes(&model->lin[i]);

@@ -36,7 +36,8 @@ static double cpu_s(void) {
 
 // The floor of each phase of a step: what it must move and compute at the least, for the step as the trainer
 // defines it: its tensors in the types it keeps them in (activations, gradients and AdamW's state in fp32; the
-// products' weights in bf16 under --precision bf16, with the lm head's dlogits), each input read once and each
+// products' weights in bf16 under --precision bf16, with the lm head's dlogits and the attention's q, k, v and
+// probabilities), each input read once and each
 // output written once (an accumulation, +=, read and written); the copies made on the way (bf16 scratch,
 // packed weights, the fp32 attention's zeros above the diagonal) count for nothing. FLOPs: the products' only
 // (the attention's over the causal triangle); exps and the elementwise arithmetic are not counted, so a
@@ -68,9 +69,11 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
     f->bytes += 4 * N * C + wb * Vp * C + 4 * N * Vp;
     f->bytes += (bf16_on ? 2 : 4) * N * Vp + 4 * N * C + wb * Vp * C + 4 * N * C + 8 * Vp * C;
     f->flops += 6 * N * C * Vp;
-    // attention: qkv -> out and the probabilities (the triangle); dout, qkv, probabilities -> dqkv; six products
-    floors[PROF_ATTENTION].bytes = L * ((4 * N * 3 * C + 4 * N * C + 4 * heads * tri)
-                                        + (4 * N * C + 4 * N * 3 * C + 4 * heads * tri + 4 * N * 3 * C));
+    // attention: qkv -> out and the probabilities (the triangle), and under --precision bf16 q, k, v kept in
+    // bf16 with them; dout, q, k, v, probabilities -> dqkv; six products
+    double ab = bf16_on ? 2 : 4;  // the kept probabilities' (and q, k, v's) bytes
+    floors[PROF_ATTENTION].bytes = L * ((4 * N * 3 * C + 4 * N * C + ab * heads * tri + (bf16_on ? 2 * N * 3 * C : 0))
+                                        + (4 * N * C + ab * N * 3 * C + ab * heads * tri + 4 * N * 3 * C));
     floors[PROF_ATTENTION].flops = L * 6 * 2 * heads * (C / c->num_heads) * tri;
     // 2L + 1 layernorms: x -> out, mean, rstd; dout, x, mean, rstd, w -> dx +=, dw +=, db +=
     floors[PROF_LAYERNORM].bytes = (2 * L + 1) * ((4 * N * C + 8 * C + 4 * N * C + 8 * N)
@@ -135,35 +138,30 @@ enum { PART_FWD, PART_DINP, PART_DWEIGHT, PART_FWD_CALL, PART_BWD_CALL, PART_ATT
 
 static void run_item(Item* it) {
     GPT2* m = it->model;
-    if (it->which == BF16_ATTENTION) {
+    if (it->which == BF16_ATTENTION) {  // on layer 0's q, k, v and probabilities, kept by the forward
         Bf16Attention* ba = &m->att16;
-        int NH = m->config.num_heads, hs = it->C / NH;
-        size_t hsz = (size_t)NH * it->T * hs;
-        bf16 *qkv16 = m->bf16_b, *d16 = m->bf16_a;
-        float* att = m->acts.att;
-        switch (it->part) {
-        case PART_ATT_FWD:
-            for (int b = 0; b < it->B; b++) {
-                const bf16* q = qkv16 + (size_t)b * 3 * hsz;
-                dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + hsz, att);
-                dnnl_gemm_run(&ba->prim[ATT_AV], ba->p16, q + 2 * hsz, ba->h32);
+        int NH = m->config.num_heads, G = ba->group;
+        size_t psz = (size_t)it->B * it->T * it->C;
+        bf16* qkv16 = (bf16*)m->acts.qkv;
+        bf16* att16 = (bf16*)m->acts.att;
+        for (int b0 = 0; b0 < it->B && it->part <= PART_ATT_BWD; b0 += G) {
+            const bf16* q = qkv16 + (size_t)b0 * it->T * it->C;
+            const bf16* a16 = att16 + (size_t)b0 * NH * it->T * it->T;
+            const bf16* d = m->bf16_a + (size_t)b0 * it->T * it->C;
+            if (it->part == PART_ATT_FWD) {
+                dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + psz, ba->s32);
+                dnnl_gemm_run(&ba->prim[ATT_AV], a16, q + 2 * psz, ba->h32);
+            } else {
+                dnnl_gemm_run(&ba->prim[ATT_DV], a16, d, ba->h32);
+                dnnl_gemm_run(&ba->prim[ATT_DATT], d, q + 2 * psz, ba->s32);
+                dnnl_gemm_run(&ba->prim[ATT_DQ], ba->ds16, q + psz, ba->h32);
+                dnnl_gemm_run(&ba->prim[ATT_DK], ba->ds16, q, ba->h32);
             }
-            break;
-        case PART_ATT_BWD:
-            for (int b = 0; b < it->B; b++) {
-                const bf16* q = qkv16 + (size_t)b * 3 * hsz;
-                const bf16* d = d16 + (size_t)b * hsz;
-                dnnl_gemm_run(&ba->prim[ATT_DV], ba->p16, d, ba->h32);
-                dnnl_gemm_run(&ba->prim[ATT_DATT], d, q + 2 * hsz, ba->s32);
-                dnnl_gemm_run(&ba->prim[ATT_DQ], ba->p16, q + hsz, ba->h32);
-                dnnl_gemm_run(&ba->prim[ATT_DK], ba->p16, q, ba->h32);
-            }
-            break;
-        case PART_ATT_FWD_CALL:
-            attention_forward_bf16(it->out, att, it->inp, ba, qkv16, it->B, it->T, it->C, NH);
-            break;
-        default:
-            attention_backward_bf16(it->dinp, it->dout, it->inp, att, ba, qkv16, d16, it->B, it->T, it->C, NH);
+        }
+        if (it->part == PART_ATT_FWD_CALL) {
+            attention_forward_bf16(it->out, att16, qkv16, it->inp, ba, m->bf16_b, it->B, it->T, it->C, NH);
+        } else if (it->part == PART_ATT_BWD_CALL) {
+            attention_backward_bf16(it->dinp, it->dout, qkv16, att16, ba, m->bf16_a, it->B, it->T, it->C, NH);
         }
         return;
     }

@@ -171,9 +171,10 @@ static double rel_err(const float* x, const float* r, size_t n) {
 // The attention with its products in bf16 against the fp32 attention (which test_gradcheck checks against
 // finite differences), forward and backward, on random q, k, v and dout: the probabilities, out and dqkv
 // within 2^-6 norm-wise. bf16 rounds q, k, v, the probabilities, dout and d(scores), each by at most 2^-9
-// relative, and a result goes through two or three of them (the scores' error also moves the softmax); a
-// wrong block, mask or scale moves them by O(1). And not equal: bf16 is in use. T = 103: a partial last
-// block of rows.
+// relative, and a result goes through two or three of them (the scores' error also moves the softmax, and
+// the backward's softmax runs on the rounded probabilities); a wrong block, mask or scale moves them by O(1).
+// And not equal: bf16 is in use. Then the trainer's form: q, k, v kept in qkv's own memory, in groups of
+// sequences per product call: the same results bit for bit as one sequence per call with q, k, v kept apart.
 static void check_attention(int B, int T, int C, int NH) {
     size_t n3 = (size_t)B * T * 3 * C, nc = (size_t)B * T * C, na = (size_t)B * NH * T * T;
     int threads = omp_get_max_threads();
@@ -181,21 +182,31 @@ static void check_attention(int B, int T, int C, int NH) {
     float* dout = rand_buf(nc, 1.0f);
     float* out32 = (float*)malloc(nc * sizeof(float));
     float* out16 = (float*)malloc(nc * sizeof(float));
+    float* out16g = (float*)malloc(nc * sizeof(float));
     float* att32 = (float*)malloc(na * sizeof(float));
-    float* att16 = (float*)malloc(na * sizeof(float));
+    float* att16f = (float*)malloc(na * sizeof(float));
+    bf16* att16 = (bf16*)malloc(na * sizeof(bf16));
+    bf16* att16g = (bf16*)malloc(na * sizeof(bf16));
     float* dqkv32 = (float*)malloc(n3 * sizeof(float));
     float* dqkv16 = (float*)malloc(n3 * sizeof(float));
+    float* dqkv16g = (float*)malloc(n3 * sizeof(float));
     float* scratch = (float*)malloc((size_t)threads * T * T * sizeof(float));
-    bf16* qkv_16 = (bf16*)malloc(n3 * sizeof(bf16));
+    bf16* kept = (bf16*)malloc(n3 * sizeof(bf16));
+    bf16* scr = (bf16*)malloc(n3 * sizeof(bf16));
     bf16* dout_16 = (bf16*)malloc(nc * sizeof(bf16));
-    Bf16Attention ba;
-    memset(&ba, 0, sizeof(ba));
-    bf16_attention_create(&ba, T, C, NH);
+    float* shared = (float*)malloc(n3 * sizeof(float));  // qkv, then q, k, v in bf16 in its first half
+    memcpy(shared, qkv, n3 * sizeof(float));
+    Bf16Attention ba, bag;
+    bf16_attention_create(&ba, 1, T, C, NH);
+    bf16_attention_create(&bag, B, T, C, NH);
     attention_forward_fp32(out32, att32, qkv, B, T, C, NH);
-    attention_forward_bf16(out16, att16, qkv, &ba, qkv_16, B, T, C, NH);
-    double e_att = rel_err(att16, att32, na), e_out = rel_err(out16, out32, nc);
-    memset(ba.p16, 0x7f, (size_t)NH * T * T * sizeof(bf16));  // the backward takes nothing from the forward's
-    attention_backward_bf16(dqkv16, dout, qkv, att16, &ba, qkv_16, dout_16, B, T, C, NH);
+    attention_forward_bf16(out16, att16, kept, qkv, &ba, scr, B, T, C, NH);
+    for (size_t i = 0; i < na; i++) { att16f[i] = bf16_to_float(att16[i]); }
+    double e_att = rel_err(att16f, att32, na), e_out = rel_err(out16, out32, nc);
+    memset(scr, 0x7f, n3 * sizeof(bf16));  // the backward takes nothing from the forward's scratch
+    memset(ba.s32, 0x7f, (size_t)NH * T * T * sizeof(float));
+    memset(ba.h32, 0x7f, (size_t)3 * T * C * sizeof(float));
+    attention_backward_bf16(dqkv16, dout, kept, att16, &ba, dout_16, B, T, C, NH);
     attention_backward_fp32(dqkv32, scratch, dout, qkv, att32, B, T, C, NH);  // overwrites att32
     double e_d = rel_err(dqkv16, dqkv32, n3);
     double tol = 1.0 / 64;
@@ -204,16 +215,28 @@ static void check_attention(int B, int T, int C, int NH) {
     cr_assert_leq(e_d, tol, "B=%d T=%d C=%d NH=%d: dqkv off by %g", B, T, C, NH, e_d);
     cr_assert_gt(e_out, 1e-5, "bf16 and fp32 attention agree to %g: is bf16 used?", e_out);
     cr_assert_gt(e_d, 1e-5, "bf16 and fp32 attention gradients agree to %g: is bf16 used?", e_d);
+    // the trainer's form: kept in qkv's memory, all B sequences per call
+    attention_forward_bf16(out16g, att16g, (bf16*)shared, shared, &bag, scr, B, T, C, NH);
+    attention_backward_bf16(dqkv16g, dout, (bf16*)shared, att16g, &bag, dout_16, B, T, C, NH);
+    cr_assert(memcmp(att16g, att16, na * sizeof(bf16)) == 0, "B=%d T=%d: grouped probabilities differ", B, T);
+    cr_assert(memcmp(shared, kept, n3 * sizeof(bf16)) == 0, "B=%d T=%d: q, k, v kept in place differ", B, T);
+    cr_assert(memcmp(out16g, out16, nc * sizeof(float)) == 0, "B=%d T=%d: grouped out differs", B, T);
+    cr_assert(memcmp(dqkv16g, dqkv16, n3 * sizeof(float)) == 0, "B=%d T=%d: grouped dqkv differs", B, T);
     bf16_attention_destroy(&ba);
-    free(qkv); free(dout); free(out32); free(out16); free(att32); free(att16); free(dqkv32); free(dqkv16);
-    free(scratch); free(qkv_16); free(dout_16);
+    bf16_attention_destroy(&bag);
+    free(qkv); free(dout); free(out32); free(out16); free(out16g); free(att32); free(att16f); free(att16);
+    free(att16g); free(dqkv32); free(dqkv16); free(dqkv16g); free(scratch); free(kept); free(scr); free(dout_16);
+    free(shared);
 }
 
 Test(bf16_matmul, attention_products_within_bf16_rounding) {
     if (!bf16_ready()) { return; }
-    check_attention(2, 103, 64, 4);   // hs 16, four blocks, the last of 7 rows
-    check_attention(1, 64, 128, 2);   // hs 64, two whole blocks
-    check_attention(3, 5, 24, 3);     // one partial block, hs 8
+    check_attention(2, 103, 64, 4);   // hs 16, odd T
+    check_attention(1, 64, 128, 2);   // hs 64, one sequence
+    check_attention(3, 5, 24, 3);     // three sequences, hs 8
+    cr_assert_eq(bf16_attention_group(8, 256, 12), 1, "d12 T=256: one sequence per call");
+    cr_assert_eq(bf16_attention_group(8, 64, 12), 8, "d12 T=64: all eight");
+    cr_assert_eq(bf16_attention_group(12, 128, 12), 4, "the largest divisor of B that fits");
 }
 
 Test(bf16_matmul, bf16_is_really_used) {
