@@ -153,8 +153,9 @@ void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* in
     }
 }
 
-// out: (N,C) = (inp - mean) * rstd * weight + bias per row; mean, rstd: (N) saved for backward
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+// out: (N,C) = (inp - mean) * rstd * weight + bias per row; mean, rstd: (N) saved for backward.
+// out16 not NULL: out goes there instead, rounded to bf16 (the next matmul's operand under --precision bf16)
+void layernorm_forward(float* out, bf16* out16, float* mean, float* rstd, const float* inp, const float* weight,
                        const float* bias, int N, int C) {
     #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -167,9 +168,15 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
         #pragma omp simd reduction(+:var)
         for (int c = 0; c < C; c++) { float d = x[c] - m; var += d * d; }
         float s = 1.0f / sqrtf(var / C + 1e-5f);
-        float* o = out + (size_t)n * C;
-        #pragma omp simd
-        for (int c = 0; c < C; c++) { o[c] = (x[c] - m) * s * weight[c] + bias[c]; }
+        if (out16 != NULL) {
+            bf16* o = out16 + (size_t)n * C;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) { o[c] = bf16_from_float((x[c] - m) * s * weight[c] + bias[c]); }
+        } else {
+            float* o = out + (size_t)n * C;
+            #pragma omp simd
+            for (int c = 0; c < C; c++) { o[c] = (x[c] - m) * s * weight[c] + bias[c]; }
+        }
         mean[n] = m;
         rstd[n] = s;
     }
@@ -271,13 +278,20 @@ void matmul_backward_fp32(float* dinp, float* dweight, float* dbias, const float
     prof_end(PROF_GEMM, t0);
 }
 
-// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n
-void gelu_forward(float* out, const float* inp, size_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf_vec(u));
+static inline float gelu(float x) {
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    return 0.5f * x * (1.0f + tanhf_vec(u));
+}
+
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), elementwise over n; out16 not NULL: out goes there
+// instead, rounded to bf16 (the next matmul's operand under --precision bf16)
+void gelu_forward(float* out, bf16* out16, const float* inp, size_t n) {
+    if (out16 != NULL) {
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) { out16[i] = bf16_from_float(gelu(inp[i])); }
+    } else {
+        #pragma omp parallel for simd schedule(static)
+        for (size_t i = 0; i < n; i++) { out[i] = gelu(inp[i]); }
     }
 }
 
@@ -506,49 +520,50 @@ static void bf16_linear_pack(Bf16Linear* l) {
 // the bytes of packed inp the dweight products need (the scratch matmul_backward_bf16 takes)
 static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return l->act_bytes[0] + l->act_bytes[1]; }
 
-// matmul_forward_fp32's product in bf16 with layer's weights; scratch (N,C) takes inp in bf16.
-// One parallel region writes bias (+ residual) into out and rounds inp; the GEMM then accumulates on top.
+// matmul_forward_fp32's product in bf16 with layer's weights, on inp16 (N,C): the input as its producer
+// kept it, in bf16. One parallel region writes bias (+ residual) into out; the GEMM then accumulates on top.
 // bias NULL: out is overwritten (the lm head).
-void matmul_forward_bf16(float* out, const float* inp, Bf16Linear* lin, int layer, const float* bias,
-                         const float* residual, int N, int C, int OC, bf16* scratch) {
+void matmul_forward_bf16(float* out, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
+                         const float* residual, int N, int C, int OC) {
     double t0 = prof_begin();
-    #pragma omp parallel
-    {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        int r0 = (int)((long)N * tid / nth), r1 = (int)((long)N * (tid + 1) / nth);
-        for (int n = r0; n < r1 && bias != NULL; n++) {
-            float* o = out + (size_t)n * OC;
-            if (residual != NULL) {
-                const float* r = residual + (size_t)n * OC;
-                #pragma omp simd
-                for (int i = 0; i < OC; i++) { o[i] = r[i] + bias[i]; }
-            } else {
-                #pragma omp simd
-                for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
+    if (bias != NULL) {
+        #pragma omp parallel
+        {
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            int r0 = (int)((long)N * tid / nth), r1 = (int)((long)N * (tid + 1) / nth);
+            for (int n = r0; n < r1; n++) {
+                float* o = out + (size_t)n * OC;
+                if (residual != NULL) {
+                    const float* r = residual + (size_t)n * OC;
+                    #pragma omp simd
+                    for (int i = 0; i < OC; i++) { o[i] = r[i] + bias[i]; }
+                } else {
+                    #pragma omp simd
+                    for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
+                }
             }
         }
-        bf16_convert_rows(scratch, inp, N, C, C, tid, nth);
     }
     for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-        dnnl_gemm_run(&lin->fwd, scratch + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), out + (size_t)r0 * OC);
+        dnnl_gemm_run(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), out + (size_t)r0 * OC);
     }
     prof_end(PROF_GEMM, t0);
 }
 
-// matmul_backward_fp32's products in bf16 with layer's weights: dout16 (N,OC) and inp16 (N,C) are scratch for dout
-// and inp rounded to bf16 (inp is rounded again, not kept from the forward: no bf16 activations to store),
-// inp_packed (bf16_linear_act_bytes) for inp16 packed; dbias from fp32 dout.
-// dout NULL: dout16 holds it already (the lm head's dlogits, from crossentropy_forward; no dbias).
-void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                          Bf16Linear* lin, int layer, int N, int C, int OC, bf16* dout16, bf16* inp16,
-                          void* inp_packed) {
+// matmul_backward_fp32's products in bf16 with layer's weights, on inp16 (N,C) kept in bf16 by its producer:
+// dout16 (N,OC) is scratch for dout rounded to bf16, inp_packed (bf16_linear_act_bytes) for inp16 packed;
+// dbias from fp32 dout. dout NULL: dout16 holds it already (the lm head's dlogits, from
+// crossentropy_forward; no dbias).
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const bf16* inp16,
+                          Bf16Linear* lin, int layer, int N, int C, int OC, bf16* dout16, void* inp_packed) {
     double t0 = prof_begin();
-    #pragma omp parallel
-    {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        if (dout != NULL) { bf16_convert_rows(dout16, dout, N, OC, OC, tid, nth); }
-        bf16_convert_rows(inp16, inp, N, C, C, tid, nth);
-        if (dbias != NULL && dout != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
+    if (dout != NULL) {
+        #pragma omp parallel
+        {
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            bf16_convert_rows(dout16, dout, N, OC, OC, tid, nth);
+            if (dbias != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
+        }
     }
     for (int c = 0; c < lin->nchunks; c++) {
         dnnl_gemm_run(bf16_chunk_dinp(lin, c), dout16 + (size_t)c * lin->chunk, bf16_linear_w_dinp(lin, layer, c), dinp);
@@ -701,27 +716,35 @@ static void bf16_to_heads(bf16* dst, const float* x, int B, int T, int C, int NH
     }
 }
 
-// h (parts, G, NH, T, hs) put back into sequences b0 .. b0+G-1 of y (B, T, ldy) at columns 0..parts*C
-static void bf16_from_heads(float* y, const float* h, int b0, int G, int T, int C, int NH, int parts, int ldy) {
+// h (parts, G, NH, T, hs) put back into sequences b0 .. b0+G-1 of y (B, T, ldy) at columns 0..parts*C, or
+// (y NULL) of y16, rounded to bf16
+static void bf16_from_heads(float* y, bf16* y16, const float* h, int b0, int G, int T, int C, int NH, int parts,
+                            int ldy) {
     int hs = C / NH;
     size_t psz = (size_t)G * T * C;
     #pragma omp parallel for schedule(static)
     for (int gt = 0; gt < G * T; gt++) {
         int g = gt / T, t = gt % T;
-        float* row = y + ((size_t)(b0 + g) * T + t) * ldy;
+        size_t row = ((size_t)(b0 + g) * T + t) * ldy;
         for (int j = 0; j < parts * NH; j++) {
             const float* s = h + (size_t)(j / NH) * psz + (((size_t)g * NH + j % NH) * T + t) * hs;
-            #pragma omp simd
-            for (int i = 0; i < hs; i++) { row[j * hs + i] = s[i]; }
+            if (y16 != NULL) {
+                #pragma omp simd
+                for (int i = 0; i < hs; i++) { y16[row + j * hs + i] = bf16_from_float(s[i]); }
+            } else {
+                #pragma omp simd
+                for (int i = 0; i < hs; i++) { y[row + j * hs + i] = s[i]; }
+            }
         }
     }
 }
 
-// attention_forward_fp32 with bf16 products. Kept for attention_backward_bf16: att16 (B, NH, T, T) the
+// attention_forward_fp32 with bf16 products; out (B, T, C) in bf16 (the next matmul's operand). Kept for
+// attention_backward_bf16: att16 (B, NH, T, T) the
 // probabilities in bf16 (zeros past the diagonal) and qkv16 (3, B, NH, T, hs) q, k, v rounded. qkv16 may
 // share qkv's memory (the trainer keeps them there: in bf16 the fp32 qkv has no reader after this): qkv is
 // read only before qkv16 is written. scratch (3, B, NH, T, hs) takes q, k, v rounded for the products.
-void attention_forward_bf16(float* out, bf16* att16, bf16* qkv16, const float* qkv, Bf16Attention* ba,
+void attention_forward_bf16(bf16* out, bf16* att16, bf16* qkv16, const float* qkv, Bf16Attention* ba,
                             bf16* scratch, int B, int T, int C, int NH) {
     int G = ba->group;
     size_t psz = (size_t)B * T * C;  // one part (q, k or v) of all sequences
@@ -736,7 +759,7 @@ void attention_forward_bf16(float* out, bf16* att16, bf16* qkv16, const float* q
             att_softmax_row(a16 + (size_t)ht * T, ba->s32 + (size_t)ht * T, ht % T, T, scale);
         }
         dnnl_gemm_run(&ba->prim[ATT_AV], a16, q + 2 * psz, ba->h32);
-        bf16_from_heads(out, ba->h32, b0, G, T, C, NH, 1, C);
+        bf16_from_heads(NULL, out, ba->h32, b0, G, T, C, NH, 1, C);
     }
     if (qkv16 != scratch) {
         size_t n = 3 * psz;
@@ -776,13 +799,16 @@ void attention_backward_bf16(float* dqkv, const float* dout, const bf16* qkv16, 
         }
         dnnl_gemm_run(&ba->prim[ATT_DQ], ba->ds16, k, dq);
         dnnl_gemm_run(&ba->prim[ATT_DK], ba->ds16, q, dk);
-        bf16_from_heads(dqkv, ba->h32, b0, G, T, C, NH, 3, 3 * C);
+        bf16_from_heads(dqkv, NULL, ba->h32, b0, G, T, C, NH, 3, 3 * C);
     }
 }
 
 // ----------------------------------------------------------------------------
 // one call per layer: each matmul and attention picks its precision. bf: the bf16 products to run, or
-// none (fp32: the reference, and every forward at a shape other than the allocated one)
+// none (fp32: the reference, and every forward at a shape other than the allocated one). In bf16 the
+// activations the products read are kept in bf16, as the GPU trainer keeps them, each in the first half of
+// its own fp32 tensor: their producers (layernorm_forward, gelu_forward, the attention) write them rounded,
+// and the linear layers read them there, forward and backward (half the bytes, and no rounding pass).
 
 // what a layer runs in bf16 (the model's gpt2_bf16 makes it): a linear layer's products at one depth, or
 // the attention's, with the model's scratch; all NULL: fp32
@@ -790,18 +816,18 @@ typedef struct {
     Bf16Linear* lin;   // matmul_*: the linear layer's primitives and weights
     int layer;         // its depth
     Bf16Attention* att; // attention_*: the attention's primitives
-    bf16* a;           // (N, max(4C, Vp)) scratch: a product's left operand (inp, dout); the attention's dout
-    bf16* b;           // (N, 4C) scratch: the dweight product's right operand (inp); the attention's qkv
-    void* packed;      // b packed for the dweight product
+    bf16* a;           // (N, max(4C, Vp)) scratch: the backward's dout in bf16 (a linear layer's, the attention's)
+    bf16* b;           // (N, 3C) scratch: the attention's q, k, v in bf16
+    void* packed;      // the dweight product's right operand (inp) packed
     int dout_ready;    // the backward's dout is in `a` already, in bf16 (the lm head's dlogits)
 } Bf16Op;
 
 // out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]; bias NULL: out is
-// overwritten (the lm head)
+// overwritten (the lm head). In bf16 inp's memory holds it in bf16.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
                     int N, int C, int OC, Bf16Op bf) {
     if (bf.lin != NULL) {
-        matmul_forward_bf16(out, inp, bf.lin, bf.layer, bias, residual, N, C, OC, bf.a);
+        matmul_forward_bf16(out, (const bf16*)inp, bf.lin, bf.layer, bias, residual, N, C, OC);
     } else if (bias == NULL) {
         PROF(PROF_GEMM, sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC));
     } else {
@@ -810,23 +836,26 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 // dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=
-// (dbias NULL: none)
+// (dbias NULL: none). In bf16 inp's memory holds it in bf16.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, Bf16Op bf) {
     if (bf.lin != NULL) {
-        matmul_backward_bf16(dinp, dweight, dbias, bf.dout_ready ? NULL : dout, inp, bf.lin, bf.layer, N, C, OC,
-                             bf.a, bf.b, bf.packed);
+        matmul_backward_bf16(dinp, dweight, dbias, bf.dout_ready ? NULL : dout, (const bf16*)inp, bf.lin, bf.layer,
+                             N, C, OC, bf.a, bf.packed);
     } else {
         matmul_backward_fp32(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
 }
 
-// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities. In bf16 the
-// backward's inputs are kept in bf16 in the same memory: att's first half holds the probabilities (B,NH,T,T),
-// qkv's first half q, k and v head by head (3,B,NH,T,hs); the fp32 qkv is gone.
+// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities. In bf16 out is
+// written in bf16, and the backward's inputs are kept in bf16 in the same memory: att's first half holds the
+// probabilities (B,NH,T,T), qkv's first half q, k and v head by head (3,B,NH,T,hs); the fp32 qkv is gone.
 void attention_forward(float* out, float* att, float* qkv, int B, int T, int C, int NH, Bf16Op bf) {
-    if (bf.att != NULL) { attention_forward_bf16(out, (bf16*)att, (bf16*)qkv, qkv, bf.att, bf.b, B, T, C, NH); }
-    else { attention_forward_fp32(out, att, qkv, B, T, C, NH); }
+    if (bf.att != NULL) {
+        attention_forward_bf16((bf16*)out, (bf16*)att, (bf16*)qkv, qkv, bf.att, bf.b, B, T, C, NH);
+        return;
+    }
+    attention_forward_fp32(out, att, qkv, B, T, C, NH);
 }
 
 // dqkv: (B,T,3C) overwritten from dout (B,T,C); scratch: (threads, T, T); in fp32 att is overwritten with
@@ -949,20 +978,20 @@ static void point_parameters(ParameterTensors* p, const size_t sizes[NUM_PARAMET
 #define NUM_ACTIVATION_TENSORS 23
 typedef struct {
     float* encoded;   // (B, T, C)
-    float* ln1;       // (L, B, T, C)
+    float* ln1;       // (L, B, T, C); in bf16 (at the allocated shape) in bf16, in each layer's first half
     float* ln1_mean;  // (L, B, T)
     float* ln1_rstd;  // (L, B, T)
     float* qkv;       // (L, B, T, 3*C); in bf16 each layer's first half holds q, k, v in bf16 (3, B, NH, T, hs)
     float* att;       // (L, B, NH, T, T) softmax probabilities; in bf16 each layer's first half, in bf16
-    float* atty;      // (L, B, T, C)
+    float* atty;      // (L, B, T, C); in bf16 in bf16, as ln1
     float* residual2; // (L, B, T, C)
-    float* ln2;       // (L, B, T, C)
+    float* ln2;       // (L, B, T, C); in bf16 in bf16, as ln1
     float* ln2_mean;  // (L, B, T)
     float* ln2_rstd;  // (L, B, T)
     float* fch;       // (L, B, T, 4*C)
-    float* fch_gelu;  // (L, B, T, 4*C)
+    float* fch_gelu;  // (L, B, T, 4*C); in bf16 in bf16, as ln1
     float* residual3; // (L, B, T, C)
-    float* lnf;       // (B, T, C)
+    float* lnf;       // (B, T, C); in bf16 in bf16, in its first half
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
     float* logits;    // (B, T, Vp); dlogits after a training forward or a backward in fp32 (unchanged in bf16)
@@ -1003,8 +1032,8 @@ typedef struct {
     int bf16;                 // 1: bf16 matmuls
     int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
     bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
-    bf16* bf16_a;             // (B*T, max(4C, Vp)) scratch: a GEMM's left operand (inp, dout, dlogits)
-    bf16* bf16_b;             // (B*T, 4C) scratch: the dweight GEMM's right operand (inp); the attention's qkv
+    bf16* bf16_a;             // (B*T, max(4C, Vp)) scratch: the backward's dout in bf16 (the lm head's dlogits)
+    bf16* bf16_b;             // (B*T, 3C) scratch: the attention's q, k, v in bf16
     void* bf16_b_packed;      // bf16_b packed for the dweight GEMM (the largest linear's need)
     float* ce_scratch;        // (num_threads, Vp) the cross-entropy's exps, a row per thread
     Bf16Linear lin[NUM_LINEARS]; // primitives and packed weights of qkv, attproj, fc, fcproj, lm head (wte)
@@ -1166,7 +1195,7 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     size_t wide = (size_t)(Vp > 4 * C ? Vp : 4 * C);
     model->params_bf16 = (bf16*)callocCheck(model->num_parameters, sizeof(bf16));  // filled by gpt2_bf16_sync
     model->bf16_a = (bf16*)mallocCheck((size_t)N * wide * sizeof(bf16));
-    model->bf16_b = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));
+    model->bf16_b = (bf16*)mallocCheck((size_t)N * 3 * C * sizeof(bf16));
     model->ce_scratch = (float*)mallocCheck((size_t)model->num_threads * Vp * sizeof(float));
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
     // Packed weights pay where one weight serves many rows, as the packing after each update costs about
@@ -1245,23 +1274,23 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
         float* fch = a.fch + l * ABT * 4 * C;
         float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
         float* residual3 = a.residual3 + l * ABT * C;
-        PROF(PROF_LAYERNORM, layernorm_forward(ln1, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
+        PROF(PROF_LAYERNORM, layernorm_forward(ln1, lp ? (bf16*)ln1 : NULL, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
                                                p.ln1w + l * C, p.ln1b + l * C, BT, C));
         matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
                        gpt2_bf16(model, lp, LIN_QKV, l));
         PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH, gpt2_bf16(model, lp, BF16_ATTENTION, l)));
         matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C,
                        gpt2_bf16(model, lp, LIN_ATTPROJ, l));
-        PROF(PROF_LAYERNORM, layernorm_forward(ln2, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
+        PROF(PROF_LAYERNORM, layernorm_forward(ln2, lp ? (bf16*)ln2 : NULL, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
                                                p.ln2w + l * C, p.ln2b + l * C, BT, C));
         matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
                        gpt2_bf16(model, lp, LIN_FC, l));
-        PROF(PROF_GELU, gelu_forward(fch_gelu, fch, BT * 4 * C));
+        PROF(PROF_GELU, gelu_forward(fch_gelu, lp ? (bf16*)fch_gelu : NULL, fch, BT * 4 * C));
         matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT,
                        4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
     }
     const float* last = a.residual3 + (L - 1) * ABT * C;
-    PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
+    PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, lp ? (bf16*)a.lnf : NULL, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
     matmul_forward(a.logits, a.lnf, p.wte, NULL, NULL, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
     model->dlogits_scale = 0.0f;

@@ -15,8 +15,8 @@
  * products mode (bf16): what the gemm and attention phases are made of, shape by shape. For each linear layer
  * of a step (at depth 0; the lm head) its three products alone (forward, dinp, dweight with the packing of
  * its right operand, each as the trainer chunks it) and its two layer calls whole (matmul_forward_bf16 and
- * matmul_backward_bf16: the products with the bf16 rounding of their operands, the bias, residual and bias
- * gradient); then the attention's six products alone and its two calls whole (the softmax, its backward
+ * matmul_backward_bf16: the products on the input kept in bf16, with the bias, residual, dout's rounding and
+ * the bias gradient); then the attention's six products alone and its two calls whole (the softmax, its backward
  * and the layout conversions with them). Each row: best of `reps` after one warm-up, in GFLOP/s of the
  * products' FLOPs as run (the attention's whole (T, T) squares), and as a share of the bf16 peak measured
  * right before and right after that row (the better of the two; a 2048^3 product, as bench_sgemm bf16): on
@@ -35,20 +35,21 @@ static double cpu_s(void) {
 }
 
 // The floor of each phase of a step: what it must move and compute at the least, for the step as the trainer
-// defines it: its tensors in the types it keeps them in (activations, gradients and AdamW's state in fp32; the
-// products' weights in bf16 under --precision bf16, with the lm head's dlogits and the attention's q, k, v and
-// probabilities), each input read once and each
-// output written once (an accumulation, +=, read and written); the copies made on the way (bf16 scratch,
+// defines it: its tensors in the types it keeps them in (activations, gradients and AdamW's state in fp32;
+// under --precision bf16 the products' weights in bf16, and the activations the products read: the linear
+// layers' inputs, the attention's q, k, v and probabilities, the lm head's dlogits), each input read once
+// and each output written once (an accumulation, +=, read and written); the copies made on the way (bf16 scratch,
 // packed weights, the fp32 attention's zeros above the diagonal) count for nothing. FLOPs: the products' only
 // (the attention's over the causal triangle); exps and the elementwise arithmetic are not counted, so a
 // phase whose time is set by them shows it in its ratio. The floor in seconds is max(bytes / bandwidth,
 // flops / peak), taken by scripts/bench.py with the bandwidth and peaks of the same run.
 typedef struct { double bytes, flops; } PhaseFloor;
 
-// a linear layer (N rows, C in, OC out, + residual or not): forward and backward
+// a linear layer (N rows, C in, OC out, + residual or not): forward and backward; wb: the bytes of a weight
+// and of an input as the products read them
 static void linear_floor(PhaseFloor* f, double N, double C, double OC, int residual, double wb) {
-    f->bytes += 4 * N * C + wb * OC * C + 4 * OC + (residual ? 4 * N * OC : 0) + 4 * N * OC;  // in, W, b, res -> out
-    f->bytes += 4 * N * OC + 4 * N * C + wb * OC * C + 4 * N * C + 8 * OC * C + 8 * OC;     // dout, in, W -> dinp, dW+=, db+=
+    f->bytes += wb * N * C + wb * OC * C + 4 * OC + (residual ? 4 * N * OC : 0) + 4 * N * OC;  // in, W, b, res -> out
+    f->bytes += 4 * N * OC + wb * N * C + wb * OC * C + 4 * N * C + 8 * OC * C + 8 * OC;     // dout, in, W -> dinp, dW+=, db+=
     f->flops += 6 * N * C * OC;
 }
 
@@ -66,22 +67,21 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
         linear_floor(f, N, 4 * C, C, 1, wb);      // fc projection, + residual
     }
     // lm head (wte, no bias): lnf -> logits; dlogits (bf16 under --precision bf16), lnf, wte -> dlnf, dwte +=
-    f->bytes += 4 * N * C + wb * Vp * C + 4 * N * Vp;
-    f->bytes += (bf16_on ? 2 : 4) * N * Vp + 4 * N * C + wb * Vp * C + 4 * N * C + 8 * Vp * C;
+    f->bytes += wb * N * C + wb * Vp * C + 4 * N * Vp;
+    f->bytes += wb * N * Vp + wb * N * C + wb * Vp * C + 4 * N * C + 8 * Vp * C;
     f->flops += 6 * N * C * Vp;
     // attention: qkv -> out and the probabilities (the triangle), and under --precision bf16 q, k, v kept in
     // bf16 with them; dout, q, k, v, probabilities -> dqkv; six products
-    double ab = bf16_on ? 2 : 4;  // the kept probabilities' (and q, k, v's) bytes
-    floors[PROF_ATTENTION].bytes = L * ((4 * N * 3 * C + 4 * N * C + ab * heads * tri + (bf16_on ? 2 * N * 3 * C : 0))
-                                        + (4 * N * C + ab * N * 3 * C + ab * heads * tri + 4 * N * 3 * C));
+    floors[PROF_ATTENTION].bytes = L * ((4 * N * 3 * C + wb * N * C + wb * heads * tri + (bf16_on ? 2 * N * 3 * C : 0))
+                                        + (4 * N * C + wb * N * 3 * C + wb * heads * tri + 4 * N * 3 * C));
     floors[PROF_ATTENTION].flops = L * 6 * 2 * heads * (C / c->num_heads) * tri;
     // 2L + 1 layernorms: x -> out, mean, rstd; dout, x, mean, rstd, w -> dx +=, dw +=, db +=
-    floors[PROF_LAYERNORM].bytes = (2 * L + 1) * ((4 * N * C + 8 * C + 4 * N * C + 8 * N)
+    floors[PROF_LAYERNORM].bytes = (2 * L + 1) * ((4 * N * C + 8 * C + wb * N * C + 8 * N)
                                                   + (4 * N * C + 4 * N * C + 8 * N + 4 * C + 8 * N * C + 16 * C));
     // GELU over (N, 4C): in -> out; in, dout -> din (in place)
-    floors[PROF_GELU].bytes = L * (2 * 16 * N * C + 3 * 16 * N * C);
+    floors[PROF_GELU].bytes = L * (16 * N * C + wb * 4 * N * C + 3 * 16 * N * C);
     // cross-entropy: the V real logits and the targets -> losses, lse, dlogits (N, Vp)
-    floors[PROF_CROSSENTROPY].bytes = 4 * N * V + 4 * N + 8 * N + (bf16_on ? 2 : 4) * N * Vp;
+    floors[PROF_CROSSENTROPY].bytes = 4 * N * V + 4 * N + 8 * N + wb * N * Vp;
     // encoder: ids, wte rows, wpe rows -> encoded; dout -> dwte rows +=, dwpe rows +=
     floors[PROF_ENCODER].bytes = (4 * N + 4 * N * C + 4 * T * C + 4 * N * C) + (4 * N * C + 8 * N * C + 8 * T * C);
     floors[PROF_GRAD_NORM].bytes = 4.0 * P;
@@ -132,6 +132,7 @@ typedef struct {
     int part;           // PART_*
     int N, C, OC, B, T;
     float *out, *inp, *dout, *dinp, *dweight, *dbias, *bias, *residual;
+    bf16* in16;         // a linear layer's input as its producer keeps it, in bf16
 } Item;
 enum { PART_FWD, PART_DINP, PART_DWEIGHT, PART_FWD_CALL, PART_BWD_CALL, PART_ATT_FWD, PART_ATT_BWD,
        PART_ATT_FWD_CALL, PART_ATT_BWD_CALL };
@@ -159,7 +160,7 @@ static void run_item(Item* it) {
             }
         }
         if (it->part == PART_ATT_FWD_CALL) {
-            attention_forward_bf16(it->out, att16, qkv16, it->inp, ba, m->bf16_b, it->B, it->T, it->C, NH);
+            attention_forward_bf16((bf16*)it->out, att16, qkv16, it->inp, ba, m->bf16_b, it->B, it->T, it->C, NH);
         } else if (it->part == PART_ATT_BWD_CALL) {
             attention_backward_bf16(it->dinp, it->dout, qkv16, att16, ba, m->bf16_a, it->B, it->T, it->C, NH);
         }
@@ -167,11 +168,11 @@ static void run_item(Item* it) {
     }
     Bf16Linear* lin = &m->lin[it->which];
     int N = it->N, C = it->C;
-    bf16 *a = m->bf16_a, *b = m->bf16_b;
+    bf16 *a = m->bf16_a, *in16 = it->in16;
     switch (it->part) {
     case PART_FWD:
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-            dnnl_gemm_run(&lin->fwd, a + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0), it->out + (size_t)r0 * it->OC);
+            dnnl_gemm_run(&lin->fwd, in16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0), it->out + (size_t)r0 * it->OC);
         }
         break;
     case PART_DINP:
@@ -182,7 +183,7 @@ static void run_item(Item* it) {
     case PART_DWEIGHT: {
         void* packed[2] = {m->bf16_b_packed, (char*)m->bf16_b_packed + lin->act_bytes[0]};
         for (int k = 0; k < 2; k++) {
-            if (lin->act_bytes[k] > 0) { dnnl_gemm_pack_b(&lin->dweight[k], b, packed[k]); }
+            if (lin->act_bytes[k] > 0) { dnnl_gemm_pack_b(&lin->dweight[k], in16, packed[k]); }
         }
         for (int c = 0; c < lin->nchunks; c++) {
             dnnl_gemm_run(&lin->dweight[bf16_chunk_kind(lin, c)], a + (size_t)c * lin->chunk,
@@ -191,11 +192,11 @@ static void run_item(Item* it) {
         break;
     }
     case PART_FWD_CALL:
-        matmul_forward_bf16(it->out, it->inp, lin, 0, it->bias, it->residual, N, C, it->OC, a);
+        matmul_forward_bf16(it->out, in16, lin, 0, it->bias, it->residual, N, C, it->OC);
         break;
     default:
-        matmul_backward_bf16(it->dinp, it->dweight, it->dbias, it->which == LIN_LM ? NULL : it->dout, it->inp, lin, 0,
-                             N, C, it->OC, a, b, m->bf16_b_packed);
+        matmul_backward_bf16(it->dinp, it->dweight, it->dbias, it->which == LIN_LM ? NULL : it->dout, in16, lin, 0,
+                             N, C, it->OC, a, m->bf16_b_packed);
     }
 }
 
@@ -224,6 +225,8 @@ static int bench_products(int depth, int B, int T, int reps, const char* only) {
     float* dbias = (float*)mallocCheck((size_t)Vp * sizeof(float));
     float* bias = (float*)mallocCheck((size_t)Vp * sizeof(float));
     for (size_t i = 0; i < wide; i++) { f32[i] = 0.01f * (float)((int)(i % 17) - 8); }
+    bf16* in16 = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));  // the widest input: fcproj's
+    for (size_t i = 0; i < (size_t)N * 4 * C; i++) { in16[i] = bf16_from_float(f32[i]); }
     for (int i = 0; i < Vp; i++) { bias[i] = 0.001f * (float)(i % 11); }
     static const char* names[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj", "lm head"};
     int ins[NUM_LINEARS] = {C, C, C, 4 * C, C}, outs[NUM_LINEARS] = {3 * C, C, 4 * C, C, Vp};
@@ -239,12 +242,12 @@ static int bench_products(int depth, int B, int T, int reps, const char* only) {
     for (int w = 0; w < NUM_LINEARS; w++) {
         for (int part = PART_FWD; part <= PART_BWD_CALL; part++) {
             Item it = {&model, w, part, N, ins[w], outs[w], B, T, out, f32, f32, dinp, dweight,
-                       w == LIN_LM ? NULL : dbias, w == LIN_LM ? NULL : bias, res[w] ? f32 : NULL};
+                       w == LIN_LM ? NULL : dbias, w == LIN_LM ? NULL : bias, res[w] ? f32 : NULL, in16};
             items[n_items++] = it;
         }
     }
     for (int part = PART_ATT_FWD; part <= PART_ATT_BWD_CALL; part++) {
-        Item it = {&model, BF16_ATTENTION, part, N, C, C, B, T, out, f32, f32, dinp, NULL, NULL, NULL, NULL};
+        Item it = {&model, BF16_ATTENTION, part, N, C, C, B, T, out, f32, f32, dinp, NULL, NULL, NULL, NULL, NULL};
         items[n_items++] = it;
     }
     static const char* part_names[] = {"forward product", "dinp product", "dweight product (+ packing inp)",
@@ -287,7 +290,7 @@ static int bench_products(int depth, int B, int T, int reps, const char* only) {
         double gf = flops / best / 1e9;
         printf("| %s | %s | %.4g | %.1f | %.1f | %.1f%% |\n", name, shape, best * 1e3, gf, pk, 100.0 * gf / pk);
     }
-    free(out); free(dinp); free(dweight); free(f32); free(dbias); free(bias); free(x);
+    free(out); free(dinp); free(dweight); free(f32); free(dbias); free(bias); free(x); free(in16);
     free(probe.a); free(probe.b); free(probe.c);
     dnnl_gemm_destroy(&probe.g);
     gpt2_free(&model);

@@ -58,8 +58,9 @@ static void check_linear(int N, int C, int OC, int with_residual, int pack_w, in
     bf16_linear_create(&lin, N, C, OC, 1, w16, 1, pack_w, chunk);
     bf16_linear_pack(&lin);
     void* packed = aligned_alloc(64, bf16_linear_act_bytes(&lin));
-    matmul_forward_bf16(out, inp, &lin, 0, bias, with_residual ? res : NULL, N, C, OC, s1);
-    matmul_backward_bf16(dinp, dw, db, dout, inp, &lin, 0, N, C, OC, s1, s2, packed);
+    for (size_t i = 0; i < (size_t)N * C; i++) { s2[i] = bf16_from_float(inp[i]); }  // as its producer keeps it
+    matmul_forward_bf16(out, s2, &lin, 0, bias, with_residual ? res : NULL, N, C, OC);
+    matmul_backward_bf16(dinp, dw, db, dout, s2, &lin, 0, N, C, OC, s1, packed);
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) {  // out = inp @ w^T + bias (+ res)
             double exact = bias[o] + (with_residual ? res[(size_t)n * OC + o] : 0.0), s = 0.0;
@@ -169,8 +170,8 @@ static double rel_err(const float* x, const float* r, size_t n) {
 }
 
 // The attention with its products in bf16 against the fp32 attention (which test_gradcheck checks against
-// finite differences), forward and backward, on random q, k, v and dout: the probabilities, out and dqkv
-// within 2^-6 norm-wise. bf16 rounds q, k, v, the probabilities, dout and d(scores), each by at most 2^-9
+// finite differences), forward and backward, on random q, k, v and dout: the probabilities, out (itself
+// rounded to bf16, the next matmul's operand) and dqkv within 2^-6 norm-wise. bf16 rounds q, k, v, the probabilities, dout and d(scores), each by at most 2^-9
 // relative, and a result goes through two or three of them (the scores' error also moves the softmax, and
 // the backward's softmax runs on the rounded probabilities); a wrong block, mask or scale moves them by O(1).
 // And not equal: bf16 is in use. Then the trainer's form: q, k, v kept in qkv's own memory, in groups of
@@ -182,7 +183,8 @@ static void check_attention(int B, int T, int C, int NH) {
     float* dout = rand_buf(nc, 1.0f);
     float* out32 = (float*)malloc(nc * sizeof(float));
     float* out16 = (float*)malloc(nc * sizeof(float));
-    float* out16g = (float*)malloc(nc * sizeof(float));
+    bf16* o16 = (bf16*)malloc(nc * sizeof(bf16));
+    bf16* o16g = (bf16*)malloc(nc * sizeof(bf16));
     float* att32 = (float*)malloc(na * sizeof(float));
     float* att16f = (float*)malloc(na * sizeof(float));
     bf16* att16 = (bf16*)malloc(na * sizeof(bf16));
@@ -200,8 +202,9 @@ static void check_attention(int B, int T, int C, int NH) {
     bf16_attention_create(&ba, 1, T, C, NH);
     bf16_attention_create(&bag, B, T, C, NH);
     attention_forward_fp32(out32, att32, qkv, B, T, C, NH);
-    attention_forward_bf16(out16, att16, kept, qkv, &ba, scr, B, T, C, NH);
+    attention_forward_bf16(o16, att16, kept, qkv, &ba, scr, B, T, C, NH);
     for (size_t i = 0; i < na; i++) { att16f[i] = bf16_to_float(att16[i]); }
+    for (size_t i = 0; i < nc; i++) { out16[i] = bf16_to_float(o16[i]); }
     double e_att = rel_err(att16f, att32, na), e_out = rel_err(out16, out32, nc);
     memset(scr, 0x7f, n3 * sizeof(bf16));  // the backward takes nothing from the forward's scratch
     memset(ba.s32, 0x7f, (size_t)NH * T * T * sizeof(float));
@@ -216,15 +219,15 @@ static void check_attention(int B, int T, int C, int NH) {
     cr_assert_gt(e_out, 1e-5, "bf16 and fp32 attention agree to %g: is bf16 used?", e_out);
     cr_assert_gt(e_d, 1e-5, "bf16 and fp32 attention gradients agree to %g: is bf16 used?", e_d);
     // the trainer's form: kept in qkv's memory, all B sequences per call
-    attention_forward_bf16(out16g, att16g, (bf16*)shared, shared, &bag, scr, B, T, C, NH);
+    attention_forward_bf16(o16g, att16g, (bf16*)shared, shared, &bag, scr, B, T, C, NH);
     attention_backward_bf16(dqkv16g, dout, (bf16*)shared, att16g, &bag, dout_16, B, T, C, NH);
     cr_assert(memcmp(att16g, att16, na * sizeof(bf16)) == 0, "B=%d T=%d: grouped probabilities differ", B, T);
     cr_assert(memcmp(shared, kept, n3 * sizeof(bf16)) == 0, "B=%d T=%d: q, k, v kept in place differ", B, T);
-    cr_assert(memcmp(out16g, out16, nc * sizeof(float)) == 0, "B=%d T=%d: grouped out differs", B, T);
+    cr_assert(memcmp(o16g, o16, nc * sizeof(bf16)) == 0, "B=%d T=%d: grouped out differs", B, T);
     cr_assert(memcmp(dqkv16g, dqkv16, n3 * sizeof(float)) == 0, "B=%d T=%d: grouped dqkv differs", B, T);
     bf16_attention_destroy(&ba);
     bf16_attention_destroy(&bag);
-    free(qkv); free(dout); free(out32); free(out16); free(out16g); free(att32); free(att16f); free(att16);
+    free(qkv); free(dout); free(out32); free(out16); free(o16); free(o16g); free(att32); free(att16f); free(att16);
     free(att16g); free(dqkv32); free(dqkv16); free(dqkv16g); free(scratch); free(kept); free(scr); free(dout_16);
     free(shared);
 }
@@ -237,6 +240,33 @@ Test(bf16_matmul, attention_products_within_bf16_rounding) {
     cr_assert_eq(bf16_attention_group(8, 256, 12), 1, "d12 T=256: one sequence per call");
     cr_assert_eq(bf16_attention_group(8, 64, 12), 8, "d12 T=64: all eight");
     cr_assert_eq(bf16_attention_group(12, 128, 12), 4, "the largest divisor of B that fits");
+}
+
+// The producers of the activations the linear layers read (LayerNorm, GELU) write them in bf16 under
+// --precision bf16: each value is the fp32 path's, rounded to nearest even, bit for bit, as the matmuls
+// rounded them before they were kept in bf16.
+Test(bf16_activations, layernorm_and_gelu_write_the_fp32_values_rounded) {
+    int N = 37, C = 72;
+    size_t n = (size_t)N * C;
+    float* x = rand_buf(n, 3.0f);
+    float* w = rand_buf(C, 1.0f);
+    float* b = rand_buf(C, 0.5f);
+    float* out = (float*)malloc(n * sizeof(float));
+    bf16* out16 = (bf16*)malloc(n * sizeof(bf16));
+    float *m = (float*)malloc(N * sizeof(float)), *r = (float*)malloc(N * sizeof(float));
+    float *m16 = (float*)malloc(N * sizeof(float)), *r16 = (float*)malloc(N * sizeof(float));
+    layernorm_forward(out, NULL, m, r, x, w, b, N, C);
+    layernorm_forward(NULL, out16, m16, r16, x, w, b, N, C);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(out16[i], bf16_from_float(out[i]), "layernorm [%zu]: %04x vs %g", i, out16[i], out[i]);
+    }
+    cr_assert(memcmp(m, m16, N * sizeof(float)) == 0 && memcmp(r, r16, N * sizeof(float)) == 0, "layernorm's mean, rstd");
+    gelu_forward(out, NULL, x, n);
+    gelu_forward(NULL, out16, x, n);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(out16[i], bf16_from_float(out[i]), "gelu [%zu]: %04x vs %g", i, out16[i], out[i]);
+    }
+    free(x); free(w); free(b); free(out); free(out16); free(m); free(r); free(m16); free(r16);
 }
 
 Test(bf16_matmul, bf16_is_really_used) {
@@ -254,7 +284,8 @@ Test(bf16_matmul, bf16_is_really_used) {
     memset(&lin, 0, sizeof(lin));
     bf16_linear_create(&lin, N, C, OC, 1, w16, 1, 0, BF16_CHUNK);
     matmul_forward_fp32(o32, inp, w, zero, NULL, N, C, OC);
-    matmul_forward_bf16(o16, inp, &lin, 0, zero, NULL, N, C, OC, s);
+    for (size_t i = 0; i < (size_t)N * C; i++) { s[i] = bf16_from_float(inp[i]); }
+    matmul_forward_bf16(o16, s, &lin, 0, zero, NULL, N, C, OC);
     double maxdiff = 0.0;
     for (size_t i = 0; i < (size_t)N * OC; i++) { maxdiff = fmax(maxdiff, fabs(o32[i] - o16[i])); }
     cr_assert_gt(maxdiff, 1e-3, "bf16 and fp32 outputs agree to %g: is bf16 used?", maxdiff);

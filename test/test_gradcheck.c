@@ -140,7 +140,7 @@ Test(gradcheck, encoder) {
 // layernorm over C with weight and bias, N = B*T rows
 static double layernorm_f(void* p) {
     Ctx* c = (Ctx*)p;
-    layernorm_forward(c->out, c->s1, c->s2, c->a, c->b, c->c, N_, C_);
+    layernorm_forward(c->out, NULL, c->s1, c->s2, c->a, c->b, c->c, N_, C_);
     return project(c->out, c->w, c->nout);
 }
 
@@ -292,7 +292,7 @@ Test(gradcheck, attention_blocks) {
 // tanh GELU, elementwise
 static double gelu_f(void* p) {
     Ctx* c = (Ctx*)p;
-    gelu_forward(c->out, c->a, c->nout);
+    gelu_forward(c->out, NULL, c->a, c->nout);
     return project(c->out, c->w, c->nout);
 }
 
