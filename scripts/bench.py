@@ -20,7 +20,8 @@ on) and the faster of torch threads x OpenBLAS threads N x N and 1 x N (1 x 1 le
 core idle; 1 x N was PyTorch's fastest on 2 cores), --torch-steps steps each (the slow part of the run).
 Random-init models and random tokens (speed only). FLOPs/token = 6N + 6LCT; MFU = tok/s * FLOPs/token / peak.
 bf16 (where train_gpt2 was built with oneDNN): the same configs with --precision bf16 right after each fp32
-run, their MFU against the bf16 matmul peak (oneDNN, 2048^3, fp32 out, same threads: bench_sgemm ... bf16),
+run, their MFU against the bf16 matmul peak (oneDNN, 2048^3, fp32 out, same threads, the better of B read as
+it is and B packed as the trainer packs its weights: bench_sgemm ... bf16),
 and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) at its best thread setting as their peer.
 Each profile row also against its floor: per phase, max(the bytes it must move / the memory bandwidth, its
 products' FLOPs / the matmul peak of its precision), the bandwidth measured in this run too (bench_sgemm ...
@@ -133,7 +134,8 @@ def main():
     sg16 = None if a.no_bf16 else run_json_or_none(["build/bench_sgemm", n, "5", "bf16"], env)
     peak16 = sg16["gflops"] if sg16 else 0.0
     if sg16:
-        print(f"{sg16['blas']} {n}^3, {a.threads} threads: {peak16:.1f} GFLOP/s", flush=True)
+        print(f"{sg16['blas']} {n}^3, {a.threads} threads: {peak16:.1f} GFLOP/s (B as it is "
+              f"{sg16.get('gflops_plain', peak16):.1f}, B packed {sg16.get('gflops_packed', peak16):.1f})", flush=True)
     bw = run_json(["build/bench_sgemm", str(a.bw_mib), "5", "bandwidth"], env)
     print(f"memory bandwidth (a += s*b over 2 x {bw['mib']} MiB, {a.threads} threads): {bw['gbs']:.1f} GB/s", flush=True)
     over, over16 = None, None

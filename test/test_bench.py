@@ -58,6 +58,15 @@ def gflops_after(text, prefix):
 
 
 @test
+def the_bf16_peak_is_the_better_of_b_plain_and_b_packed():
+    if not DEFAULT16:
+        return
+    r = sgemm(["128", "2", "bf16"])
+    assert r["gflops_plain"] > 0 and r["gflops_packed"] > 0, r
+    assert abs(r["gflops"] - max(r["gflops_plain"], r["gflops_packed"])) < 0.02, r
+
+
+@test
 def nothing_set_reports_the_trainers_choice_and_no_override():
     out = bench(["--peaks-only"])
     assert f"BLAS: {DEFAULT['blas']}: the trainer's own choice" in out, out
