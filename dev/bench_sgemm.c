@@ -6,8 +6,8 @@
  * bf16: the bf16 peak instead, as train_gpt2 --precision bf16 multiplies: oneDNN's matmul with bf16
  * operands and fp32 output, on omp_get_max_threads() threads (llmc/cpu_dnnl.h), A row-major and B read
  * transposed, once as it is (through strides) and once packed into the layout oneDNN asks for (as the
- * trainer packs its weights; the reorder is not timed): the peak is the better of the two (the packed one
- * ran 1.14x the plain one on an AMX Xeon, and the step's own products beat the plain one), both reported.
+ * trainer packs its weights; the reorder is not timed): the peak is the better of the two, both reported
+ * (on an AMX Xeon the packed one is the faster, and the step's own products beat the plain one).
  * bandwidth: the memory bandwidth instead, as `make bench` sets the floors of a step's phases against it:
  * a += s*b over two arrays of n MiB each (n 0: four times the last-level cache, at least 256 MiB, so that
  * neither fits in it), on the same threads, bytes counted as 3 x 4 per element (a read, b read, a written;
