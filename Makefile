@@ -106,11 +106,12 @@ bench-threads: $(BUILD)/bench_gpt2
 	scripts/bench_threads.sh 6 8 256 5 $(BENCH_THREADS)
 
 # the bf16 products shape by shape, alone and inside their layer calls, each against the bf16 peak probed
-# beside it (d12 at B=4 T=64 and B=8 T=256; about a minute)
+# beside it (make bench's three configs: d12 at B=4 T=64 and B=8 T=256, d6 at B=8 T=256; about a minute)
 .PHONY: bench-products
 bench-products: $(BUILD)/bench_gpt2
 	OMP_NUM_THREADS=$(BENCH_THREADS) $(BUILD)/bench_gpt2 products 12 4 64
 	OMP_NUM_THREADS=$(BENCH_THREADS) $(BUILD)/bench_gpt2 products 12 8 256
+	OMP_NUM_THREADS=$(BENCH_THREADS) $(BUILD)/bench_gpt2 products 6 8 256
 
 # ---- section: data / tokenizer ----
 # ./tokenize (GPT-2 BPE: encode/decode/ids/vocab), its tests, and `make bench-tokenizer`
