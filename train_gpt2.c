@@ -740,10 +740,10 @@ static void bf16_from_heads(float* y, bf16* y16, const float* h, int b0, int G, 
 }
 
 // attention_forward_fp32 with bf16 products; out (B, T, C) in bf16 (the next matmul's operand). Kept for
-// attention_backward_bf16: att16 (B, NH, T, T) the
-// probabilities in bf16 (zeros past the diagonal) and qkv16 (3, B, NH, T, hs) q, k, v rounded. qkv16 may
-// share qkv's memory (the trainer keeps them there: in bf16 the fp32 qkv has no reader after this): qkv is
-// read only before qkv16 is written. scratch (3, B, NH, T, hs) takes q, k, v rounded for the products.
+// attention_backward_bf16: att16 (B, NH, T, T) the probabilities in bf16 (zeros past the diagonal) and qkv16
+// (3, B, NH, T, hs) q, k, v rounded. qkv16 may share qkv's memory (the trainer keeps them there: in bf16 the
+// fp32 qkv has no reader after this): qkv is read only before qkv16 is written. scratch (3, B, NH, T, hs)
+// takes q, k, v rounded for the products.
 void attention_forward_bf16(bf16* out, bf16* att16, bf16* qkv16, const float* qkv, Bf16Attention* ba,
                             bf16* scratch, int B, int T, int C, int NH) {
     int G = ba->group;
