@@ -1199,16 +1199,18 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     model->ce_scratch = (float*)mallocCheck((size_t)model->num_threads * Vp * sizeof(float));
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
     // Packed weights pay where one weight serves many rows, as the packing after each update costs about
-    // what the matmul's own copying costs per call: the lm head's always (Vp x C; its products are a
-    // large share of a bf16 step), the layers' from 4096 rows (B*T) on: below that, packing the layers'
-    // costs about what it saves (docs/benchmark.md).
-    int pack_layers = N >= 4096;
+    // what the matmul's own copying costs per call: the lm head's (Vp x C; its products are a large share
+    // of a bf16 step) on avx512_bf16 CPUs, but not with AMX, whose products ran as fast on the plain
+    // weights, so the packing was only a cost; the layers' from 4096 rows (B*T) on: below that, packing
+    // the layers' costs about what it saves (docs/benchmark.md). On AMX the lm head's single dinp product
+    // (below 1024 rows: K = Vp) sums in another order plain than packed: bf16 runs there moved in the 6th digit.
+    int pack_layers = N >= 4096, pack_lm = !dnnl_isa_amx();
     bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, pack_layers, BF16_CHUNK);
     // the lm head in pieces from 1024 rows on: at 256 rows one product was as fast or faster (docs/benchmark.md)
-    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, 1, N >= 1024 ? BF16_CHUNK : Vp);  // tied to wte
+    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, pack_lm, N >= 1024 ? BF16_CHUNK : Vp);  // tied to wte
     #undef W16
     int NH = model->config.num_heads;
     bf16_attention_create(&model->att16, bf16_attention_group(model->batch_size, model->seq_len, NH), model->seq_len, C, NH);

@@ -223,6 +223,9 @@ static inline void dnnl_gemm_destroy(DnnlGemm* g) {
     memset(g, 0, sizeof(*g));
 }
 
+// 1: oneDNN's bf16 products run on AMX tiles
+static inline int dnnl_isa_amx(void) { return dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx; }
+
 // the ISA oneDNN dispatches to, for the start-up table
 static inline const char* dnnl_isa_name(void) {
     switch (dnnl_get_effective_cpu_isa()) {
@@ -250,6 +253,7 @@ static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { (void)g; return
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) { (void)g; (void)B; (void)packed; }
 static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) { (void)g; (void)A; (void)B; (void)C; }
 static inline void dnnl_gemm_destroy(DnnlGemm* g) { (void)g; }
+static inline int dnnl_isa_amx(void) { return 0; }
 static inline const char* dnnl_isa_name(void) { return "no oneDNN"; }
 #endif // LLMC_DNNL
 
