@@ -78,7 +78,8 @@ static inline void dnnl_context_init(void) {
 // layout the primitive asks for (dnnl_gemm_packed_bytes of it). A matmul given a plain B copies it into that
 // layout itself, in pieces, on every call; packed once, a weight serves a whole step. The results are bit
 // for bit those of the plain B (measured on oneDNN 2.6: B's layout changes where the values are read from,
-// not the order of the sums; a transposed A does change it, so A stays as given).
+// not the order of the sums; a transposed A does change it, so A stays as given), except on AMX for a K as
+// long as a vocabulary, where the plain B's sums go in another order.
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
