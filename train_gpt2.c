@@ -1203,7 +1203,7 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     // of a bf16 step) on avx512_bf16 CPUs, but not with AMX, whose products ran as fast on the plain
     // weights, so the packing was only a cost; the layers' from 4096 rows (B*T) on: below that, packing
     // the layers' costs about what it saves (docs/benchmark.md). On AMX the lm head's single dinp product
-    // (below 1024 rows: K = Vp) sums in another order plain than packed: bf16 runs there moved in the 6th digit.
+    // (below 1024 rows: K = Vp) sums in another order plain than packed: bf16 losses there move by about 1e-5.
     int pack_layers = N >= 4096, pack_lm = !dnnl_isa_amx();
     bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers, BF16_CHUNK);
