@@ -26,6 +26,7 @@
  */
 #define TESTING
 #include "../train_gpt2.c"
+#include "bf16_peak.h"
 
 // CPU time of the whole process (all threads)
 static double cpu_s(void) {
@@ -97,44 +98,12 @@ static int cmp_double(const void* a, const void* b) {
 
 // ---- products mode
 
-typedef struct {
-    DnnlGemm g[2];   // B read as it is, B packed
-    bf16 *a, *b;
-    void* packed;
-    float* c;
-} PeakProbe;
-
-// the bf16 peak as bench_sgemm bf16 measures it (2048^3, B plain and B packed, the better; best of 3 after a
-// warm-up each), in GFLOP/s
-static double peak_probe(PeakProbe* p) {
-    const int n = 2048;
-    if (p->a == NULL) {
-        size_t nn = (size_t)n * n;
-        p->a = (bf16*)mallocCheck(nn * sizeof(bf16));
-        p->b = (bf16*)mallocCheck(nn * sizeof(bf16));
-        p->c = (float*)mallocCheck(nn * sizeof(float));
-        for (size_t i = 0; i < nn; i++) { p->a[i] = bf16_from_float((float)(i % 7) * 0.1f); p->b[i] = bf16_from_float((float)(i % 5) * 0.1f); }
-        memset(p->g, 0, sizeof(p->g));
-        for (int k = 0; k < 2; k++) { dnnl_gemm_create(&p->g[k], 0, 1, n, n, n, n, n, n, 0, k); }
-        p->packed = aligned_alloc(64, (dnnl_gemm_packed_bytes(&p->g[1]) + 63) / 64 * 64);
-        if (p->packed == NULL) { fatal("products: out of memory for the peak probe"); }
-        dnnl_gemm_pack_b(&p->g[1], p->b, p->packed);
-    }
-    double best = 1e30;
-    for (int k = 0; k < 2; k++) {
-        for (int r = 0; r <= 3; r++) {
-            double t0 = clock_seconds();
-            dnnl_gemm_run(&p->g[k], p->a, k ? p->packed : p->b, p->c);
-            double dt = clock_seconds() - t0;
-            if (r > 0 && dt < best) { best = dt; }
-        }
-    }
-    return 2.0 * n * (double)n * n / best / 1e9;
-}
-
-static void peak_probe_free(PeakProbe* p) {
-    free(p->a); free(p->b); free(p->c); free(p->packed);
-    for (int k = 0; k < 2; k++) { dnnl_gemm_destroy(&p->g[k]); }
+// the bf16 peak as bench_sgemm bf16 measures it (dev/bf16_peak.h: 2048^3, the better of B plain and B packed,
+// best of 3 after a warm-up each), in GFLOP/s; made on the first call
+static double peak_probe(Bf16Peak* p) {
+    if (p->a == NULL) { bf16_peak_init(p, 2048); }
+    double gflops[2];
+    return bf16_peak_measure(p, 3, gflops, NULL);
 }
 
 // one kind of work of the step, run by run_item(which, ctx)
@@ -243,7 +212,7 @@ static int bench_products(int depth, int B, int T, int reps, const char* only) {
     static const char* names[NUM_LINEARS] = {"qkv", "attproj", "fc", "fcproj", "lm head"};
     int ins[NUM_LINEARS] = {C, C, C, 4 * C, C}, outs[NUM_LINEARS] = {3 * C, C, 4 * C, C, Vp};
     int res[NUM_LINEARS] = {0, 1, 0, 1, 0};
-    PeakProbe probe;
+    Bf16Peak probe;
     memset(&probe, 0, sizeof(probe));
     printf("d%d B=%d T=%d (%d rows), bf16 on %s, %d threads; ms per call, best of %d batches; GFLOP/s of the products' FLOPs, and %% of the "
            "bf16 peak probed right before and after each row (the better; 2048^3, B plain or packed)\n\n",
@@ -303,7 +272,7 @@ static int bench_products(int depth, int B, int T, int reps, const char* only) {
         printf("| %s | %s | %.4g | %.1f | %.1f | %.1f%% |\n", name, shape, best * 1e3, gf, pk, 100.0 * gf / pk);
     }
     free(out); free(dinp); free(dweight); free(f32); free(dbias); free(bias); free(x); free(in16);
-    peak_probe_free(&probe);
+    bf16_peak_free(&probe);
     gpt2_free(&model);
     return 0;
 }

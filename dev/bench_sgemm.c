@@ -3,11 +3,9 @@
  * 2048x2048x2048, best of N runs after one warm-up, with the thread count OpenBLAS is given through the
  * environment (OPENBLAS_NUM_THREADS / OMP_NUM_THREADS), the same as the trainer's, and the same kernel
  * (llmc/cpu_blas.h). Prints one JSON line, with the BLAS and its core.
- * bf16: the bf16 peak instead, as train_gpt2 --precision bf16 multiplies: oneDNN's matmul with bf16
- * operands and fp32 output, on omp_get_max_threads() threads (llmc/cpu_dnnl.h), A row-major and B read
- * transposed, once as it is (through strides) and once packed into the layout oneDNN asks for (as the
- * trainer packs its weights; the reorder is not timed): the peak is the better of the two, both reported
- * (on an AMX Xeon the packed one is the faster, and the step's own products beat the plain one).
+ * bf16: the bf16 peak instead, as train_gpt2 --precision bf16 multiplies (dev/bf16_peak.h: oneDNN, bf16
+ * operands, fp32 output, B plain and B packed, the better of the two; both reported), on
+ * omp_get_max_threads() threads.
  * bandwidth: the memory bandwidth instead, as `make bench` sets the floors of a step's phases against it:
  * a += s*b over two arrays of n MiB each (n 0: four times the last-level cache, at least 256 MiB, so that
  * neither fits in it), on the same threads, bytes counted as 3 x 4 per element (a read, b read, a written;
@@ -24,6 +22,7 @@
 #include "llmc/cpu_blas.h"
 #include "llmc/cpu_dnnl.h"
 #include "llmc/utils.h"  // clock_seconds: the one monotonic clock
+#include "dev/bf16_peak.h"  // the bf16 peak (bf16 mode)
 
 // a += s*b over n floats, best of repeats after one warm-up; prints one JSON line
 static int bench_bandwidth(int mib, int repeats) {
@@ -63,7 +62,18 @@ int main(int argc, char** argv) {
         fprintf(stderr, "usage: %s [n > 0] [repeats > 0] [fp32|bf16|bandwidth (n MiB, 0: auto)]\n", argv[0]);
         return 1;
     }
-    if (bf16_mode && !dnnl_available()) { fprintf(stderr, "error: bf16: this build has no oneDNN (install libdnnl-dev)\n"); return 1; }
+    if (bf16_mode) {
+        if (!dnnl_available()) { fprintf(stderr, "error: bf16: this build has no oneDNN (install libdnnl-dev)\n"); return 1; }
+        Bf16Peak pk;
+        double gf[2], best;  // B plain, B packed
+        bf16_peak_init(&pk, n);
+        double gflops = bf16_peak_measure(&pk, repeats, gf, &best);
+        printf("{\"n\": %d, \"threads\": %d, \"best_s\": %.6f, \"gflops\": %.2f, \"gflops_plain\": %.2f, \"gflops_packed\": %.2f, "
+               "\"check\": %.3f, \"blas\": \"oneDNN bf16 matmul (%s)\", \"core\": \"%s\"}\n",
+               n, omp_get_max_threads(), best, gflops, gf[0], gf[1], pk.c[(size_t)n * n / 2], dnnl_isa_name(), openblas_get_corename());
+        bf16_peak_free(&pk);
+        return 0;
+    }
     size_t nn = (size_t)n * n;
     float* a = (float*)malloc(nn * sizeof(float));
     float* b = (float*)malloc(nn * sizeof(float));
@@ -71,41 +81,6 @@ int main(int argc, char** argv) {
     if (!a || !b || !c) { fprintf(stderr, "error: out of memory for n=%d\n", n); return 1; }
     for (size_t i = 0; i < nn; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0.0f; }
     double best = 1e30;
-    if (bf16_mode) {
-        bf16* a16 = (bf16*)malloc(nn * sizeof(bf16));
-        bf16* b16 = (bf16*)malloc(nn * sizeof(bf16));
-        if (!a16 || !b16) { fprintf(stderr, "error: out of memory for n=%d\n", n); return 1; }
-        for (size_t i = 0; i < nn; i++) { a16[i] = bf16_from_float(a[i]); b16[i] = bf16_from_float(b[i]); }
-        double gf[2];  // B plain, B packed
-        for (int packed = 0; packed < 2; packed++) {
-            DnnlGemm g;
-            memset(&g, 0, sizeof(g));
-            dnnl_gemm_create(&g, 0, 1, n, n, n, n, n, n, 0, packed);
-            void* b = b16;
-            if (packed) {
-                b = aligned_alloc(64, (dnnl_gemm_packed_bytes(&g) + 63) / 64 * 64);
-                if (b == NULL) { fprintf(stderr, "error: out of memory for n=%d\n", n); return 1; }
-                dnnl_gemm_pack_b(&g, b16, b);
-            }
-            double best_k = 1e30;
-            for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
-                double t0 = clock_seconds();
-                dnnl_gemm_run(&g, a16, b, c);
-                double dt = clock_seconds() - t0;
-                if (r > 0 && dt < best_k) { best_k = dt; }
-            }
-            gf[packed] = 2.0 * n * (double)n * n / best_k / 1e9;
-            if (best_k < best) { best = best_k; }
-            dnnl_gemm_destroy(&g);
-            if (packed) { free(b); }
-        }
-        double gflops = 2.0 * n * (double)n * n / best / 1e9;
-        printf("{\"n\": %d, \"threads\": %d, \"best_s\": %.6f, \"gflops\": %.2f, \"gflops_plain\": %.2f, \"gflops_packed\": %.2f, "
-               "\"check\": %.3f, \"blas\": \"oneDNN bf16 matmul (%s)\", \"core\": \"%s\"}\n",
-               n, omp_get_max_threads(), best, gflops, gf[0], gf[1], c[nn / 2], dnnl_isa_name(), openblas_get_corename());
-        free(a16); free(b16); free(a); free(b); free(c);
-        return 0;
-    }
     for (int r = 0; r <= repeats; r++) {  // r = 0 is the warm-up
         double t0 = clock_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
