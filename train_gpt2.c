@@ -430,6 +430,8 @@ void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, con
 #define BF16_ROWS 256    // a wide layer's rows of inp per forward product (where they divide N)
 typedef struct {
     DnnlGemm fwd;                // a block of fwd_rows rows of out
+    DnnlGemm fwd16;              // a layer without bias (the lm head): fwd with out rounded to bf16 (the logits)
+    int fwd16_plain;             // fwd16 reads w16 as it is (pack_w, but its packed layout is not fwd's)
     DnnlGemm dinp[3];            // [0] the first chunk (dinp =), [1] a later full chunk (+=), [2] the narrower last (+=)
     DnnlGemm dweight[2];         // [0] a chunk of rows of dW, [1] the last, narrower chunk (rem > 0)
     int OC, C, fwd_rows;         // the allocated rows N are a multiple of fwd_rows
@@ -463,6 +465,14 @@ static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accu
     l->nchunks = l->nfull + (l->rem > 0);
     l->fwd_rows = l->nchunks > 1 && N % BF16_ROWS == 0 ? BF16_ROWS : N;
     dnnl_gemm_create(&l->fwd, 0, 1, l->fwd_rows, OC, C, C, C, OC, fwd_accumulate, pack_w);  // B = W^T, read transposed
+    if (!fwd_accumulate) {
+        dnnl_gemm_create(&l->fwd16, 0, 1, l->fwd_rows, OC, C, C, C, OC, DNNL_C_BF16, pack_w);
+        if (pack_w && !dnnl_gemm_same_b(&l->fwd, &l->fwd16)) {
+            dnnl_gemm_destroy(&l->fwd16);
+            dnnl_gemm_create(&l->fwd16, 0, 1, l->fwd_rows, OC, C, C, C, OC, DNNL_C_BF16, 0);
+            l->fwd16_plain = 1;
+        }
+    }
     int width[2] = {l->chunk, l->rem};
     for (int k = 0; k < 2; k++) {
         if (width[k] == 0) { continue; }
@@ -486,6 +496,7 @@ static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accu
 
 static void bf16_linear_destroy(Bf16Linear* l) {
     dnnl_gemm_destroy(&l->fwd);
+    dnnl_gemm_destroy(&l->fwd16);
     for (int k = 0; k < 2; k++) { dnnl_gemm_destroy(&l->dweight[k]); }
     for (int k = 0; k < 3; k++) { dnnl_gemm_destroy(&l->dinp[k]); }
     free(l->dinp_off);
@@ -522,10 +533,18 @@ static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return l->act_bytes[0
 
 // matmul_forward_fp32's product in bf16 with layer's weights, on inp16 (N,C): the input as its producer
 // kept it, in bf16. One parallel region writes bias (+ residual) into out; the GEMM then accumulates on top.
-// bias NULL: out is overwritten (the lm head).
-void matmul_forward_bf16(float* out, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
+// bias NULL: out is overwritten (the lm head), or with out16 not NULL out16 (N,OC) is, rounded to bf16.
+void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
                          const float* residual, int N, int C, int OC) {
     double t0 = prof_begin();
+    if (out16 != NULL) {
+        const void* w = lin->fwd16_plain ? lin->w16 + (size_t)layer * OC * C : bf16_linear_w_fwd(lin, layer);
+        for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
+            dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, w, out16 + (size_t)r0 * OC);
+        }
+        prof_end(PROF_GEMM, t0);
+        return;
+    }
     if (bias != NULL) {
         #pragma omp parallel
         {
@@ -820,14 +839,16 @@ typedef struct {
     bf16* b;           // (N, 3C) scratch: the attention's q, k, v in bf16
     void* packed;      // the dweight product's right operand (inp) packed
     int dout_ready;    // the backward's dout is in `a` already, in bf16 (the lm head's dlogits)
+    int out16;         // the forward writes out in bf16, in its first half (the lm head's logits for a loss)
 } Bf16Op;
 
 // out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]; bias NULL: out is
-// overwritten (the lm head). In bf16 inp's memory holds it in bf16.
+// overwritten (the lm head). In bf16 inp's memory holds it in bf16, and with bf.out16 out's does.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, const float* residual,
                     int N, int C, int OC, Bf16Op bf) {
     if (bf.lin != NULL) {
-        matmul_forward_bf16(out, (const bf16*)inp, bf.lin, bf.layer, bias, residual, N, C, OC);
+        matmul_forward_bf16(out, bf.out16 ? (bf16*)out : NULL, (const bf16*)inp, bf.lin, bf.layer, bias, residual, N,
+                            C, OC);
     } else if (bias == NULL) {
         PROF(PROF_GEMM, sgemm(0, 1, N, OC, C, 1.0f, inp, C, weight, C, 0.0f, out, OC));
     } else {
@@ -869,32 +890,34 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
     }
 }
 
-// crossentropy_forward's training form under --precision bf16 (dloss != 0; it calls this): the dlogits go to
-// dlogits16 (N,Vp) in bf16, where the lm head's backward products read them. The same losses, lse and dlogits bit for bit (the
-// same exps, summed in the same order), but each row's exps go to the thread's row of scratch (threads, Vp),
-// which stays in the cache, and not back over the logits: the logits are read from memory once and never
-// written (in fp32 the dlogits must go over them; here such a write-back is traffic for nothing).
-void crossentropy_forward_bf16(float* losses, float* lse, const float* logits, const int* targets, int N, int V,
-                               int Vp, float dloss, bf16* dlogits16, float* scratch, int threads) {
+// crossentropy_forward on logits kept in bf16 (--precision bf16, as the GPU trainer keeps them): the same
+// losses, lse and dlogits (rounded to bf16, written over the logits) as the fp32 form computes from the same
+// values in fp32, bit for bit: each row goes to the thread's row of scratch (threads, Vp) in fp32, which stays
+// in the cache, and its exps are taken there, in the same order.
+void crossentropy_forward_bf16(float* losses, float* lse, bf16* logits16, const int* targets, int N, int V, int Vp,
+                               float dloss, float* scratch, int threads) {
     #pragma omp parallel for schedule(static) num_threads(threads)
     for (int n = 0; n < N; n++) {
-        const float* x = logits + (size_t)n * Vp;
+        bf16* x = logits16 + (size_t)n * Vp;
         float* e = scratch + (size_t)omp_get_thread_num() * Vp;
         int t = targets[n];
+        #pragma omp simd
+        for (int i = 0; i < V; i++) { e[i] = bf16_to_float(x[i]); }
+        float xt = e[t];
         float maxval = -FLT_MAX;
         #pragma omp simd reduction(max:maxval)
-        for (int i = 0; i < V; i++) { maxval = x[i] > maxval ? x[i] : maxval; }
+        for (int i = 0; i < V; i++) { maxval = e[i] > maxval ? e[i] : maxval; }
         float sum = 0.0f;
         #pragma omp simd reduction(+:sum)
-        for (int i = 0; i < V; i++) { float ei = expf_vec(x[i] - maxval); e[i] = ei; sum += ei; }
+        for (int i = 0; i < V; i++) { float ei = expf_vec(e[i] - maxval); e[i] = ei; sum += ei; }
         lse[n] = maxval + logf(sum);
-        losses[n] = lse[n] - x[t];
+        losses[n] = lse[n] - xt;
+        if (dloss == 0.0f) { continue; }
         float k = dloss / sum;
-        bf16* d = dlogits16 + (size_t)n * Vp;
         #pragma omp simd
-        for (int i = 0; i < V; i++) { d[i] = bf16_from_float(e[i] * k); }
-        for (int i = V; i < Vp; i++) { d[i] = 0; }
-        d[t] = bf16_from_float(e[t] * k - dloss);
+        for (int i = 0; i < V; i++) { x[i] = bf16_from_float(e[i] * k); }
+        for (int i = V; i < Vp; i++) { x[i] = 0; }
+        x[t] = bf16_from_float(e[t] * k - dloss);
     }
 }
 
@@ -904,12 +927,12 @@ void crossentropy_forward_bf16(float* losses, float* lse, const float* logits, c
 // (softmax - onehot(target)) * dloss over the logits, padded columns 0, each row while it is still in cache:
 // each exp is taken once, kept in the row for the sum and then scaled (one pass over the logits in all, where
 // a separate backward read them again and took every exp a second time). dloss 0: the logits stay as they are
-// (eval, sampling). dlogits16 != NULL (--precision bf16) and dloss != 0: crossentropy_forward_bf16 above,
-// with scratch (threads, Vp).
-void crossentropy_forward(float* losses, float* lse, float* logits, const int* targets, int N, int V, int Vp,
-                          float dloss, bf16* dlogits16, float* scratch, int threads) {
-    if (dlogits16 != NULL && dloss != 0.0f) {
-        crossentropy_forward_bf16(losses, lse, logits, targets, N, V, Vp, dloss, dlogits16, scratch, threads);
+// (eval, sampling). logits16 != NULL (--precision bf16): the logits are there, (N,Vp) in bf16, and
+// crossentropy_forward_bf16 above runs on them, with scratch (threads, Vp).
+void crossentropy_forward(float* losses, float* lse, float* logits, bf16* logits16, const int* targets, int N, int V,
+                          int Vp, float dloss, float* scratch, int threads) {
+    if (logits16 != NULL) {
+        crossentropy_forward_bf16(losses, lse, logits16, targets, N, V, Vp, dloss, scratch, threads);
         return;
     }
     #pragma omp parallel for schedule(static)
@@ -994,7 +1017,8 @@ typedef struct {
     float* lnf;       // (B, T, C); in bf16 in bf16, in its first half
     float* lnf_mean;  // (B, T)
     float* lnf_rstd;  // (B, T)
-    float* logits;    // (B, T, Vp); dlogits after a training forward or a backward in fp32 (unchanged in bf16)
+    float* logits;    // (B, T, Vp); dlogits after a training forward or a backward; in bf16 with targets both
+                      // are bf16 (B, T, Vp) in the first half
     float* lse;       // (B, T) log-sum-exp of each logits row
     float* losses;    // (B, T)
     float* dresidual; // (B, T, C) backward: gradient of the residual stream
@@ -1032,7 +1056,7 @@ typedef struct {
     int bf16;                 // 1: bf16 matmuls
     int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
     bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
-    bf16* bf16_a;             // (B*T, max(4C, Vp)) scratch: the backward's dout in bf16 (the lm head's dlogits)
+    bf16* bf16_a;             // (B*T, 4C) scratch: the layers' backward's dout in bf16
     bf16* bf16_b;             // (B*T, 3C) scratch: the attention's q, k, v in bf16
     void* bf16_b_packed;      // bf16_b packed for the dweight GEMM (the largest linear's need)
     float* ce_scratch;        // (num_threads, Vp) the cross-entropy's exps, a row per thread
@@ -1192,9 +1216,8 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     if (model->params_bf16 != NULL) { return; }
     int N = model->batch_size * model->seq_len, C = model->config.channels, Vp = model->config.padded_vocab_size;
     int L = model->config.num_layers;
-    size_t wide = (size_t)(Vp > 4 * C ? Vp : 4 * C);
     model->params_bf16 = (bf16*)callocCheck(model->num_parameters, sizeof(bf16));  // filled by gpt2_bf16_sync
-    model->bf16_a = (bf16*)mallocCheck((size_t)N * wide * sizeof(bf16));
+    model->bf16_a = (bf16*)mallocCheck((size_t)N * 4 * C * sizeof(bf16));
     model->bf16_b = (bf16*)mallocCheck((size_t)N * 3 * C * sizeof(bf16));
     model->ce_scratch = (float*)mallocCheck((size_t)model->num_threads * Vp * sizeof(float));
     #define W16(field) (model->params_bf16 + (model->params.field - model->params_memory))  // field's bf16 copy
@@ -1235,12 +1258,14 @@ static Bf16Op gpt2_bf16(GPT2* model, int on, int which, int layer) {
     op.a = model->bf16_a;
     op.b = model->bf16_b;
     op.packed = model->bf16_b_packed;
-    op.dout_ready = which == LIN_LM;  // crossentropy_forward writes the dlogits in bf16
+    op.dout_ready = which == LIN_LM;  // crossentropy_forward writes the dlogits in bf16, over the logits
+    if (which == LIN_LM) { op.a = (bf16*)model->acts.logits; }
     return op;
 }
 
 // inputs, targets: (B, T) token ids; targets may be NULL (logits only, mean_loss = -1).
-// After it: acts.logits (B,T,Vp) and, with targets, acts.losses (B,T) and mean_loss.
+// After it: acts.logits (B,T,Vp) (in bf16 with targets under --precision bf16) and, with targets,
+// acts.losses (B,T) and mean_loss.
 // dloss_scale != 0 (gpt2_forward_train): a training forward, which also turns the logits into the dlogits
 // of gpt2_backward with the same dloss_scale (fused with the loss, see crossentropy_forward).
 static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets, int B, int T, float dloss_scale) {
@@ -1293,13 +1318,17 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
     }
     const float* last = a.residual3 + (L - 1) * ABT * C;
     PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, lp ? (bf16*)a.lnf : NULL, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
-    // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T
-    matmul_forward(a.logits, a.lnf, p.wte, NULL, NULL, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
+    // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T. In bf16 with targets they are kept in bf16 (in the
+    // first half of their fp32 tensor), as the GPU trainer keeps them: the loss reads them rounded, and the
+    // dlogits go over them. Without targets (text) they are fp32.
+    Bf16Op lm = gpt2_bf16(model, lp, LIN_LM, 0);
+    lm.out16 = lp && targets != NULL;
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, NULL, BT, C, Vp, lm);
     model->dlogits_scale = 0.0f;
     if (targets != NULL) {
         float dloss = dloss_scale / (float)BT;
-        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
-                                                     lp ? model->bf16_a : NULL, model->ce_scratch, model->num_threads));
+        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, lp ? (bf16*)a.logits : NULL, targets,
+                                                     BT, V, Vp, dloss, model->ce_scratch, model->num_threads));
         double sum = 0.0;  // in order: deterministic
         for (size_t i = 0; i < BT; i++) { sum += a.losses[i]; }
         model->mean_loss = (float)(sum / BT);
@@ -1330,8 +1359,8 @@ void gpt2_zero_grad(GPT2* model) {
 // position's loss gets weight dloss_scale / (B*T). With gradient accumulation over k micro batches,
 // dloss_scale = 1/k gives the gradient of the mean loss over all of them. inputs and targets must be
 // those of the last forward. After gpt2_forward_train with the same dloss_scale the dlogits are there
-// already; after gpt2_forward they are made here (acts.logits become dlogits in fp32; bf16 writes them to
-// its scratch).
+// already; after gpt2_forward they are made here (acts.logits become dlogits; in bf16 mode, in bf16). A
+// training forward for another dloss_scale leaves no logits to make them from: an error.
 void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dloss_scale) {
     if (model->targets == NULL || targets == NULL) { fatal("model: gpt2_backward needs a forward with targets"); }
     if (dloss_scale == 0.0f) { fatal("model: gpt2_backward with dloss_scale 0"); }
@@ -1344,10 +1373,14 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     ActivationTensors a = model->acts;
     // the softmax + cross-entropy backward (unless the forward did it), then the lm_head
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;  // as the forward ran
-    if (model->dlogits_scale != dloss_scale) {  // dlogits into acts.logits (fp32) or s16a (bf16)
+    if (model->dlogits_scale != dloss_scale) {  // the dlogits over the logits (fp32, or bf16 in bf16)
+        if (model->dlogits_scale != 0.0f) {
+            fatal("model: gpt2_backward with dloss_scale %g after a training forward for %g (its logits are gone)",
+                  dloss_scale, model->dlogits_scale);
+        }
         float dloss = dloss_scale / (float)BT;
-        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, targets, BT, V, Vp, dloss,
-                                                     lp ? model->bf16_a : NULL, model->ce_scratch, model->num_threads));
+        PROF(PROF_CROSSENTROPY, crossentropy_forward(a.losses, a.lse, a.logits, lp ? (bf16*)a.logits : NULL, targets,
+                                                     BT, V, Vp, dloss, model->ce_scratch, model->num_threads));
         model->dlogits_scale = dloss_scale;
     }
     matmul_backward(a.dbuf_c, g.wte, NULL, a.logits, a.lnf, p.wte, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));

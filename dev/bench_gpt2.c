@@ -38,7 +38,7 @@ static double cpu_s(void) {
 // The floor of each phase of a step: what it must move and compute at the least, for the step as the trainer
 // defines it: its tensors in the types it keeps them in (activations, gradients and AdamW's state in fp32;
 // under --precision bf16 the products' weights in bf16, and the activations the products read: the linear
-// layers' inputs, the attention's q, k, v and probabilities, the lm head's dlogits), each input read once
+// layers' inputs, the attention's q, k, v and probabilities, the lm head's logits and dlogits), each input read once
 // and each output written once (an accumulation, +=, read and written); the copies made on the way (bf16 scratch,
 // packed weights, the fp32 attention's zeros above the diagonal) count for nothing. FLOPs: the products' only
 // (the attention's over the causal triangle); exps and the elementwise arithmetic are not counted, so a
@@ -67,8 +67,9 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
         linear_floor(f, N, C, 4 * C, 0, wb);      // fc
         linear_floor(f, N, 4 * C, C, 1, wb);      // fc projection, + residual
     }
-    // lm head (wte, no bias): lnf -> logits; dlogits (bf16 under --precision bf16), lnf, wte -> dlnf, dwte +=
-    f->bytes += wb * N * C + wb * Vp * C + 4 * N * Vp;
+    // lm head (wte, no bias): lnf -> logits; dlogits, lnf, wte -> dlnf, dwte += (logits and dlogits in bf16
+    // under --precision bf16)
+    f->bytes += wb * N * C + wb * Vp * C + wb * N * Vp;
     f->bytes += wb * N * Vp + wb * N * C + wb * Vp * C + 4 * N * C + 8 * Vp * C;
     f->flops += 6 * N * C * Vp;
     // attention: qkv -> out and the probabilities (the triangle), and under --precision bf16 q, k, v kept in
@@ -82,7 +83,7 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
     // GELU over (N, 4C): in -> out; in, dout -> din (in place)
     floors[PROF_GELU].bytes = L * (16 * N * C + wb * 4 * N * C + 3 * 16 * N * C);
     // cross-entropy: the V real logits and the targets -> losses, lse, dlogits (N, Vp)
-    floors[PROF_CROSSENTROPY].bytes = 4 * N * V + 4 * N + 8 * N + wb * N * Vp;
+    floors[PROF_CROSSENTROPY].bytes = wb * N * V + 4 * N + 8 * N + wb * N * Vp;
     // encoder: ids, wte rows, wpe rows -> encoded; dout -> dwte rows +=, dwpe rows +=
     floors[PROF_ENCODER].bytes = (4 * N + 4 * N * C + 4 * T * C + 4 * N * C) + (4 * N * C + 8 * N * C + 8 * T * C);
     floors[PROF_GRAD_NORM].bytes = 4.0 * P;
@@ -149,11 +150,17 @@ static void run_item(Item* it) {
     }
     Bf16Linear* lin = &m->lin[it->which];
     int N = it->N, C = it->C;
-    bf16 *a = m->bf16_a, *in16 = it->in16;
+    int lm = it->which == LIN_LM;  // its forward writes bf16 logits; its dout: the dlogits, over the logits
+    bf16 *a = lm ? (bf16*)m->acts.logits : m->bf16_a, *in16 = it->in16;
     switch (it->part) {
     case PART_FWD:
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-            dnnl_gemm_run(&lin->fwd, in16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0), it->out + (size_t)r0 * it->OC);
+            if (lm) {
+                const void* w = lin->fwd16_plain ? lin->w16 : bf16_linear_w_fwd(lin, 0);
+                dnnl_gemm_run(&lin->fwd16, in16 + (size_t)r0 * C, w, (bf16*)it->out + (size_t)r0 * it->OC);
+            } else {
+                dnnl_gemm_run(&lin->fwd, in16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0), it->out + (size_t)r0 * it->OC);
+            }
         }
         break;
     case PART_DINP:
@@ -173,10 +180,10 @@ static void run_item(Item* it) {
         break;
     }
     case PART_FWD_CALL:
-        matmul_forward_bf16(it->out, in16, lin, 0, it->bias, it->residual, N, C, it->OC);
+        matmul_forward_bf16(it->out, lm ? (bf16*)it->out : NULL, in16, lin, 0, it->bias, it->residual, N, C, it->OC);
         break;
     default:
-        matmul_backward_bf16(it->dinp, it->dweight, it->dbias, it->which == LIN_LM ? NULL : it->dout, in16, lin, 0,
+        matmul_backward_bf16(it->dinp, it->dweight, it->dbias, lm ? NULL : it->dout, in16, lin, 0,
                              N, C, it->OC, a, m->bf16_b_packed);
     }
 }

@@ -1,7 +1,7 @@
 /*
  * llmc/cpu_dnnl.h — bf16 matrix multiplies on the CPU through oneDNN (train_gpt2 --precision bf16): bf16
- * operands, fp32 accumulation and fp32 output, on CPUs that multiply bf16 pairs natively (avx512_bf16,
- * AMX). What it defines: the rows' conversion to bf16 (llmc/bf16.h's rounding), the detection of
+ * operands, fp32 accumulation and fp32 output (or the output rounded to bf16), on CPUs that multiply bf16
+ * pairs natively (avx512_bf16, AMX). What it defines: the rows' conversion to bf16 (llmc/bf16.h's rounding), the detection of
  * native bf16 dot products (with a test override), and DnnlGemm, one oneDNN matmul primitive (or a batch of
  * same-shaped products) for one fixed shape and operand layout, created once at start-up and executed with
  * fresh data pointers each call.
@@ -72,14 +72,16 @@ static inline void dnnl_context_init(void) {
 }
 
 // C (M,N) [+]= op(A) (M,K) · op(B) (K,N): A and B bf16 with leading dims lda, ldb (op(X) = X^T when transX,
-// read through the strides: no explicit transpose), C fp32 row-major with leading dim ldc. accumulate: C +=
-// (oneDNN's sum post-op, exact fp32 addition), else C =.
+// read through the strides: no explicit transpose), C row-major with leading dim ldc, in the form c_form:
+// DNNL_C_SET C = (fp32), DNNL_C_ADD C += (fp32; oneDNN's sum post-op, exact fp32 addition), DNNL_C_BF16 C =
+// the fp32 result rounded to bf16 (to nearest even, as bf16_from_float rounds).
 // pack_b: each run reads B from a buffer that dnnl_gemm_pack_b filled with B reordered into the blocked
 // layout the primitive asks for (dnnl_gemm_packed_bytes of it). A matmul given a plain B copies it into that
 // layout itself, in pieces, on every call; packed once, a weight serves a whole step. The results are bit
 // for bit those of the plain B (measured on oneDNN 2.6: B's layout changes where the values are read from,
 // not the order of the sums; a transposed A does change it, so A stays as given), except on AMX for a K as
 // long as a vocabulary, where the plain B's sums go in another order.
+enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16 };
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
@@ -116,7 +118,7 @@ static inline dnnl_primitive_attr_t dnnl_attr_user_scratch(void) {
 // batch > 1: that many products of the same shape in one call, each operand's matrices one after the other
 // (A's batch stride (transA ? K : M) * lda, B's (transB ? N : K) * ldb, C's M * ldc): the attention's heads.
 static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, int transB, int M, int N, int K,
-                                            int lda, int ldb, int ldc, int accumulate, int pack_b) {
+                                            int lda, int ldb, int ldc, int c_form, int pack_b) {
     dnnl_context_init();
     memset(g, 0, sizeof(*g));
     int nd = batch > 1 ? 3 : 2, o = nd - 2;  // o: the matrix dims' offset after the batch dim
@@ -130,14 +132,15 @@ static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, 
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnlCheck(dnnl_memory_desc_init_by_strides(&amd, nd, adims, dnnl_bf16, astr), "memory desc A");
     dnnlCheck(dnnl_memory_desc_init_by_strides(&bmd, nd, bdims, dnnl_bf16, bstr), "memory desc B");
-    dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, nd, cdims, dnnl_f32, cstr), "memory desc C");
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, nd, cdims, c_form == DNNL_C_BF16 ? dnnl_bf16 : dnnl_f32, cstr),
+              "memory desc C");
     dnnl_memory_desc_t bany;  // pack_b: the primitive picks B's layout
     dnnlCheck(dnnl_memory_desc_init_by_tag(&bany, nd, bdims, dnnl_bf16, dnnl_format_tag_any), "memory desc B any");
     dnnl_matmul_desc_t desc;
     dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, pack_b ? &bany : &bmd, NULL, &cmd), "matmul desc");
     dnnl_primitive_attr_t attr = dnnl_attr_user_scratch();
     dnnl_post_ops_t po = NULL;
-    if (accumulate) {
+    if (c_form == DNNL_C_ADD) {
         dnnlCheck(dnnl_post_ops_create(&po), "post ops");
         dnnlCheck(dnnl_post_ops_append_sum(po, 1.0f), "sum post op");
         dnnlCheck(dnnl_primitive_attr_set_post_ops(attr, po), "set post ops");
@@ -171,8 +174,8 @@ static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, 
 }
 
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
-                                    int ldc, int accumulate, int pack_b) {
-    dnnl_gemm_create_strided(g, 1, transA, transB, M, N, K, lda, ldb, ldc, accumulate, pack_b);
+                                    int ldc, int c_form, int pack_b) {
+    dnnl_gemm_create_strided(g, 1, transA, transB, M, N, K, lda, ldb, ldc, c_form, pack_b);
 }
 
 // batch products of dense (M,K) x (K,N) matrices (or their transposes, read through the strides) in one call
@@ -182,6 +185,14 @@ static inline void dnnl_gemm_create_batch(DnnlGemm* g, int batch, int transA, in
 
 // pack_b: the bytes of B in the primitive's layout (a buffer for dnnl_gemm_pack_b; 64-byte aligned)
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { return g->packed_bytes; }
+
+// x and y read B in the same layout (one packed B serves both)
+static inline int dnnl_gemm_same_b(const DnnlGemm* x, const DnnlGemm* y) {
+    const dnnl_memory_desc_t *mx, *my;
+    dnnlCheck(dnnl_memory_get_memory_desc(x->b, &mx), "query B");
+    dnnlCheck(dnnl_memory_get_memory_desc(y->b, &my), "query B");
+    return dnnl_memory_desc_equal(mx, my);
+}
 
 // executes p on dnnl_ctx with its n arguments plus the scratchpad (where there is one; args has room
 // for it), and waits for it
@@ -202,8 +213,8 @@ static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
 }
 
 // runs the product on the given data, outside any parallel region (oneDNN opens its own); B is bf16 as
-// described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled
-static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) {
+// described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled; C fp32, or bf16 (DNNL_C_BF16)
+static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, void* C) {
     dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
@@ -239,10 +250,11 @@ static inline const char* dnnl_isa_name(void) {
 #else
 // built without oneDNN (no libdnnl-dev): the types exist, nothing can be created
 static inline int dnnl_available(void) { return 0; }
+enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16 };
 typedef struct { int unused; } DnnlGemm;
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
-                                    int ldc, int accumulate, int pack_b) {
-    (void)g; (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)lda; (void)ldb; (void)ldc; (void)accumulate;
+                                    int ldc, int c_form, int pack_b) {
+    (void)g; (void)transA; (void)transB; (void)M; (void)N; (void)K; (void)lda; (void)ldb; (void)ldc; (void)c_form;
     (void)pack_b;
     fatal("bf16: this build has no oneDNN (install libdnnl-dev and rebuild)");
 }
@@ -251,8 +263,9 @@ static inline void dnnl_gemm_create_batch(DnnlGemm* g, int batch, int transA, in
     dnnl_gemm_create(g, transA, transB, M, N, K, 0, 0, 0, 0, 0);
 }
 static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { (void)g; return 0; }
+static inline int dnnl_gemm_same_b(const DnnlGemm* x, const DnnlGemm* y) { (void)x; (void)y; return 1; }
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) { (void)g; (void)B; (void)packed; }
-static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, float* C) { (void)g; (void)A; (void)B; (void)C; }
+static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, void* C) { (void)g; (void)A; (void)B; (void)C; }
 static inline void dnnl_gemm_destroy(DnnlGemm* g) { (void)g; }
 static inline int dnnl_isa_amx(void) { return 0; }
 static inline const char* dnnl_isa_name(void) { return "no oneDNN"; }

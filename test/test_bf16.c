@@ -59,7 +59,7 @@ static void check_linear(int N, int C, int OC, int with_residual, int pack_w, in
     bf16_linear_pack(&lin);
     void* packed = aligned_alloc(64, bf16_linear_act_bytes(&lin));
     for (size_t i = 0; i < (size_t)N * C; i++) { s2[i] = bf16_from_float(inp[i]); }  // as its producer keeps it
-    matmul_forward_bf16(out, s2, &lin, 0, bias, with_residual ? res : NULL, N, C, OC);
+    matmul_forward_bf16(out, NULL, s2, &lin, 0, bias, with_residual ? res : NULL, N, C, OC);
     matmul_backward_bf16(dinp, dw, db, dout, s2, &lin, 0, N, C, OC, s1, packed);
     for (int n = 0; n < N; n++) {
         for (int o = 0; o < OC; o++) {  // out = inp @ w^T + bias (+ res)
@@ -159,6 +159,39 @@ Test(bf16_matmul, packing_an_operand_changes_no_bit) {
     check_packing_exact(256, 96, 1000);  // lm-head-like: a wide vocabulary, long rows
     check_packing_exact(512, 64, 256);   // fc-like
     check_packing_exact(37, 19, 53);     // odd everything
+}
+
+// the lm head's forward for a loss writes its logits in bf16 (oneDNN rounds the fp32 results): those of its
+// fp32 forward rounded to nearest even, bit for bit, weights plain and packed, in row blocks and whole
+static void check_logits16(int N, int C, int OC, int pack_w) {
+    float* inp = rand_buf((size_t)N * C, 1.0f);
+    float* w = rand_buf((size_t)OC * C, 0.5f);
+    bf16* w16 = (bf16*)malloc((size_t)OC * C * sizeof(bf16));
+    bf16* in16 = (bf16*)malloc((size_t)N * C * sizeof(bf16));
+    for (size_t i = 0; i < (size_t)OC * C; i++) { w16[i] = bf16_from_float(w[i]); }
+    for (size_t i = 0; i < (size_t)N * C; i++) { in16[i] = bf16_from_float(inp[i]); }
+    float* out = (float*)malloc((size_t)N * OC * sizeof(float));
+    bf16* out16 = (bf16*)malloc((size_t)N * OC * sizeof(bf16));
+    memset(out16, 0xff, (size_t)N * OC * sizeof(bf16));  // NaNs: every element must be written
+    Bf16Linear lin;
+    bf16_linear_create(&lin, N, C, OC, 0, w16, 1, pack_w, BF16_CHUNK);
+    bf16_linear_pack(&lin);
+    matmul_forward_bf16(out, NULL, in16, &lin, 0, NULL, NULL, N, C, OC);
+    matmul_forward_bf16(NULL, out16, in16, &lin, 0, NULL, NULL, N, C, OC);
+    for (size_t i = 0; i < (size_t)N * OC; i++) {
+        cr_assert_eq(out16[i], bf16_from_float(out[i]), "%dx%dx%d packed %d, logit (%zu, %zu): 0x%04x, fp32 %g",
+                     N, C, OC, pack_w, i / OC, i % OC, out16[i], out[i]);
+    }
+    bf16_linear_destroy(&lin);
+    free(inp); free(w); free(w16); free(in16); free(out); free(out16);
+}
+
+Test(bf16_matmul, the_bf16_logits_are_the_fp32_logits_rounded) {
+    if (!bf16_ready()) { return; }
+    for (int pack_w = 0; pack_w < 2; pack_w++) {
+        check_logits16(512, 64, 5000, pack_w);  // wider than a chunk: the forward in blocks of BF16_ROWS rows
+        check_logits16(96, 32, 1000, pack_w);   // one product
+    }
 }
 
 // the error is really bf16's: the same products are off by more than fp32 rounding would be, somewhere
@@ -285,7 +318,7 @@ Test(bf16_matmul, bf16_is_really_used) {
     bf16_linear_create(&lin, N, C, OC, 1, w16, 1, 0, BF16_CHUNK);
     matmul_forward_fp32(o32, inp, w, zero, NULL, N, C, OC);
     for (size_t i = 0; i < (size_t)N * C; i++) { s[i] = bf16_from_float(inp[i]); }
-    matmul_forward_bf16(o16, s, &lin, 0, zero, NULL, N, C, OC);
+    matmul_forward_bf16(o16, NULL, s, &lin, 0, zero, NULL, N, C, OC);
     double maxdiff = 0.0;
     for (size_t i = 0; i < (size_t)N * OC; i++) { maxdiff = fmax(maxdiff, fabs(o32[i] - o16[i])); }
     cr_assert_gt(maxdiff, 1e-3, "bf16 and fp32 outputs agree to %g: is bf16 used?", maxdiff);
@@ -293,39 +326,45 @@ Test(bf16_matmul, bf16_is_really_used) {
     free(inp); free(w); free(zero); free(o32); free(o16); free(w16); free(s);
 }
 
-// crossentropy_forward_bf16 against the fp32 training form (crossentropy_forward) at GPT-2's vocabulary, on
-// every thread: tolerance zero. The same losses and lse bit for bit, each bf16 dlogit the fp32 one rounded to
-// nearest even (padded columns 0), and the logits left as they were (the fp32 form writes its dlogits over them).
+// crossentropy_forward on bf16 logits (crossentropy_forward_bf16) against the fp32 form on the same values,
+// at GPT-2's vocabulary, on every thread: tolerance zero. The same losses and lse bit for bit, in the eval
+// form (dloss 0: the logits left as they were) and the training form, where each bf16 dlogit, written over its
+// logit, is the fp32 one rounded to nearest even (padded columns 0).
 Test(bf16_crossentropy, the_fp32_losses_and_dlogits_rounded_bit_for_bit) {
     int N = 48, V = 50257, Vp = 50304, threads = omp_get_max_threads();
-    float* logits = rand_buf((size_t)N * Vp, 8.0f);
+    size_t n = (size_t)N * Vp;
+    float* logits = rand_buf(n, 8.0f);
     int* targets = (int*)malloc(N * sizeof(int));
-    for (int n = 0; n < N; n++) { targets[n] = (int)((n * 7919u + 13u) % (unsigned)V); }
+    for (int i = 0; i < N; i++) { targets[i] = (int)((i * 7919u + 13u) % (unsigned)V); }
     targets[0] = 0;
     targets[1] = V - 1;
     logits[(size_t)2 * Vp + targets[2]] = 30.0f;  // a row the target dominates
-    float* ref = (float*)malloc((size_t)N * Vp * sizeof(float));
-    memcpy(ref, logits, (size_t)N * Vp * sizeof(float));
+    bf16* x16 = (bf16*)malloc(n * sizeof(bf16));
+    for (size_t i = 0; i < n; i++) {  // the values a bf16 lm head writes; its padded columns are not read
+        x16[i] = i % Vp < (size_t)V ? bf16_from_float(logits[i]) : 0xffff;
+        logits[i] = bf16_to_float(x16[i]);
+    }
+    bf16* before = (bf16*)malloc(n * sizeof(bf16));
+    memcpy(before, x16, n * sizeof(bf16));
     float *loss32 = (float*)malloc(N * sizeof(float)), *lse32 = (float*)malloc(N * sizeof(float));
     float *loss16 = (float*)malloc(N * sizeof(float)), *lse16 = (float*)malloc(N * sizeof(float));
-    float dloss = 1.0f / N;
-    crossentropy_forward(loss32, lse32, ref, targets, N, V, Vp, dloss, NULL, NULL, 0);  // ref: the fp32 dlogits now
-    float* before = (float*)malloc((size_t)N * Vp * sizeof(float));
-    memcpy(before, logits, (size_t)N * Vp * sizeof(float));
-    bf16* d16 = (bf16*)malloc((size_t)N * Vp * sizeof(bf16));
-    memset(d16, 0xff, (size_t)N * Vp * sizeof(bf16));  // NaNs: every element must be written
     float* scratch = (float*)malloc((size_t)threads * Vp * sizeof(float));
-    crossentropy_forward_bf16(loss16, lse16, logits, targets, N, V, Vp, dloss, d16, scratch, threads);
-    cr_assert_eq(memcmp(loss16, loss32, N * sizeof(float)), 0, "losses differ from the fp32 form");
-    cr_assert_eq(memcmp(lse16, lse32, N * sizeof(float)), 0, "lse differs from the fp32 form");
-    cr_assert_eq(memcmp(logits, before, (size_t)N * Vp * sizeof(float)), 0, "the logits were written");
-    for (size_t i = 0; i < (size_t)N * Vp; i++) {
-        bf16 want = bf16_from_float(ref[i]);
-        cr_assert_eq(d16[i], want, "dlogit (%zu, %zu): 0x%04x, the fp32 one rounds to 0x%04x", i / Vp, i % Vp,
-                     d16[i], want);
+    float dloss = 1.0f / N;
+    for (int train = 0; train < 2; train++) {
+        const char* form = train ? "training" : "eval";
+        crossentropy_forward(loss32, lse32, logits, NULL, targets, N, V, Vp, train ? dloss : 0.0f, NULL, 0);
+        crossentropy_forward(loss16, lse16, NULL, x16, targets, N, V, Vp, train ? dloss : 0.0f, scratch, threads);
+        cr_assert_eq(memcmp(loss16, loss32, N * sizeof(float)), 0, "%s: losses differ from the fp32 form", form);
+        cr_assert_eq(memcmp(lse16, lse32, N * sizeof(float)), 0, "%s: lse differs from the fp32 form", form);
+        if (!train) { cr_assert_eq(memcmp(x16, before, n * sizeof(bf16)), 0, "eval: the logits were written"); }
     }
-    free(logits); free(targets); free(ref); free(loss32); free(lse32); free(loss16); free(lse16); free(before);
-    free(d16); free(scratch);
+    for (size_t i = 0; i < n; i++) {  // logits: the fp32 dlogits now
+        bf16 want = bf16_from_float(logits[i]);
+        cr_assert_eq(x16[i], want, "dlogit (%zu, %zu): 0x%04x, the fp32 one rounds to 0x%04x", i / Vp, i % Vp, x16[i],
+                     want);
+    }
+    free(logits); free(targets); free(x16); free(before); free(loss32); free(lse32); free(loss16); free(lse16);
+    free(scratch);
 }
 
 Test(bf16_matmul, rounding_is_to_nearest_even_and_keeps_nan_inf) {

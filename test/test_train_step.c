@@ -44,6 +44,20 @@ Test(train_step, two_micro_batches_equal_one_batch_of_twice_the_size) {
     gpt2_free(&acc);
 }
 
+// a training forward writes the dlogits over its logits for its dloss_scale: a backward for another scale has
+// nothing to make its dlogits from, and says so (and exits) rather than run on the dlogits
+Test(train_step, a_backward_for_another_scale_after_a_training_forward_exits, .exit_code = 1) {
+    GPT2 m;
+    gpt2_build_from_random(&m, 1, V, 5);
+    gpt2_allocate(&m, B, T);
+    int x[B * T], y[B * T];
+    tokens(x, y, B * T, 6);
+    gpt2_forward_train(&m, x, y, B, T, 0.5f);
+    gpt2_backward(&m, x, y, 0.5f);  // its own scale: fine
+    gpt2_forward_train(&m, x, y, B, T, 0.5f);
+    gpt2_backward(&m, x, y, 0.25f);
+}
+
 Test(train_step, weight_decay_only_on_two_dimensional_weights) {
     GPT2 m;
     gpt2_build_from_random(&m, 1, V, 5);
