@@ -4,8 +4,9 @@
  * self-attention, lm_head tied to wte, vocab padded to a multiple of 128).
  * Speed: every matrix multiply is a cblas_sgemm (OpenBLAS); everything else is OpenMP-parallel with static
  * schedules and loops written to vectorise. --precision bf16: every matmul (the linear layers', the lm
- * head's, the attention's) takes bf16 operands and accumulates in fp32 through oneDNN (llmc/cpu_dnnl.h);
- * weights, gradients, AdamW state and every other op stay fp32 (docs/correctness.md, "bf16 on the CPU").
+ * head's, the attention's) takes bf16 operands and accumulates in fp32 through oneDNN (llmc/cpu_dnnl.h); the
+ * products' inputs and the logits are kept in bf16, as the GPU trainer keeps them; weights, gradients, AdamW
+ * state and every other op stay fp32 (docs/correctness.md, "bf16 on the CPU").
  * Deterministic: with the same thread count, the same run gives the same bits (no atomics, no reductions
  * whose order depends on timing).
  * Memory: one parameter buffer, one gradient buffer, AdamW's m and v, and one activation arena, all
