@@ -836,7 +836,8 @@ typedef struct {
     Bf16Linear* lin;   // matmul_*: the linear layer's primitives and weights
     int layer;         // its depth
     Bf16Attention* att; // attention_*: the attention's primitives
-    bf16* a;           // (N, max(4C, Vp)) scratch: the backward's dout in bf16 (a linear layer's, the attention's)
+    bf16* a;           // (N, 4C) scratch: the backward's dout in bf16 (a linear layer's, the attention's); the lm
+                       // head's: its dlogits, over the logits
     bf16* b;           // (N, 3C) scratch: the attention's q, k, v in bf16
     void* packed;      // the dweight product's right operand (inp) packed
     int dout_ready;    // the backward's dout is in `a` already, in bf16 (the lm head's dlogits)
