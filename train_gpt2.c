@@ -1442,7 +1442,9 @@ float gpt2_grad_norm(GPT2* model) {
 }
 
 // AdamW step t (1-based) on every parameter with gradient grads * grad_scale (grad_scale < 1 clips).
-// Decoupled weight decay on the 2-D weights only (PARAM_DECAYS).
+// Decoupled weight decay on the 2-D weights only (PARAM_DECAYS). The gradients are left zero: each is set to
+// 0 where it is read, so the next step's backward accumulates into zeros without a pass of its own (that
+// pass read and wrote every gradient again; this one writes lines the update has in cache already).
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
     if (model->m_memory == NULL) { fatal("model: gpt2_update before gpt2_allocate"); }
@@ -1452,7 +1454,7 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         float wd = PARAM_DECAYS[k] ? weight_decay : 0.0f;
         float* p = model->params_memory + offset;
-        const float* g = model->grads_memory + offset;
+        float* g = model->grads_memory + offset;
         float* m = model->m_memory + offset;
         float* v = model->v_memory + offset;
         size_t n = model->param_sizes[k];
@@ -1462,11 +1464,13 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
             for (size_t i = 0; i < n; i++) {
                 p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
                 p16[i] = bf16_from_float(p[i]);
+                g[i] = 0.0f;
             }
         } else {
             #pragma omp parallel for simd schedule(static)
             for (size_t i = 0; i < n; i++) {
                 p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
+                g[i] = 0.0f;
             }
         }
         offset += n;
@@ -1532,6 +1536,7 @@ typedef struct {
     GPT2 model;
     HybridState hybrid;       // hybrid mode (hybrid/hybrid.h); zeroed without --hybrid
     float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
+    int grads_zero;           // the last step's gpt2_update left the gradients zero, and nothing wrote them since
     KVCache kv;               // the samples' keys and values, -t positions (with -g > 0)
 } Trainer;
 
@@ -1556,7 +1561,8 @@ static const TrainCli CLI = {
 
 // one measured step (a Full step, or in hybrid mode a Correct step at the predicted point): forward and
 // backward over grad_accum micro batches, global norm, clip, AdamW. A non-finite loss or norm never
-// reaches the weights: the update is skipped.
+// reaches the weights: the update is skipped. The gradients start from zero: gpt2_update leaves them so,
+// and after anything else (a skipped update, hybrid mode's update or keep buffer) they are zeroed here.
 // Hybrid mode: the first micro batch's loss goes to hybrid_check, which may roll a Predict run back while
 // the gradient buffer still holds the weights from before it (so a Correct step zeroes the gradients only
 // after that); the update is AdamW fused with the drift and the look-ahead, one pass.
@@ -1568,7 +1574,8 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
     DataLoader* loader = &tr->run.train_loader;
     int B = tr->run.cfg.B, T = tr->run.cfg.T;
     int correct = plan->phase == HYBRID_PHASE_CORRECT;
-    if (!correct) { gpt2_zero_grad(model); }
+    if (!correct && !tr->grads_zero) { gpt2_zero_grad(model); }
+    tr->grads_zero = 0;
     double loss_sum = 0.0;
     for (int k = 0; k < tr->run.grad_accum; k++) {
         if (!tr->run.cfg.overfit) { dataloader_next_batch(loader); }
@@ -1601,6 +1608,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
             gpt2_bf16_updated(model);  // the fused pass rounded the bf16 copy too
         } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
+            tr->grads_zero = 1;
         }
     }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * B * T;
@@ -1618,6 +1626,7 @@ static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     double t0 = clock_seconds();
     hybrid_apply_predict(&tr->hybrid, plan, tr->model.params_memory, tr->model.grads_memory, tr->drift);
     tr->model.bf16_fresh = 0;
+    tr->grads_zero = 0;  // a run's first step keeps the weights there
     r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
     r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;

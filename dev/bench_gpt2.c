@@ -54,8 +54,8 @@ static void linear_floor(PhaseFloor* f, double N, double C, double OC, int resid
     f->flops += 6 * N * C * OC;
 }
 
-// floors[PROF_PHASES] is "other": what the step does outside the timed phases (the gradients zeroed, the
-// backward's dresidual cleared)
+// floors[PROF_PHASES] is "other": what the step does outside the timed phases (the backward's dresidual
+// cleared)
 static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c, size_t P, int B, int T, int bf16_on) {
     double N = (double)B * T, C = c->channels, L = c->num_layers, V = c->vocab_size, Vp = c->padded_vocab_size;
     double tri = (double)T * (T + 1) / 2, heads = (double)B * c->num_heads, wb = bf16_on ? 2 : 4;
@@ -87,9 +87,9 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
     // encoder: ids, wte rows, wpe rows -> encoded; dout -> dwte rows +=, dwpe rows +=
     floors[PROF_ENCODER].bytes = (4 * N + 4 * N * C + 4 * T * C + 4 * N * C) + (4 * N * C + 8 * N * C + 8 * T * C);
     floors[PROF_GRAD_NORM].bytes = 4.0 * P;
-    // AdamW: params, grads, m, v -> params, m, v (and the bf16 copy)
-    floors[PROF_ADAMW].bytes = 16.0 * P + 12.0 * P + (bf16_on ? 2.0 * P : 0);
-    floors[PROF_PHASES].bytes = 4.0 * P + 4 * N * C;
+    // AdamW: params, grads, m, v -> params, m, v, the gradients zeroed (and the bf16 copy)
+    floors[PROF_ADAMW].bytes = 16.0 * P + 16.0 * P + (bf16_on ? 2.0 * P : 0);
+    floors[PROF_PHASES].bytes = 4 * N * C;
 }
 
 static int cmp_double(const void* a, const void* b) {
@@ -326,7 +326,7 @@ int main(int argc, char** argv) {
         if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); cpu0 = cpu_s(); }
         for (int i = 0; i <= B * T; i++) { x[i] = (int)(random_u32(&rng) % (uint32_t)V); }
         double t0 = clock_seconds();
-        gpt2_zero_grad(&model);
+        if (s == 0) { gpt2_zero_grad(&model); }  // as the trainer: after it gpt2_update leaves them zero
         gpt2_forward_train(&model, x, x + 1, B, T, 1.0f);  // as the trainer's step: dlogits made in the forward
         gpt2_backward(&model, x, x + 1, 1.0f);
         float norm;

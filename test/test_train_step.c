@@ -106,6 +106,31 @@ Test(train_step, grad_scale_is_a_scaled_gradient) {
     gpt2_free(&b);
 }
 
+// gpt2_update leaves every gradient zero (the trainer's next step accumulates into them with no zeroing
+// pass), fp32 and, where it runs, bf16 (its loop also rounds the bf16 copy)
+Test(train_step, the_update_leaves_the_gradients_zero) {
+    int runs = dnnl_available() && cpu_has_native_bf16() ? 2 : 1;
+    for (int bf16_on = 0; bf16_on < runs; bf16_on++) {
+        GPT2 m;
+        gpt2_build_from_random(&m, 2, V, 12);
+        gpt2_allocate(&m, B, T);
+        gpt2_set_precision(&m, bf16_on);
+        int x[B * T], y[B * T];
+        tokens(x, y, B * T, 8);
+        gpt2_forward(&m, x, y, B, T);
+        gpt2_backward(&m, x, y, 1.0f);
+        size_t nonzero = 0;
+        for (size_t i = 0; i < m.num_parameters; i++) { nonzero += m.grads_memory[i] != 0.0f; }
+        cr_assert_gt(nonzero, m.num_parameters / 2);
+        gpt2_update(&m, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1);
+        for (size_t i = 0; i < m.num_parameters; i++) {
+            cr_assert_eq(m.grads_memory[i], 0.0f, "%s: gradient %zu is %g after the update", bf16_on ? "bf16" : "fp32",
+                         i, m.grads_memory[i]);
+        }
+        gpt2_free(&m);
+    }
+}
+
 Test(train_step, random_init_follows_llmc_and_is_deterministic) {
     GPT2 a, b, c;
     gpt2_build_from_random(&a, 2, V, 1337);
