@@ -1536,7 +1536,7 @@ typedef struct {
     GPT2 model;
     HybridState hybrid;       // hybrid mode (hybrid/hybrid.h); zeroed without --hybrid
     float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
-    int grads_zero;           // the last step's gpt2_update left the gradients zero, and nothing wrote them since
+    int grads_zero;           // the last step's update left the gradients zero, and nothing wrote them since
     KVCache kv;               // the samples' keys and values, -t positions (with -g > 0)
 } Trainer;
 
@@ -1561,8 +1561,9 @@ static const TrainCli CLI = {
 
 // one measured step (a Full step, or in hybrid mode a Correct step at the predicted point): forward and
 // backward over grad_accum micro batches, global norm, clip, AdamW. A non-finite loss or norm never
-// reaches the weights: the update is skipped. The gradients start from zero: gpt2_update leaves them so,
-// and after anything else (a skipped update, hybrid mode's update or keep buffer) they are zeroed here.
+// reaches the weights: the update is skipped. The gradients start from zero: the update (gpt2_update,
+// hybrid_update) leaves them so, and after anything else (a skipped update, hybrid mode's keep buffer) they
+// are zeroed here.
 // Hybrid mode: the first micro batch's loss goes to hybrid_check, which may roll a Predict run back while
 // the gradient buffer still holds the weights from before it (so a Correct step zeroes the gradients only
 // after that); the update is AdamW fused with the drift and the look-ahead, one pass.
@@ -1606,6 +1607,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
             hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->drift, grad_scale, tr->run.adam_steps);
             gpt2_bf16_updated(model);  // the fused pass rounded the bf16 copy too
+            tr->grads_zero = 1;        // and left the gradients zero
         } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
             tr->grads_zero = 1;

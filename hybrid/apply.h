@@ -121,13 +121,16 @@ typedef struct {
     float grad_scale;   // the clipping factor applied to the gradients
     uint16_t* params16; // (P) or NULL: the trainer's bf16 copy of the weights, rounded (bf16_from_float) in the same
                         // pass from the weights it writes, so that a bf16 trainer needs no pass of its own
+    int zero_grads;     // each gradient set to 0 where it is read (hybrid_update: the trainer's next step
+                        // accumulates into them with no zeroing pass of its own, as after gpt2_update)
 } ApplyAdamStep;
 
-#define APPLY_ADAMW_LOOP(AFTER)                                                            \
+#define APPLY_ADAMW_LOOP(ZERO, AFTER)                                                      \
     _Pragma("omp simd reduction(+:dot, dd, uu)")                                           \
     for (size_t i = lo; i < hi; i++) {                                                     \
         float p = params[i];                                                               \
         float pn = adamw_element(p, grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd); \
+        ZERO                                                                               \
         params[i] = pn;                                                                    \
         float delta = pn - p;                                                              \
         float dold = d[i];                                                                 \
@@ -137,7 +140,7 @@ typedef struct {
         uu += (double)delta * delta;                                                       \
     }
 
-static inline void apply_adamw_lookahead(float* params, const float* grads, float* m, float* v, float* d,
+static inline void apply_adamw_lookahead(float* params, float* grads, float* m, float* v, float* d,
                                          const ApplyAdamStep* st, float gamma, const float* beta_prev,
                                          const float* beta_next, const size_t* offsets, int nblocks,
                                          double* partial, double* stats) {
@@ -155,17 +158,21 @@ static inline void apply_adamw_lookahead(float* params, const float* grads, floa
             size_t lo, hi;
             apply_chunk(offsets, b, c, chunk, &lo, &hi);
             double dot = 0.0, dd = 0.0, uu = 0.0;
-            if (p16 != NULL) {
-                APPLY_ADAMW_LOOP(float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
-                                       d[i] = mn;
-                                       float pf = fmaf(bn, mn, pn);
-                                       params[i] = pf;
-                                       p16[i] = bf16_from_float(pf);)
+            #define APPLY_AFTER_16 float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta)); d[i] = mn; \
+                                   float pf = fmaf(bn, mn, pn); params[i] = pf; p16[i] = bf16_from_float(pf);
+            #define APPLY_AFTER float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta)); d[i] = mn; \
+                                params[i] = fmaf(bn, mn, pn);
+            if (p16 != NULL && st->zero_grads) {
+                APPLY_ADAMW_LOOP(grads[i] = 0.0f;, APPLY_AFTER_16)
+            } else if (p16 != NULL) {
+                APPLY_ADAMW_LOOP(, APPLY_AFTER_16)
+            } else if (st->zero_grads) {
+                APPLY_ADAMW_LOOP(grads[i] = 0.0f;, APPLY_AFTER)
             } else {
-                APPLY_ADAMW_LOOP(float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));
-                                       d[i] = mn;
-                                       params[i] = fmaf(bn, mn, pn);)
+                APPLY_ADAMW_LOOP(, APPLY_AFTER)
             }
+            #undef APPLY_AFTER_16
+            #undef APPLY_AFTER
             double* out = partial + ((size_t)b * APPLY_CHUNKS + c) * 3;
             out[0] = dot; out[1] = dd; out[2] = uu;
         }

@@ -242,10 +242,10 @@ static inline int hybrid_check(HybridState* h, float loss) {
 
 // CPU reference of a measured step's update: AdamW step t at the step's lr with the drift and the
 // look-ahead, one pass (apply_adamw_lookahead); fills h->stats. grads: the step's gradients, grad_scale
-// their clipping factor; drift: (P).
-static inline void hybrid_update(HybridState* h, float* params, const float* grads, float* m, float* v, float* drift,
+// their clipping factor, left zero (as gpt2_update leaves them); drift: (P).
+static inline void hybrid_update(HybridState* h, float* params, float* grads, float* m, float* v, float* drift,
                                  float grad_scale, int t) {
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, h->params16};
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, h->params16, 1};
     apply_adamw_lookahead(params, grads, m, v, drift, &st, h->la.gamma, h->la.beta_prev, h->la.beta_next,
                           h->offsets, h->nblocks, h->partial, h->stats);
 }
@@ -264,7 +264,7 @@ typedef struct {
 
 static inline HybridUpdate hybrid_update_numbers(const HybridState* h, float grad_scale, int t) {
     HybridUpdate u;
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, NULL};
+    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, NULL, 0};
     u.adam = st;
     u.gamma = h->la.gamma;
     u.beta_prev = h->la.beta_prev;

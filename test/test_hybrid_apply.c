@@ -167,7 +167,7 @@ Test(apply, fused_adamw_equals_plain_adamw_then_statistics) {
     off[0] = 0;
     for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
     const size_t P = off[NB];
-    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, 9, 3e-4f, 0.7f, NULL};
+    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, 9, 3e-4f, 0.7f, NULL, 0};
     const float zero[NB] = {0};
     static double one_thread[NB * 3];
     for (int threads = 1; threads <= 2; threads++) {
@@ -212,7 +212,7 @@ Test(apply, fused_statistics_match_double_precision_math) {
         g[i] = 1e-3f * random_normal(&rng);
     }
     const float wd = 0.1f;
-    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 1.0f, NULL};
+    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 1.0f, NULL, 0};
     double stats[3], partial[APPLY_CHUNKS * 3];
     const float zero = 0.0f;
     apply_adamw_lookahead(params, g, m, v, d, &st, 0.9f, &zero, &zero, off, 1, partial, stats);
@@ -263,7 +263,7 @@ Test(apply, lookahead_pass_equals_the_reference_loop_over_steps) {
     double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3];
     for (int t = 1; t <= 4; t++) {  // the betas change between steps, as the schedule and the caps change them
         for (int b = 0; b < NB; b++) { bn[b] = t == 1 ? 0.0f : 0.1f * t + 0.05f * b; }
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL, 0};
         reference_lookahead(ref.p, ref.g, ref.m, ref.v, ref.d, off, &st, GAMMA, bp, bn);
         omp_set_num_threads(2);
         apply_adamw_lookahead(fused.p, fused.g, fused.m, fused.v, fused.d, &st, GAMMA, bp, bn, off, NB,
@@ -277,36 +277,51 @@ Test(apply, lookahead_pass_equals_the_reference_loop_over_steps) {
 }
 
 // a bf16 trainer's copy of the weights, rounded in the same pass: the weights, drift and moments are those of
-// the pass without it, bit for bit, and the copy is exactly the weights rounded to nearest even
-Test(apply, lookahead_pass_rounds_the_bf16_copy) {
+// the pass without it, bit for bit, and the copy is exactly the weights rounded to nearest even. And with
+// zero_grads (hybrid_update's): the same again, bf16 copy and all, and every gradient left zero.
+Test(apply, lookahead_pass_rounds_the_bf16_copy_and_zeroes_the_gradients) {
     size_t off[NB + 1];
     off[0] = 0;
     for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
     const size_t P = off[NB];
-    FusedState plain, with16;
-    fused_state(&plain, off, 17); fused_state(&with16, off, 17);
+    FusedState plain, with16, zeroed;
+    fused_state(&plain, off, 17); fused_state(&with16, off, 17); fused_state(&zeroed, off, 17);
     uint16_t* p16 = (uint16_t*)calloc(P, sizeof(uint16_t));
+    uint16_t* z16 = (uint16_t*)calloc(P, sizeof(uint16_t));
     float bp[NB] = {0}, bn[NB];
     double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3], stats16[NB * 3];
     for (int t = 1; t <= 3; t++) {
         for (int b = 0; b < NB; b++) { bn[b] = 0.2f * t; }
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL, 0};
         apply_adamw_lookahead(plain.p, plain.g, plain.m, plain.v, plain.d, &st, GAMMA, bp, bn, off, NB,
                               partial, stats);
         st.params16 = p16;
         apply_adamw_lookahead(with16.p, with16.g, with16.m, with16.v, with16.d, &st, GAMMA, bp, bn, off, NB,
                               partial, stats16);
+        memcpy(zeroed.g, plain.g, P * sizeof(float));  // this step's gradients (the last step zeroed them)
+        st.params16 = z16;
+        st.zero_grads = 1;
+        double statsz[NB * 3];
+        apply_adamw_lookahead(zeroed.p, zeroed.g, zeroed.m, zeroed.v, zeroed.d, &st, GAMMA, bp, bn, off, NB,
+                              partial, statsz);
         same_bits(with16.p, plain.p, P, "params", 2);
         same_bits(with16.d, plain.d, P, "drift", 2);
         cr_assert_eq(memcmp(stats16, stats, sizeof(stats)), 0, "statistics differ with the bf16 copy");
+        same_bits(zeroed.p, plain.p, P, "params (gradients zeroed)", 2);
+        same_bits(zeroed.d, plain.d, P, "drift (gradients zeroed)", 2);
+        same_bits(zeroed.m, plain.m, P, "m (gradients zeroed)", 2);
+        same_bits(zeroed.v, plain.v, P, "v (gradients zeroed)", 2);
+        cr_assert_eq(memcmp(statsz, stats, sizeof(stats)), 0, "statistics differ with the gradients zeroed");
+        cr_assert_eq(memcmp(z16, p16, P * sizeof(uint16_t)), 0, "the bf16 copy differs with the gradients zeroed");
+        for (size_t i = 0; i < P; i++) { cr_assert_eq(zeroed.g[i], 0.0f, "gradient %zu left at %g", i, zeroed.g[i]); }
         for (size_t i = 0; i < P; i++) {
             cr_assert_eq(p16[i], bf16_from_float(with16.p[i]), "bf16 copy [%zu]: 0x%04x, the weight rounds to 0x%04x", i,
                          p16[i], bf16_from_float(with16.p[i]));
         }
         memcpy(bp, bn, sizeof(bp));
     }
-    free(p16);
-    fused_free(&plain); fused_free(&with16);
+    free(p16); free(z16);
+    fused_free(&plain); fused_free(&with16); fused_free(&zeroed);
 }
 
 Test(lookahead, window_schedule_cap_and_backoff) {
