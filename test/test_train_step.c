@@ -106,6 +106,31 @@ Test(train_step, grad_scale_is_a_scaled_gradient) {
     gpt2_free(&b);
 }
 
+// the trainer's step makes the dlogits in the forward (gpt2_forward_train); an eval forward leaves the logits
+// and gpt2_backward makes them: the same loss and gradients bit for bit, fp32 and, where it runs, bf16 (its
+// logits kept in bf16: the backward's cross-entropy reads them again)
+Test(train_step, dlogits_made_in_the_forward_or_in_the_backward_are_the_same) {
+    int runs = dnnl_available() && cpu_has_native_bf16() ? 2 : 1;
+    for (int bf16_on = 0; bf16_on < runs; bf16_on++) {
+        GPT2 m[2];
+        int x[B * T], y[B * T];
+        tokens(x, y, B * T, 9);
+        for (int k = 0; k < 2; k++) {
+            gpt2_build_from_random(&m[k], 2, V, 14);
+            gpt2_allocate(&m[k], B, T);
+            gpt2_set_precision(&m[k], bf16_on);
+            if (k == 0) { gpt2_forward_train(&m[k], x, y, B, T, 0.5f); } else { gpt2_forward(&m[k], x, y, B, T); }
+            gpt2_backward(&m[k], x, y, 0.5f);
+        }
+        const char* what = bf16_on ? "bf16" : "fp32";
+        cr_assert_eq(m[0].mean_loss, m[1].mean_loss, "%s: loss %g vs %g", what, m[0].mean_loss, m[1].mean_loss);
+        cr_assert_eq(memcmp(m[0].grads_memory, m[1].grads_memory, m[0].num_parameters * sizeof(float)), 0,
+                     "%s: the gradients differ", what);
+        gpt2_free(&m[0]);
+        gpt2_free(&m[1]);
+    }
+}
+
 // gpt2_update leaves every gradient zero (the trainer's next step accumulates into them with no zeroing
 // pass), fp32 and, where it runs, bf16 (its loop also rounds the bf16 copy)
 Test(train_step, the_update_leaves_the_gradients_zero) {
