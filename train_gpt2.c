@@ -826,8 +826,8 @@ void attention_backward_bf16(float* dqkv, const float* dout, const bf16* qkv16, 
 // ----------------------------------------------------------------------------
 // one call per layer: each matmul and attention picks its precision. bf: the bf16 products to run, or
 // none (fp32: the reference, and every forward at a shape other than the allocated one). In bf16 the
-// activations the products read are kept in bf16, as the GPU trainer keeps them, each in the first half of
-// its own fp32 tensor: their producers (layernorm_forward, gelu_forward, the attention) write them rounded,
+// activations the products read are kept in bf16, as the GPU trainer keeps them, in tensors of half their
+// fp32 size (kept_half): their producers (layernorm_forward, gelu_forward, the attention) write them rounded,
 // and the linear layers read them there, forward and backward (half the bytes, and no rounding pass).
 
 // what a layer runs in bf16 (the model's gpt2_bf16 makes it): a linear layer's products at one depth, or
@@ -1003,11 +1003,11 @@ static void point_parameters(ParameterTensors* p, const size_t sizes[NUM_PARAMET
 #define NUM_ACTIVATION_TENSORS 23
 typedef struct {
     float* encoded;   // (B, T, C)
-    float* ln1;       // (L, B, T, C); in bf16 (at the allocated shape) in bf16, in each layer's first half
+    float* ln1;       // (L, B, T, C); in bf16 (at the allocated shape) in bf16, each layer kept_stride floats
     float* ln1_mean;  // (L, B, T)
     float* ln1_rstd;  // (L, B, T)
-    float* qkv;       // (L, B, T, 3*C); in bf16 each layer's first half holds q, k, v in bf16 (3, B, NH, T, hs)
-    float* att;       // (L, B, NH, T, T) softmax probabilities; in bf16 each layer's first half, in bf16
+    float* qkv;       // (L, B, T, 3*C); in bf16 each layer holds q, k, v in bf16 (3, B, NH, T, hs), as ln1
+    float* att;       // (L, B, NH, T, T) softmax probabilities; in bf16 in bf16, as ln1
     float* atty;      // (L, B, T, C); in bf16 in bf16, as ln1
     float* residual2; // (L, B, T, C)
     float* ln2;       // (L, B, T, C); in bf16 in bf16, as ln1
@@ -1056,6 +1056,10 @@ typedef struct {
     // --precision bf16 (gpt2_set_precision): every matmul in bf16 at the allocated (B, T);
     // a forward at another shape (sampling) runs in fp32. NULL / 0 in fp32.
     int bf16;                 // 1: bf16 matmuls
+    int kept_half;            // the tensors bf16 keeps (ln1, qkv, att, atty, ln2, fch_gelu) have half their fp32
+                              // size per layer (gpt2_set_precision): kept_stride. The qkv product writes its
+                              // fp32 (B, T, 3C) over the next layer's half, not kept yet, before the attention
+                              // keeps it in bf16
     int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
     bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
     bf16* bf16_a;             // (B*T, 4C) scratch: the layers' backward's dout in bf16
@@ -1082,6 +1086,7 @@ static void gpt2_setup_params(GPT2* model) {
     model->mean_loss = -1.0f;
     model->dlogits_scale = 0.0f;
     model->bf16 = 0;
+    model->kept_half = 0;
     model->bf16_fresh = 0;
     model->params_bf16 = NULL;
     model->bf16_a = model->bf16_b = NULL;
@@ -1126,29 +1131,30 @@ void gpt2_build_from_random(GPT2* model, int depth, int vocab_size, uint64_t see
     for (size_t i = 0; i < C; i++) { p->lnfw[i] = 1.0f; }
 }
 
-// allocates gradients, AdamW state and activations for batches up to (B, T), once
-void gpt2_allocate(GPT2* model, int B, int T) {
+// floats between one layer's part of a tensor bf16 keeps and the next: n (one layer's floats in fp32), or
+// with kept_half the floats that hold n bf16, rounded up to whole floats
+static size_t kept_stride(const GPT2* model, size_t n) { return model->kept_half ? (n + 1) / 2 : n; }
+
+// the activation arena for (B, T) (the kept tensors at kept_stride), zeroed, and the tensors pointed into it
+static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     GPT2Config* c = &model->config;
-    if (B <= 0 || T <= 0 || T > c->max_seq_len || (size_t)B * T > (1u << 24)) {
-        fatal("model: cannot allocate for B=%d T=%d (max sequence length %d)", B, T, c->max_seq_len);
-    }
-    if (model->acts_memory != NULL) { fatal("model: gpt2_allocate called twice"); }
     size_t L = c->num_layers, NH = c->num_heads, C = c->channels, Vp = c->padded_vocab_size;
     size_t BT = (size_t)B * T;
     size_t* s = model->act_sizes;
     s[0] = BT * C;            // encoded
-    s[1] = L * BT * C;        // ln1
+    s[1] = L * kept_stride(model, BT * C);      // ln1
     s[2] = L * BT;            // ln1_mean
     s[3] = L * BT;            // ln1_rstd
-    s[4] = L * BT * 3 * C;    // qkv
-    s[5] = L * B * NH * (size_t)T * T; // att
-    s[6] = L * BT * C;        // atty
+    s[4] = (L + model->kept_half) * kept_stride(model, BT * 3 * C);  // qkv (+ a half: the last layer's product
+                                                                      // writes it in fp32 before it is kept)
+    s[5] = L * kept_stride(model, B * NH * (size_t)T * T); // att
+    s[6] = L * kept_stride(model, BT * C);      // atty
     s[7] = L * BT * C;        // residual2
-    s[8] = L * BT * C;        // ln2
+    s[8] = L * kept_stride(model, BT * C);      // ln2
     s[9] = L * BT;            // ln2_mean
     s[10] = L * BT;           // ln2_rstd
     s[11] = L * BT * 4 * C;   // fch
-    s[12] = L * BT * 4 * C;   // fch_gelu
+    s[12] = L * kept_stride(model, BT * 4 * C); // fch_gelu
     s[13] = L * BT * C;       // residual3
     s[14] = BT * C;           // lnf
     s[15] = BT;               // lnf_mean
@@ -1177,6 +1183,16 @@ void gpt2_allocate(GPT2* model, int B, int T) {
     float* mem = model->acts_memory;
     for (int i = 0; i < NUM_ACTIVATION_TENSORS; i++) { *(ptrs[i]) = mem; mem += s[i]; }
     model->acts.att_scratch = mem;
+}
+
+// allocates gradients, AdamW state and activations for batches up to (B, T), once
+void gpt2_allocate(GPT2* model, int B, int T) {
+    GPT2Config* c = &model->config;
+    if (B <= 0 || T <= 0 || T > c->max_seq_len || (size_t)B * T > (1u << 24)) {
+        fatal("model: cannot allocate for B=%d T=%d (max sequence length %d)", B, T, c->max_seq_len);
+    }
+    if (model->acts_memory != NULL) { fatal("model: gpt2_allocate called twice"); }
+    gpt2_allocate_activations(model, B, T);
     model->grads_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
     point_parameters(&model->grads, model->param_sizes, model->grads_memory);
     model->m_memory = (float*)callocCheck(model->num_parameters, sizeof(float));
@@ -1210,10 +1226,15 @@ static void gpt2_bf16_updated(GPT2* model) {
 // bf16_on = 1: every matmul in bf16 from here on: the bf16 weight copy, the scratch and the
 // oneDNN primitives for the allocated (B, T), made once (after gpt2_allocate; exits when oneDNN is absent)
 void gpt2_set_precision(GPT2* model, int bf16_on) {
-    if (!bf16_on) { model->bf16 = 0; return; }
     if (model->acts_memory == NULL) { fatal("model: gpt2_set_precision before gpt2_allocate"); }
-    if (!dnnl_available()) { fatal("--precision bf16: this build has no oneDNN (install libdnnl-dev and rebuild)"); }
-    model->bf16 = 1;
+    if (bf16_on && !dnnl_available()) { fatal("--precision bf16: this build has no oneDNN (install libdnnl-dev and rebuild)"); }
+    if (model->kept_half != bf16_on) {  // the arena made again, its kept tensors at their size in this precision
+        free(model->acts_memory);
+        model->kept_half = bf16_on;
+        gpt2_allocate_activations(model, model->batch_size, model->seq_len);
+    }
+    model->bf16 = bf16_on;
+    if (!bf16_on) { return; }
     model->bf16_fresh = 0;
     if (model->params_bf16 != NULL) { return; }
     int N = model->batch_size * model->seq_len, C = model->config.channels, Vp = model->config.padded_vocab_size;
@@ -1288,20 +1309,25 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
     size_t BT = (size_t)B * T, ABT = (size_t)model->batch_size * model->seq_len;  // ABT: layer stride
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
-    // bf16 matmuls at the allocated shape only (their primitives are made for it)
+    // bf16 matmuls at the allocated shape only (their primitives are made for it); at another shape the kept
+    // tensors hold fp32 in their halves
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;
+    if (model->kept_half && !lp && 2 * BT > ABT) {
+        fatal("model: a forward at B=%d T=%d under bf16 (fp32 at a shape but the allocated one) needs at most half "
+              "the allocated B*T = %zu", B, T, ABT);
+    }
     if (lp && !model->bf16_fresh) { gpt2_bf16_sync(model); }
     PROF(PROF_ENCODER, encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C));
     for (int l = 0; l < L; l++) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
-        float* ln1 = a.ln1 + l * ABT * C;
-        float* qkv = a.qkv + l * ABT * 3 * C;
-        float* att = a.att + l * ABT * NH * model->seq_len;
-        float* atty = a.atty + l * ABT * C;
+        float* ln1 = a.ln1 + l * kept_stride(model, ABT * C);
+        float* qkv = a.qkv + l * kept_stride(model, ABT * 3 * C);
+        float* att = a.att + l * kept_stride(model, ABT * NH * model->seq_len);
+        float* atty = a.atty + l * kept_stride(model, ABT * C);
         float* residual2 = a.residual2 + l * ABT * C;
-        float* ln2 = a.ln2 + l * ABT * C;
+        float* ln2 = a.ln2 + l * kept_stride(model, ABT * C);
         float* fch = a.fch + l * ABT * 4 * C;
-        float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
+        float* fch_gelu = a.fch_gelu + l * kept_stride(model, ABT * 4 * C);
         float* residual3 = a.residual3 + l * ABT * C;
         PROF(PROF_LAYERNORM, layernorm_forward(ln1, lp ? (bf16*)ln1 : NULL, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
                                                p.ln1w + l * C, p.ln1b + l * C, BT, C));
@@ -1391,14 +1417,14 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
                                             p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C));
     for (int l = L - 1; l >= 0; l--) {
         const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
-        const float* ln1 = a.ln1 + l * ABT * C;
-        const float* qkv = a.qkv + l * ABT * 3 * C;
-        float* att = a.att + l * ABT * NH * model->seq_len;
-        const float* atty = a.atty + l * ABT * C;
+        const float* ln1 = a.ln1 + l * kept_stride(model, ABT * C);
+        const float* qkv = a.qkv + l * kept_stride(model, ABT * 3 * C);
+        float* att = a.att + l * kept_stride(model, ABT * NH * model->seq_len);
+        const float* atty = a.atty + l * kept_stride(model, ABT * C);
         const float* residual2 = a.residual2 + l * ABT * C;
-        const float* ln2 = a.ln2 + l * ABT * C;
+        const float* ln2 = a.ln2 + l * kept_stride(model, ABT * C);
         const float* fch = a.fch + l * ABT * 4 * C;
-        const float* fch_gelu = a.fch_gelu + l * ABT * 4 * C;
+        const float* fch_gelu = a.fch_gelu + l * kept_stride(model, ABT * 4 * C);
         // dresidual holds d(residual3[l]) here
         matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
                         p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
