@@ -518,6 +518,11 @@ static const void* bf16_linear_w_fwd(const Bf16Linear* l, int layer) {
     return (const char*)l->w_fwd + layer * l->fwd_bytes;
 }
 
+// layer's weights as the forward with bf16 out (fwd16) reads them
+static const void* bf16_linear_w_fwd16(const Bf16Linear* l, int layer) {
+    return l->fwd16_plain ? l->w16 + (size_t)layer * l->OC * l->C : bf16_linear_w_fwd(l, layer);
+}
+
 // pack_w: every layer's bf16 weights packed for the forward and the dinp product (after each update)
 static void bf16_linear_pack(Bf16Linear* l) {
     for (int i = 0; l->pack_w && i < l->layers; i++) {
@@ -539,9 +544,8 @@ void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear*
                          const float* residual, int N, int C, int OC) {
     double t0 = prof_begin();
     if (out16 != NULL) {
-        const void* w = lin->fwd16_plain ? lin->w16 + (size_t)layer * OC * C : bf16_linear_w_fwd(lin, layer);
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-            dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, w, out16 + (size_t)r0 * OC);
+            dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, layer), out16 + (size_t)r0 * OC);
         }
         prof_end(PROF_GEMM, t0);
         return;
@@ -827,7 +831,7 @@ void attention_backward_bf16(float* dqkv, const float* dout, const bf16* qkv16, 
 // one call per layer: each matmul and attention picks its precision. bf: the bf16 products to run, or
 // none (fp32: the reference, and every forward at a shape other than the allocated one). In bf16 the
 // activations the products read are kept in bf16, as the GPU trainer keeps them, in tensors of half their
-// fp32 size (kept_half): their producers (layernorm_forward, gelu_forward, the attention) write them rounded,
+// fp32 size (kept_stride): their producers (layernorm_forward, gelu_forward, the attention) write them rounded,
 // and the linear layers read them there, forward and backward (half the bytes, and no rounding pass).
 
 // what a layer runs in bf16 (the model's gpt2_bf16 makes it): a linear layer's products at one depth, or
@@ -871,8 +875,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 }
 
 // causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities. In bf16 out is
-// written in bf16, and the backward's inputs are kept in bf16 in the same memory: att's first half holds the
-// probabilities (B,NH,T,T), qkv's first half q, k and v head by head (3,B,NH,T,hs); the fp32 qkv is gone.
+// written in bf16, and the backward's inputs are kept in bf16 in the same memory: att holds the
+// probabilities (B,NH,T,T), qkv q, k and v head by head (3,B,NH,T,hs); the fp32 qkv is gone.
 void attention_forward(float* out, float* att, float* qkv, int B, int T, int C, int NH, Bf16Op bf) {
     if (bf.att != NULL) {
         attention_forward_bf16((bf16*)out, (bf16*)att, (bf16*)qkv, qkv, bf.att, bf.b, B, T, C, NH);
@@ -1055,11 +1059,10 @@ typedef struct {
     int num_threads;
     // --precision bf16 (gpt2_set_precision): every matmul in bf16 at the allocated (B, T);
     // a forward at another shape (sampling) runs in fp32. NULL / 0 in fp32.
-    int bf16;                 // 1: bf16 matmuls
-    int kept_half;            // the tensors bf16 keeps (ln1, qkv, att, atty, ln2, fch_gelu) have half their fp32
-                              // size per layer (gpt2_set_precision): kept_stride. The qkv product writes its
-                              // fp32 (B, T, 3C) over the next layer's half, not kept yet, before the attention
-                              // keeps it in bf16
+    int bf16;                 // 1: bf16 matmuls, and the tensors bf16 keeps (ln1, qkv, att, atty, ln2, fch_gelu)
+                              // at half their fp32 size per layer (kept_stride). The qkv product writes its fp32
+                              // (B, T, 3C) over the next layer's half, not kept yet, before the attention keeps
+                              // it in bf16
     int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
     bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
     bf16* bf16_a;             // (B*T, 4C) scratch: the layers' backward's dout in bf16
@@ -1086,7 +1089,6 @@ static void gpt2_setup_params(GPT2* model) {
     model->mean_loss = -1.0f;
     model->dlogits_scale = 0.0f;
     model->bf16 = 0;
-    model->kept_half = 0;
     model->bf16_fresh = 0;
     model->params_bf16 = NULL;
     model->bf16_a = model->bf16_b = NULL;
@@ -1132,8 +1134,8 @@ void gpt2_build_from_random(GPT2* model, int depth, int vocab_size, uint64_t see
 }
 
 // floats between one layer's part of a tensor bf16 keeps and the next: n (one layer's floats in fp32), or
-// with kept_half the floats that hold n bf16, rounded up to whole floats
-static size_t kept_stride(const GPT2* model, size_t n) { return model->kept_half ? (n + 1) / 2 : n; }
+// in bf16 the floats that hold n bf16, rounded up to whole floats
+static size_t kept_stride(const GPT2* model, size_t n) { return model->bf16 ? (n + 1) / 2 : n; }
 
 // the activation arena for (B, T) (the kept tensors at kept_stride), zeroed, and the tensors pointed into it
 static void gpt2_allocate_activations(GPT2* model, int B, int T) {
@@ -1145,8 +1147,8 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     s[1] = L * kept_stride(model, BT * C);      // ln1
     s[2] = L * BT;            // ln1_mean
     s[3] = L * BT;            // ln1_rstd
-    s[4] = (L + model->kept_half) * kept_stride(model, BT * 3 * C);  // qkv (+ a half: the last layer's product
-                                                                      // writes it in fp32 before it is kept)
+    s[4] = (L + model->bf16) * kept_stride(model, BT * 3 * C);  // qkv (+ a half: the last layer's product
+                                                                 // writes it in fp32 before it is kept)
     s[5] = L * kept_stride(model, B * NH * (size_t)T * T); // att
     s[6] = L * kept_stride(model, BT * C);      // atty
     s[7] = L * BT * C;        // residual2
@@ -1228,12 +1230,11 @@ static void gpt2_bf16_updated(GPT2* model) {
 void gpt2_set_precision(GPT2* model, int bf16_on) {
     if (model->acts_memory == NULL) { fatal("model: gpt2_set_precision before gpt2_allocate"); }
     if (bf16_on && !dnnl_available()) { fatal("--precision bf16: this build has no oneDNN (install libdnnl-dev and rebuild)"); }
-    if (model->kept_half != bf16_on) {  // the arena made again, its kept tensors at their size in this precision
+    if (model->bf16 != bf16_on) {  // the arena made again, its kept tensors at their size in this precision
         free(model->acts_memory);
-        model->kept_half = bf16_on;
+        model->bf16 = bf16_on;
         gpt2_allocate_activations(model, model->batch_size, model->seq_len);
     }
-    model->bf16 = bf16_on;
     if (!bf16_on) { return; }
     model->bf16_fresh = 0;
     if (model->params_bf16 != NULL) { return; }
@@ -1286,6 +1287,34 @@ static Bf16Op gpt2_bf16(GPT2* model, int on, int which, int layer) {
     return op;
 }
 
+// layer l's activations (the kept ones at kept_stride) and its input, the residual stream before it
+typedef struct {
+    float *residual, *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *residual2, *ln2, *ln2_mean, *ln2_rstd, *fch,
+          *fch_gelu, *residual3;
+} LayerActs;
+
+static LayerActs gpt2_layer_acts(const GPT2* model, int l) {
+    const ActivationTensors* a = &model->acts;
+    size_t ABT = (size_t)model->batch_size * model->seq_len, C = model->config.channels;
+    size_t NH = model->config.num_heads;
+    LayerActs x;
+    x.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * ABT * C;
+    x.ln1 = a->ln1 + l * kept_stride(model, ABT * C);
+    x.ln1_mean = a->ln1_mean + l * ABT;
+    x.ln1_rstd = a->ln1_rstd + l * ABT;
+    x.qkv = a->qkv + l * kept_stride(model, ABT * 3 * C);
+    x.att = a->att + l * kept_stride(model, ABT * NH * model->seq_len);
+    x.atty = a->atty + l * kept_stride(model, ABT * C);
+    x.residual2 = a->residual2 + l * ABT * C;
+    x.ln2 = a->ln2 + l * kept_stride(model, ABT * C);
+    x.ln2_mean = a->ln2_mean + l * ABT;
+    x.ln2_rstd = a->ln2_rstd + l * ABT;
+    x.fch = a->fch + l * ABT * 4 * C;
+    x.fch_gelu = a->fch_gelu + l * kept_stride(model, ABT * 4 * C);
+    x.residual3 = a->residual3 + l * ABT * C;
+    return x;
+}
+
 // inputs, targets: (B, T) token ids; targets may be NULL (logits only, mean_loss = -1).
 // After it: acts.logits (B,T,Vp) (in bf16 with targets under --precision bf16) and, with targets,
 // acts.losses (B,T) and mean_loss.
@@ -1306,45 +1335,36 @@ static void gpt2_forward_impl(GPT2* model, const int* inputs, const int* targets
     model->cur_B = B;
     model->cur_T = T;
     model->targets = targets;
-    size_t BT = (size_t)B * T, ABT = (size_t)model->batch_size * model->seq_len;  // ABT: layer stride
+    size_t BT = (size_t)B * T, ABT = (size_t)model->batch_size * model->seq_len;  // ABT: the allocated rows
     ParameterTensors p = model->params;
     ActivationTensors a = model->acts;
     // bf16 matmuls at the allocated shape only (their primitives are made for it); at another shape the kept
     // tensors hold fp32 in their halves
     int lp = model->bf16 && B == model->batch_size && T == model->seq_len;
-    if (model->kept_half && !lp && 2 * BT > ABT) {
+    if (model->bf16 && !lp && 2 * BT > ABT) {
         fatal("model: a forward at B=%d T=%d under bf16 (fp32 at a shape but the allocated one) needs at most half "
               "the allocated B*T = %zu", B, T, ABT);
     }
     if (lp && !model->bf16_fresh) { gpt2_bf16_sync(model); }
     PROF(PROF_ENCODER, encoder_forward(a.encoded, inputs, p.wte, p.wpe, B, T, C));
     for (int l = 0; l < L; l++) {
-        const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
-        float* ln1 = a.ln1 + l * kept_stride(model, ABT * C);
-        float* qkv = a.qkv + l * kept_stride(model, ABT * 3 * C);
-        float* att = a.att + l * kept_stride(model, ABT * NH * model->seq_len);
-        float* atty = a.atty + l * kept_stride(model, ABT * C);
-        float* residual2 = a.residual2 + l * ABT * C;
-        float* ln2 = a.ln2 + l * kept_stride(model, ABT * C);
-        float* fch = a.fch + l * ABT * 4 * C;
-        float* fch_gelu = a.fch_gelu + l * kept_stride(model, ABT * 4 * C);
-        float* residual3 = a.residual3 + l * ABT * C;
-        PROF(PROF_LAYERNORM, layernorm_forward(ln1, lp ? (bf16*)ln1 : NULL, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, residual,
+        LayerActs x = gpt2_layer_acts(model, l);
+        PROF(PROF_LAYERNORM, layernorm_forward(x.ln1, lp ? (bf16*)x.ln1 : NULL, x.ln1_mean, x.ln1_rstd, x.residual,
                                                p.ln1w + l * C, p.ln1b + l * C, BT, C));
-        matmul_forward(qkv, ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
+        matmul_forward(x.qkv, x.ln1, p.qkvw + (size_t)l * 3 * C * C, p.qkvb + l * 3 * C, NULL, BT, C, 3 * C,
                        gpt2_bf16(model, lp, LIN_QKV, l));
-        PROF(PROF_ATTENTION, attention_forward(atty, att, qkv, B, T, C, NH, gpt2_bf16(model, lp, BF16_ATTENTION, l)));
-        matmul_forward(residual2, atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, residual, BT, C, C,
+        PROF(PROF_ATTENTION, attention_forward(x.atty, x.att, x.qkv, B, T, C, NH, gpt2_bf16(model, lp, BF16_ATTENTION, l)));
+        matmul_forward(x.residual2, x.atty, p.attprojw + (size_t)l * C * C, p.attprojb + l * C, x.residual, BT, C, C,
                        gpt2_bf16(model, lp, LIN_ATTPROJ, l));
-        PROF(PROF_LAYERNORM, layernorm_forward(ln2, lp ? (bf16*)ln2 : NULL, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, residual2,
+        PROF(PROF_LAYERNORM, layernorm_forward(x.ln2, lp ? (bf16*)x.ln2 : NULL, x.ln2_mean, x.ln2_rstd, x.residual2,
                                                p.ln2w + l * C, p.ln2b + l * C, BT, C));
-        matmul_forward(fch, ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
+        matmul_forward(x.fch, x.ln2, p.fcw + (size_t)l * 4 * C * C, p.fcb + l * 4 * C, NULL, BT, C, 4 * C,
                        gpt2_bf16(model, lp, LIN_FC, l));
-        PROF(PROF_GELU, gelu_forward(fch_gelu, lp ? (bf16*)fch_gelu : NULL, fch, BT * 4 * C));
-        matmul_forward(residual3, fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, residual2, BT,
+        PROF(PROF_GELU, gelu_forward(x.fch_gelu, lp ? (bf16*)x.fch_gelu : NULL, x.fch, BT * 4 * C));
+        matmul_forward(x.residual3, x.fch_gelu, p.fcprojw + (size_t)l * C * 4 * C, p.fcprojb + l * C, x.residual2, BT,
                        4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
     }
-    const float* last = a.residual3 + (L - 1) * ABT * C;
+    const float* last = gpt2_layer_acts(model, L - 1).residual3;
     PROF(PROF_LAYERNORM, layernorm_forward(a.lnf, lp ? (bf16*)a.lnf : NULL, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, BT, C));
     // lm_head tied to wte: logits (BT, Vp) = lnf @ wte^T. In bf16 with targets they are kept in bf16 (in the
     // first half of their fp32 tensor), as the GPU trainer keeps them: the loss reads them rounded, and the
@@ -1395,7 +1415,7 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     GPT2Config* c = &model->config;
     int B = model->cur_B, T = model->cur_T;
     int L = c->num_layers, NH = c->num_heads, C = c->channels, V = c->vocab_size, Vp = c->padded_vocab_size;
-    size_t BT = (size_t)B * T, ABT = (size_t)model->batch_size * model->seq_len;
+    size_t BT = (size_t)B * T;
     ParameterTensors p = model->params;
     ParameterTensors g = model->grads;
     ActivationTensors a = model->acts;
@@ -1413,36 +1433,28 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
     }
     matmul_backward(a.dbuf_c, g.wte, NULL, a.logits, a.lnf, p.wte, BT, C, Vp, gpt2_bf16(model, lp, LIN_LM, 0));
     memset(a.dresidual, 0, BT * C * sizeof(float));
-    PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, a.residual3 + (L - 1) * ABT * C,
+    PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbuf_c, gpt2_layer_acts(model, L - 1).residual3,
                                             p.lnfw, a.lnf_mean, a.lnf_rstd, BT, C));
     for (int l = L - 1; l >= 0; l--) {
-        const float* residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * ABT * C;
-        const float* ln1 = a.ln1 + l * kept_stride(model, ABT * C);
-        const float* qkv = a.qkv + l * kept_stride(model, ABT * 3 * C);
-        float* att = a.att + l * kept_stride(model, ABT * NH * model->seq_len);
-        const float* atty = a.atty + l * kept_stride(model, ABT * C);
-        const float* residual2 = a.residual2 + l * ABT * C;
-        const float* ln2 = a.ln2 + l * kept_stride(model, ABT * C);
-        const float* fch = a.fch + l * ABT * 4 * C;
-        const float* fch_gelu = a.fch_gelu + l * kept_stride(model, ABT * 4 * C);
+        LayerActs x = gpt2_layer_acts(model, l);
         // dresidual holds d(residual3[l]) here
-        matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+        matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, x.fch_gelu,
                         p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
-        PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, fch, BT * 4 * C));
-        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, ln2,
+        PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, x.fch, BT * 4 * C));
+        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, x.ln2,
                         p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, gpt2_bf16(model, lp, LIN_FC, l));
-        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, residual2,
-                                                p.ln2w + l * C, a.ln2_mean + l * ABT, a.ln2_rstd + l * ABT, BT, C));
+        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, x.residual2,
+                                                p.ln2w + l * C, x.ln2_mean, x.ln2_rstd, BT, C));
         // dresidual holds d(residual2[l]) here
-        matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, atty,
+        matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, x.atty,
                         p.attprojw + (size_t)l * C * C, BT, C, C, gpt2_bf16(model, lp, LIN_ATTPROJ, l));
         float* dqkv = a.dbuf_4c;  // (B, T, 3C)
-        PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, qkv, att, B, T, C, NH,
+        PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, x.qkv, x.att, B, T, C, NH,
                                                 gpt2_bf16(model, lp, BF16_ATTENTION, l)));
-        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1,
+        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, x.ln1,
                         p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, gpt2_bf16(model, lp, LIN_QKV, l));
-        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, residual,
-                                                p.ln1w + l * C, a.ln1_mean + l * ABT, a.ln1_rstd + l * ABT, BT, C));
+        PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, x.residual,
+                                                p.ln1w + l * C, x.ln1_mean, x.ln1_rstd, BT, C));
     }
     PROF(PROF_ENCODER, encoder_backward(g.wte, g.wpe, a.dresidual, inputs, B, T, C));
 }
@@ -1633,11 +1645,10 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
             hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
                           tr->drift, grad_scale, tr->run.adam_steps);
             gpt2_bf16_updated(model);  // the fused pass rounded the bf16 copy too
-            tr->grads_zero = 1;        // and left the gradients zero
         } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
-            tr->grads_zero = 1;
         }
+        tr->grads_zero = 1;  // either update left them zero
     }
     tr->run.tokens += (uint64_t)tr->run.grad_accum * B * T;
     tr->run.backward += (uint64_t)tr->run.grad_accum;

@@ -156,8 +156,8 @@ static void run_item(Item* it) {
     case PART_FWD:
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
             if (lm) {
-                const void* w = lin->fwd16_plain ? lin->w16 : bf16_linear_w_fwd(lin, 0);
-                dnnl_gemm_run(&lin->fwd16, in16 + (size_t)r0 * C, w, (bf16*)it->out + (size_t)r0 * it->OC);
+                dnnl_gemm_run(&lin->fwd16, in16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, 0),
+                              (bf16*)it->out + (size_t)r0 * it->OC);
             } else {
                 dnnl_gemm_run(&lin->fwd, in16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0), it->out + (size_t)r0 * it->OC);
             }
