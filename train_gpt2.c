@@ -296,16 +296,40 @@ void gelu_forward(float* out, bf16* out16, const float* inp, size_t n) {
     }
 }
 
+// d(GELU(x)) / dx
+static inline float gelu_grad(float x) {
+    float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+    float th = tanhf_vec(u);
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
 // d (n) holds dout on entry and dinp on exit; inp: the GELU's input
 void gelu_backward_inplace(float* d, const float* inp, size_t n) {
     #pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
-        float th = tanhf_vec(u);
-        float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        d[i] *= grad;
+    for (size_t i = 0; i < n; i++) { d[i] *= gelu_grad(inp[i]); }
+}
+
+// gelu_backward_inplace fused with what the next linear layer's bf16 backward does with its result (N,OC):
+// dinp16 (N,OC) = dout * gelu'(inp) rounded to bf16, and dbias (OC) += its column sums in fp32. The fp32 dinp
+// is never written: matmul_backward_bf16 would only read it back twice (to round it, and for the column
+// sums). Threads own column ranges and sum rows in order, as colsum_part does: the same bits.
+void gelu_backward_bf16(bf16* dinp16, float* dbias, const float* dout, const float* inp, int N, int OC) {
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int c0 = OC * tid / nth, c1 = OC * (tid + 1) / nth;
+        for (int n = 0; n < N; n++) {
+            const float* d = dout + (size_t)n * OC;
+            const float* x = inp + (size_t)n * OC;
+            bf16* o = dinp16 + (size_t)n * OC;
+            #pragma omp simd
+            for (int c = c0; c < c1; c++) {
+                float g = d[c] * gelu_grad(x[c]);
+                o[c] = bf16_from_float(g);
+                dbias[c] += g;
+            }
+        }
     }
 }
 
@@ -576,8 +600,8 @@ void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear*
 
 // matmul_backward_fp32's products in bf16 with layer's weights, on inp16 (N,C) kept in bf16 by its producer:
 // dout16 (N,OC) is scratch for dout rounded to bf16, inp_packed (bf16_linear_act_bytes) for inp16 packed;
-// dbias from fp32 dout. dout NULL: dout16 holds it already (the lm head's dlogits, from
-// crossentropy_forward; no dbias).
+// dbias from fp32 dout. dout NULL: dout16 holds it already, dbias done (the lm head's dlogits, from
+// crossentropy_forward, or the fc layer's d(fch) from gelu_backward_bf16).
 void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const bf16* inp16,
                           Bf16Linear* lin, int layer, int N, int C, int OC, bf16* dout16, void* inp_packed) {
     double t0 = prof_begin();
@@ -844,7 +868,8 @@ typedef struct {
                        // head's: its dlogits, over the logits
     bf16* b;           // (N, 3C) scratch: the attention's q, k, v in bf16
     void* packed;      // the dweight product's right operand (inp) packed
-    int dout_ready;    // the backward's dout is in `a` already, in bf16 (the lm head's dlogits)
+    int dout_ready;    // the backward's dout is in `a` already, in bf16, and its dbias done (the lm head's dlogits,
+                       // the fc layer's d(fch) from gelu_backward_bf16)
     int out16;         // the forward writes out in bf16, in its first half (the lm head's logits for a loss)
 } Bf16Op;
 
@@ -1440,9 +1465,15 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         // dresidual holds d(residual3[l]) here
         matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, x.fch_gelu,
                         p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
-        PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, x.fch, BT * 4 * C));
-        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, x.ln2,
-                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, gpt2_bf16(model, lp, LIN_FC, l));
+        Bf16Op fc16 = gpt2_bf16(model, lp, LIN_FC, l);
+        if (lp) {  // d(fch) straight to the fc backward's bf16 operand, its dbias with it
+            PROF(PROF_GELU, gelu_backward_bf16(fc16.a, g.fcb + l * 4 * C, a.dbuf_4c, x.fch, BT, 4 * C));
+            fc16.dout_ready = 1;
+        } else {
+            PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, x.fch, BT * 4 * C));
+        }
+        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, lp ? NULL : g.fcb + l * 4 * C, a.dbuf_4c, x.ln2,
+                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, fc16);
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, x.residual2,
                                                 p.ln2w + l * C, x.ln2_mean, x.ln2_rstd, BT, C));
         // dresidual holds d(residual2[l]) here
@@ -1532,7 +1563,6 @@ void gpt2_free(GPT2* model) {
     bf16_attention_destroy(&model->att16);
     model->params_bf16 = NULL;
     model->bf16_a = model->bf16_b = NULL;
-    model->bf16_b_packed = NULL;
     model->bf16_b_packed = NULL;
     model->bf16 = 0;
     model->params_memory = model->grads_memory = model->m_memory = model->v_memory = model->acts_memory = NULL;

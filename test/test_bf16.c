@@ -302,6 +302,32 @@ Test(bf16_activations, layernorm_and_gelu_write_the_fp32_values_rounded) {
     free(x); free(w); free(b); free(out); free(out16); free(m); free(r); free(m16); free(r16);
 }
 
+// The fc layer's backward in bf16 takes d(fch) from gelu_backward_bf16: rounded to bf16, with its bias
+// gradient, bit for bit what the fp32 GELU backward followed by matmul_backward_bf16's rounding and column
+// sums give (the fp32 d(fch) is never written).
+Test(bf16_activations, the_fused_gelu_backward_is_the_fp32_one_rounded_with_its_column_sums) {
+    int N = 41, OC = 100;  // odd shapes: the threads' column ranges split unevenly
+    size_t n = (size_t)N * OC;
+    float* x = rand_buf(n, 3.0f);
+    float* d = rand_buf(n, 1.0f);
+    float* dref = (float*)malloc(n * sizeof(float));
+    memcpy(dref, d, n * sizeof(float));
+    float* bias0 = rand_buf(OC, 0.5f);  // dbias accumulates
+    float *dbias = (float*)malloc(OC * sizeof(float)), *dbias_ref = (float*)malloc(OC * sizeof(float));
+    memcpy(dbias, bias0, OC * sizeof(float));
+    memcpy(dbias_ref, bias0, OC * sizeof(float));
+    bf16* d16 = (bf16*)malloc(n * sizeof(bf16));
+    gelu_backward_inplace(dref, x, n);
+    #pragma omp parallel
+    { colsum_part(omp_get_thread_num(), omp_get_num_threads(), dbias_ref, dref, N, OC); }
+    gelu_backward_bf16(d16, dbias, d, x, N, OC);
+    for (size_t i = 0; i < n; i++) {
+        cr_assert_eq(d16[i], bf16_from_float(dref[i]), "d(fch) [%zu]: %04x vs %g", i, d16[i], dref[i]);
+    }
+    cr_assert(memcmp(dbias, dbias_ref, OC * sizeof(float)) == 0, "the bias gradient, bit for bit");
+    free(x); free(d); free(dref); free(bias0); free(dbias); free(dbias_ref); free(d16);
+}
+
 Test(bf16_matmul, bf16_is_really_used) {
     if (!bf16_ready()) { return; }
     int N = 32, C = 64, OC = 32;
