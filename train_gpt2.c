@@ -454,7 +454,10 @@ void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, con
 #define BF16_CHUNK 4096  // a wide layer's rows of W per dinp and dweight product
 #define BF16_ROWS 256    // a wide layer's rows of inp per forward product (where they divide N)
 typedef struct {
-    DnnlGemm fwd;                // a block of fwd_rows rows of out
+    DnnlGemm fwd;                // a block of fwd_rows rows of out, in the form fwd_form
+    int fwd_form;                // DNNL_C_BIAS: out = product + bias (a layer without a residual); DNNL_C_ADD:
+                                 // out += product, onto the bias and residual written first; DNNL_C_SET: out =
+                                 // product (no bias: the lm head)
     DnnlGemm fwd16;              // a layer without bias (the lm head): fwd with out rounded to bf16 (the logits)
     int fwd16_plain;             // fwd16 reads w16 as it is (pack_w, but its packed layout is not fwd's)
     DnnlGemm dinp[3];            // [0] the first chunk (dinp =), [1] a later full chunk (+=), [2] the narrower last (+=)
@@ -476,9 +479,10 @@ static size_t round64(size_t n) { return (n + 63) / 64 * 64; }
 static int bf16_chunk_kind(const Bf16Linear* l, int c) { return c < l->nfull ? 0 : 1; }
 static DnnlGemm* bf16_chunk_dinp(Bf16Linear* l, int c) { return &l->dinp[c == 0 ? 0 : c < l->nfull ? 1 : 2]; }
 
-static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accumulate, const bf16* w16, int layers,
+static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_form, const bf16* w16, int layers,
                                int pack_w, int chunk) {
     memset(l, 0, sizeof(*l));
+    l->fwd_form = fwd_form;
     l->pack_w = pack_w;
     l->w16 = w16;
     l->layers = layers;
@@ -489,8 +493,8 @@ static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_accu
     l->rem = OC - l->nfull * l->chunk;
     l->nchunks = l->nfull + (l->rem > 0);
     l->fwd_rows = l->nchunks > 1 && N % BF16_ROWS == 0 ? BF16_ROWS : N;
-    dnnl_gemm_create(&l->fwd, 0, 1, l->fwd_rows, OC, C, C, C, OC, fwd_accumulate, pack_w);  // B = W^T, read transposed
-    if (!fwd_accumulate) {
+    dnnl_gemm_create(&l->fwd, 0, 1, l->fwd_rows, OC, C, C, C, OC, fwd_form, pack_w);  // B = W^T, read transposed
+    if (fwd_form == DNNL_C_SET) {
         dnnl_gemm_create(&l->fwd16, 0, 1, l->fwd_rows, OC, C, C, C, OC, DNNL_C_BF16, pack_w);
         if (pack_w && !dnnl_gemm_same_b(&l->fwd, &l->fwd16)) {
             dnnl_gemm_destroy(&l->fwd16);
@@ -562,14 +566,29 @@ static void bf16_linear_pack(Bf16Linear* l) {
 static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return l->act_bytes[0] + l->act_bytes[1]; }
 
 // matmul_forward_fp32's product in bf16 with layer's weights, on inp16 (N,C): the input as its producer
-// kept it, in bf16. One parallel region writes bias (+ residual) into out; the GEMM then accumulates on top.
-// bias NULL: out is overwritten (the lm head), or with out16 not NULL out16 (N,OC) is, rounded to bf16.
+// kept it, in bf16. With a residual one parallel region writes bias + residual into out, and the GEMM
+// accumulates on top (DNNL_C_ADD); with a bias only, the GEMM adds it as it writes out (DNNL_C_BIAS, the same
+// sums). bias NULL: out is overwritten (the lm head), or with out16 not NULL out16 (N,OC) is, rounded to bf16.
 void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
                          const float* residual, int N, int C, int OC) {
     double t0 = prof_begin();
     if (out16 != NULL) {
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
             dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, layer), out16 + (size_t)r0 * OC);
+        }
+        prof_end(PROF_GEMM, t0);
+        return;
+    }
+    int fits = lin->fwd_form == DNNL_C_BIAS ? bias != NULL && residual == NULL
+             : lin->fwd_form == DNNL_C_ADD  ? bias != NULL
+                                            : bias == NULL && residual == NULL;
+    if (!fits) {
+        fatal("bf16: a linear layer's forward made for another form (bias %s, residual %s)", bias ? "given" : "none",
+              residual ? "given" : "none");
+    }
+    if (lin->fwd_form == DNNL_C_BIAS) {
+        for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
+            dnnl_gemm_run_bias(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), bias, out + (size_t)r0 * OC);
         }
         prof_end(PROF_GEMM, t0);
         return;
@@ -1277,12 +1296,12 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     // the layers' costs about what it saves (docs/benchmark.md). On AMX the lm head's single dinp product
     // (below 1024 rows: K = Vp) sums in another order plain than packed: bf16 losses there move by about 1e-5.
     int pack_layers = N >= 4096, pack_lm = !dnnl_isa_amx();
-    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, 1, W16(qkvw), L, pack_layers, BF16_CHUNK);
-    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, 1, W16(attprojw), L, pack_layers, BF16_CHUNK);
-    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, 1, W16(fcw), L, pack_layers, BF16_CHUNK);
-    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, 1, W16(fcprojw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, DNNL_C_BIAS, W16(qkvw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, DNNL_C_ADD, W16(attprojw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, DNNL_C_BIAS, W16(fcw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, DNNL_C_ADD, W16(fcprojw), L, pack_layers, BF16_CHUNK);
     // the lm head in pieces from 1024 rows on: at 256 rows one product was as fast or faster (docs/benchmark.md)
-    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, 0, W16(wte), 1, pack_lm, N >= 1024 ? BF16_CHUNK : Vp);  // tied to wte
+    bf16_linear_create(&model->lin[LIN_LM], N, C, Vp, DNNL_C_SET, W16(wte), 1, pack_lm, N >= 1024 ? BF16_CHUNK : Vp);  // tied to wte
     #undef W16
     int NH = model->config.num_heads;
     bf16_attention_create(&model->att16, bf16_attention_group(model->batch_size, model->seq_len, NH), model->seq_len, C, NH);

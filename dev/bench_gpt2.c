@@ -159,7 +159,8 @@ static void run_item(Item* it) {
                 dnnl_gemm_run(&lin->fwd16, in16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, 0),
                               (bf16*)it->out + (size_t)r0 * it->OC);
             } else {
-                dnnl_gemm_run(&lin->fwd, in16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0), it->out + (size_t)r0 * it->OC);
+                dnnl_gemm_run_bias(&lin->fwd, in16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0),
+                                   lin->fwd_form == DNNL_C_BIAS ? it->bias : NULL, it->out + (size_t)r0 * it->OC);
             }
         }
         break;

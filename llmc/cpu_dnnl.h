@@ -74,17 +74,20 @@ static inline void dnnl_context_init(void) {
 // C (M,N) [+]= op(A) (M,K) · op(B) (K,N): A and B bf16 with leading dims lda, ldb (op(X) = X^T when transX,
 // read through the strides: no explicit transpose), C row-major with leading dim ldc, in the form c_form:
 // DNNL_C_SET C = (fp32), DNNL_C_ADD C += (fp32; oneDNN's sum post-op, exact fp32 addition), DNNL_C_BF16 C =
-// the fp32 result rounded to bf16 (to nearest even, as bf16_from_float rounds).
+// the fp32 result rounded to bf16 (to nearest even, as bf16_from_float rounds), DNNL_C_BIAS C = (fp32) plus
+// a bias (N) in fp32 given at each run (dnnl_gemm_run_bias; the same fp32 sum as DNNL_C_ADD onto C filled
+// with the bias, without that pass over C).
 // pack_b: each run reads B from a buffer that dnnl_gemm_pack_b filled with B reordered into the blocked
 // layout the primitive asks for (dnnl_gemm_packed_bytes of it). A matmul given a plain B copies it into that
 // layout itself, in pieces, on every call; packed once, a weight serves a whole step. The results are bit
 // for bit those of the plain B (measured on oneDNN 2.6: B's layout changes where the values are read from,
 // not the order of the sums; a transposed A does change it, so A stays as given), except on AMX for a K as
 // long as a vocabulary, where the plain B's sums go in another order.
-enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16 };
+enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16, DNNL_C_BIAS };
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
+    dnnl_memory_t bias;      // DNNL_C_BIAS: the bias (1, N), bound at each run; NULL otherwise
     dnnl_primitive_t pack;   // pack_b: the reorder from B as described into the primitive's layout
     dnnl_memory_t b_plain;   // pack_b: B as described, bound at each pack
     size_t packed_bytes;     // pack_b: the size of B in the primitive's layout
@@ -136,8 +139,13 @@ static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, 
               "memory desc C");
     dnnl_memory_desc_t bany;  // pack_b: the primitive picks B's layout
     dnnlCheck(dnnl_memory_desc_init_by_tag(&bany, nd, bdims, dnnl_bf16, dnnl_format_tag_any), "memory desc B any");
+    dnnl_memory_desc_t biasmd;  // DNNL_C_BIAS: (1, N), broadcast over the rows (and the batch)
+    dnnl_dims_t biasdims = {1, 1, 1};
+    biasdims[nd - 1] = N;
+    dnnlCheck(dnnl_memory_desc_init_by_tag(&biasmd, nd, biasdims, dnnl_f32, nd == 3 ? dnnl_abc : dnnl_ab), "memory desc bias");
     dnnl_matmul_desc_t desc;
-    dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, pack_b ? &bany : &bmd, NULL, &cmd), "matmul desc");
+    dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, pack_b ? &bany : &bmd, c_form == DNNL_C_BIAS ? &biasmd : NULL, &cmd),
+              "matmul desc");
     dnnl_primitive_attr_t attr = dnnl_attr_user_scratch();
     dnnl_post_ops_t po = NULL;
     if (c_form == DNNL_C_ADD) {
@@ -152,6 +160,7 @@ static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, 
     dnnlCheck(dnnl_primitive_create(&g->prim, pd), "matmul primitive");
     dnnlCheck(dnnl_memory_create(&g->a, &amd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory A");
     dnnlCheck(dnnl_memory_create(&g->c, &cmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory C");
+    if (c_form == DNNL_C_BIAS) { dnnlCheck(dnnl_memory_create(&g->bias, &biasmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory bias"); }
     if (pack_b) {
         const dnnl_memory_desc_t* packed = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         g->packed_bytes = dnnl_memory_desc_get_size(packed);
@@ -213,14 +222,26 @@ static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
 }
 
 // runs the product on the given data, outside any parallel region (oneDNN opens its own); B is bf16 as
-// described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled; C fp32, or bf16 (DNNL_C_BF16)
-static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, void* C) {
+// described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled; C fp32, or bf16 (DNNL_C_BF16);
+// bias (N) fp32 for a DNNL_C_BIAS product, NULL for any other
+static inline void dnnl_gemm_run_bias(DnnlGemm* g, const bf16* A, const void* B, const float* bias, void* C) {
+    if ((bias != NULL) != (g->bias != NULL)) {
+        fatal("oneDNN: a product made %s a bias run %s one", g->bias != NULL ? "with" : "without",
+              bias != NULL ? "with" : "without");
+    }
     dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
-    dnnl_execute(g->prim, args, 3, "matmul");
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, g->a}, {DNNL_ARG_WEIGHTS, g->b}, {DNNL_ARG_DST, g->c}};
+    int n = 3;
+    if (bias != NULL) {
+        dnnlCheck(dnnl_memory_set_data_handle(g->bias, (void*)bias), "bind bias");
+        args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, g->bias};
+    }
+    dnnl_execute(g->prim, args, n, "matmul");
 }
+
+static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, void* C) { dnnl_gemm_run_bias(g, A, B, NULL, C); }
 
 static inline void dnnl_gemm_destroy(DnnlGemm* g) {
     if (g->prim == NULL) { return; }
@@ -228,6 +249,7 @@ static inline void dnnl_gemm_destroy(DnnlGemm* g) {
     dnnl_memory_destroy(g->a);
     dnnl_memory_destroy(g->b);
     dnnl_memory_destroy(g->c);
+    if (g->bias != NULL) { dnnl_memory_destroy(g->bias); }
     if (g->pack != NULL) {
         dnnl_primitive_destroy(g->pack);
         dnnl_memory_destroy(g->b_plain);
@@ -250,7 +272,7 @@ static inline const char* dnnl_isa_name(void) {
 #else
 // built without oneDNN (no libdnnl-dev): the types exist, nothing can be created
 static inline int dnnl_available(void) { return 0; }
-enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16 };
+enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16, DNNL_C_BIAS };
 typedef struct { int unused; } DnnlGemm;
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
                                     int ldc, int c_form, int pack_b) {
@@ -266,6 +288,9 @@ static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { (void)g; return
 static inline int dnnl_gemm_same_b(const DnnlGemm* x, const DnnlGemm* y) { (void)x; (void)y; return 1; }
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) { (void)g; (void)B; (void)packed; }
 static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, void* C) { (void)g; (void)A; (void)B; (void)C; }
+static inline void dnnl_gemm_run_bias(DnnlGemm* g, const bf16* A, const void* B, const float* bias, void* C) {
+    (void)g; (void)A; (void)B; (void)bias; (void)C;
+}
 static inline void dnnl_gemm_destroy(DnnlGemm* g) { (void)g; }
 static inline int dnnl_isa_amx(void) { return 0; }
 static inline const char* dnnl_isa_name(void) { return "no oneDNN"; }

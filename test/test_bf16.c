@@ -55,7 +55,7 @@ static void check_linear(int N, int C, int OC, int with_residual, int pack_w, in
     bf16* s2 = (bf16*)malloc((size_t)N * wide * sizeof(bf16));
     Bf16Linear lin;
     memset(&lin, 0, sizeof(lin));
-    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, pack_w, chunk);
+    bf16_linear_create(&lin, N, C, OC, with_residual ? DNNL_C_ADD : DNNL_C_BIAS, w16, 1, pack_w, chunk);
     bf16_linear_pack(&lin);
     void* packed = aligned_alloc(64, bf16_linear_act_bytes(&lin));
     for (size_t i = 0; i < (size_t)N * C; i++) { s2[i] = bf16_from_float(inp[i]); }  // as its producer keeps it
@@ -161,6 +161,44 @@ Test(bf16_matmul, packing_an_operand_changes_no_bit) {
     check_packing_exact(37, 19, 53);     // odd everything
 }
 
+// a layer with a bias and no residual (qkv, fc) has oneDNN add the bias as it writes out (DNNL_C_BIAS); one
+// with a residual accumulates onto bias + residual written first (DNNL_C_ADD). With the residual zero the
+// two are the same sums: the same bits, weights plain and packed.
+static void check_bias_form(int N, int C, int OC, int pack_w) {
+    float* inp = rand_buf((size_t)N * C, 1.0f);
+    float* w = rand_buf((size_t)OC * C, 0.5f);
+    float* bias = rand_buf(OC, 0.3f);
+    float* zeros = (float*)calloc((size_t)N * OC, sizeof(float));
+    bf16* w16 = (bf16*)malloc((size_t)OC * C * sizeof(bf16));
+    bf16* in16 = (bf16*)malloc((size_t)N * C * sizeof(bf16));
+    for (size_t i = 0; i < (size_t)OC * C; i++) { w16[i] = bf16_from_float(w[i]); }
+    for (size_t i = 0; i < (size_t)N * C; i++) { in16[i] = bf16_from_float(inp[i]); }
+    float* out[2];
+    int form[2] = {DNNL_C_BIAS, DNNL_C_ADD};
+    for (int k = 0; k < 2; k++) {
+        out[k] = (float*)malloc((size_t)N * OC * sizeof(float));
+        memset(out[k], 0xff, (size_t)N * OC * sizeof(float));  // NaNs: every element must be written
+        Bf16Linear lin;
+        bf16_linear_create(&lin, N, C, OC, form[k], w16, 1, pack_w, BF16_CHUNK);
+        bf16_linear_pack(&lin);
+        matmul_forward_bf16(out[k], NULL, in16, &lin, 0, bias, k == 0 ? NULL : zeros, N, C, OC);
+        bf16_linear_destroy(&lin);
+    }
+    for (size_t i = 0; i < (size_t)N * OC; i++) {
+        cr_assert(memcmp(&out[0][i], &out[1][i], sizeof(float)) == 0, "%dx%dx%d packed %d, out (%zu, %zu): %g with the bias in the product, %g onto it",
+                  N, C, OC, pack_w, i / OC, i % OC, out[0][i], out[1][i]);
+    }
+    free(inp); free(w); free(bias); free(zeros); free(w16); free(in16); free(out[0]); free(out[1]);
+}
+
+Test(bf16_matmul, the_bias_added_by_the_product_gives_the_same_bits) {
+    if (!bf16_ready()) { return; }
+    for (int pack_w = 0; pack_w < 2; pack_w++) {
+        check_bias_form(256, 64, 192, pack_w);  // qkv-like
+        check_bias_form(37, 19, 53, pack_w);    // odd everything
+    }
+}
+
 // the lm head's forward for a loss writes its logits in bf16 (oneDNN rounds the fp32 results): those of its
 // fp32 forward rounded to nearest even, bit for bit, weights plain and packed, in row blocks and whole
 static void check_logits16(int N, int C, int OC, int pack_w) {
@@ -174,7 +212,7 @@ static void check_logits16(int N, int C, int OC, int pack_w) {
     bf16* out16 = (bf16*)malloc((size_t)N * OC * sizeof(bf16));
     memset(out16, 0xff, (size_t)N * OC * sizeof(bf16));  // NaNs: every element must be written
     Bf16Linear lin;
-    bf16_linear_create(&lin, N, C, OC, 0, w16, 1, pack_w, BF16_CHUNK);
+    bf16_linear_create(&lin, N, C, OC, DNNL_C_SET, w16, 1, pack_w, BF16_CHUNK);
     bf16_linear_pack(&lin);
     matmul_forward_bf16(out, NULL, in16, &lin, 0, NULL, NULL, N, C, OC);
     matmul_forward_bf16(NULL, out16, in16, &lin, 0, NULL, NULL, N, C, OC);
@@ -341,7 +379,7 @@ Test(bf16_matmul, bf16_is_really_used) {
     for (size_t i = 0; i < (size_t)OC * C; i++) { w16[i] = bf16_from_float(w[i]); }
     Bf16Linear lin;
     memset(&lin, 0, sizeof(lin));
-    bf16_linear_create(&lin, N, C, OC, 1, w16, 1, 0, BF16_CHUNK);
+    bf16_linear_create(&lin, N, C, OC, DNNL_C_BIAS, w16, 1, 0, BF16_CHUNK);
     matmul_forward_fp32(o32, inp, w, zero, NULL, N, C, OC);
     for (size_t i = 0; i < (size_t)N * C; i++) { s[i] = bf16_from_float(inp[i]); }
     matmul_forward_bf16(o16, NULL, s, &lin, 0, zero, NULL, N, C, OC);
