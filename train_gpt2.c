@@ -455,9 +455,10 @@ void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, con
 #define BF16_ROWS 256    // a wide layer's rows of inp per forward product (where they divide N)
 typedef struct {
     DnnlGemm fwd;                // a block of fwd_rows rows of out, in the form fwd_form
-    int fwd_form;                // DNNL_C_BIAS: out = product + bias (a layer without a residual); DNNL_C_ADD:
-                                 // out += product, onto the bias and residual written first; DNNL_C_SET: out =
-                                 // product (no bias: the lm head)
+    int fwd_form;                // DNNL_C_BIAS: out = product + bias (a layer without a residual), with
+                                 // DNNL_C_BF16 rounded to bf16 (qkv: the attention reads it so); DNNL_C_ADD: out +=
+                                 // product, onto the bias and residual written first; DNNL_C_SET: out = product
+                                 // (no bias: the lm head)
     DnnlGemm fwd16;              // a layer without bias (the lm head): fwd with out rounded to bf16 (the logits)
     int fwd16_plain;             // fwd16 reads w16 as it is (pack_w, but its packed layout is not fwd's)
     DnnlGemm dinp[3];            // [0] the first chunk (dinp =), [1] a later full chunk (+=), [2] the narrower last (+=)
@@ -494,7 +495,7 @@ static void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_form
     l->nchunks = l->nfull + (l->rem > 0);
     l->fwd_rows = l->nchunks > 1 && N % BF16_ROWS == 0 ? BF16_ROWS : N;
     dnnl_gemm_create(&l->fwd, 0, 1, l->fwd_rows, OC, C, C, C, OC, fwd_form, pack_w);  // B = W^T, read transposed
-    if (fwd_form == DNNL_C_SET) {
+    if (fwd_form == DNNL_C_SET) {  // the lm head: its logits for a loss in bf16
         dnnl_gemm_create(&l->fwd16, 0, 1, l->fwd_rows, OC, C, C, C, OC, DNNL_C_BF16, pack_w);
         if (pack_w && !dnnl_gemm_same_b(&l->fwd, &l->fwd16)) {
             dnnl_gemm_destroy(&l->fwd16);
@@ -568,27 +569,32 @@ static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return l->act_bytes[0
 // matmul_forward_fp32's product in bf16 with layer's weights, on inp16 (N,C): the input as its producer
 // kept it, in bf16. With a residual one parallel region writes bias + residual into out, and the GEMM
 // accumulates on top (DNNL_C_ADD); with a bias only, the GEMM adds it as it writes out (DNNL_C_BIAS, the same
-// sums). bias NULL: out is overwritten (the lm head), or with out16 not NULL out16 (N,OC) is, rounded to bf16.
+// sums), to out16 (N,OC) rounded to bf16 instead where the layer was made so (qkv). bias NULL: out is
+// overwritten (the lm head), or with out16 not NULL out16 is, rounded to bf16.
 void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
                          const float* residual, int N, int C, int OC) {
     double t0 = prof_begin();
-    if (out16 != NULL) {
+    if (lin->fwd_form != DNNL_C_SET && (out16 != NULL) != ((lin->fwd_form & DNNL_C_BF16) != 0)) {  // SET: either
+        fatal("bf16: a linear layer's forward made for %s output run for the other", out16 != NULL ? "fp32" : "bf16");
+    }
+    if (out16 != NULL && lin->fwd_form == DNNL_C_SET) {
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
             dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, layer), out16 + (size_t)r0 * OC);
         }
         prof_end(PROF_GEMM, t0);
         return;
     }
-    int fits = lin->fwd_form == DNNL_C_BIAS ? bias != NULL && residual == NULL
+    int fits = (lin->fwd_form & DNNL_C_BIAS) ? bias != NULL && residual == NULL
              : lin->fwd_form == DNNL_C_ADD  ? bias != NULL
                                             : bias == NULL && residual == NULL;
     if (!fits) {
         fatal("bf16: a linear layer's forward made for another form (bias %s, residual %s)", bias ? "given" : "none",
               residual ? "given" : "none");
     }
-    if (lin->fwd_form == DNNL_C_BIAS) {
+    if (lin->fwd_form & DNNL_C_BIAS) {
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-            dnnl_gemm_run_bias(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), bias, out + (size_t)r0 * OC);
+            void* o = out16 != NULL ? (void*)(out16 + (size_t)r0 * OC) : (void*)(out + (size_t)r0 * OC);
+            dnnl_gemm_run_bias(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), bias, o);
         }
         prof_end(PROF_GEMM, t0);
         return;
@@ -766,18 +772,23 @@ static inline void att_softmax_backward_row(bf16* ds16, const bf16* p16, const f
     memset(ds16 + n, 0, (size_t)(T - n) * sizeof(bf16));
 }
 
-// x (B, T, parts*C) rounded into dst (parts, B, NH, T, hs): each part of all sequences head by head
-static void bf16_to_heads(bf16* dst, const float* x, int B, int T, int C, int NH, int parts) {
+// x (B, T, parts*C) rounded into dst (parts, B, NH, T, hs): each part of all sequences head by head; or (x
+// NULL) x16, in bf16 already, copied so
+static void bf16_to_heads(bf16* dst, const float* x, const bf16* x16, int B, int T, int C, int NH, int parts) {
     int hs = C / NH, w = parts * C;
     size_t psz = (size_t)B * T * C;
     #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
-            const float* row = x + ((size_t)b * T + t) * w;
+            size_t row = ((size_t)b * T + t) * w;
             for (int j = 0; j < parts * NH; j++) {  // j = part * NH + h
                 bf16* d = dst + (size_t)(j / NH) * psz + (((size_t)b * NH + j % NH) * T + t) * hs;
-                #pragma omp simd
-                for (int i = 0; i < hs; i++) { d[i] = bf16_from_float(row[j * hs + i]); }
+                if (x16 != NULL) {
+                    memcpy(d, x16 + row + j * hs, hs * sizeof(bf16));
+                } else {
+                    #pragma omp simd
+                    for (int i = 0; i < hs; i++) { d[i] = bf16_from_float(x[row + j * hs + i]); }
+                }
             }
         }
     }
@@ -806,17 +817,17 @@ static void bf16_from_heads(float* y, bf16* y16, const float* h, int b0, int G, 
     }
 }
 
-// attention_forward_fp32 with bf16 products; out (B, T, C) in bf16 (the next matmul's operand). Kept for
-// attention_backward_bf16: att16 (B, NH, T, T) the probabilities in bf16 (zeros past the diagonal) and qkv16
-// (3, B, NH, T, hs) q, k, v rounded. qkv16 may share qkv's memory (the trainer keeps them there: in bf16 the
-// fp32 qkv has no reader after this): qkv is read only before qkv16 is written. scratch (3, B, NH, T, hs)
-// takes q, k, v rounded for the products.
-void attention_forward_bf16(bf16* out, bf16* att16, bf16* qkv16, const float* qkv, Bf16Attention* ba,
+// attention_forward_fp32 with bf16 products, on qkv (B, T, 3C) in bf16 (as the qkv product wrote it,
+// rounded); out (B, T, C) in bf16 (the next matmul's operand). Kept for attention_backward_bf16: att16 (B, NH,
+// T, T) the probabilities in bf16 (zeros past the diagonal) and qkv16 (3, B, NH, T, hs) q, k, v head by head.
+// qkv16 may share qkv's memory (the trainer keeps them there): qkv is read only before qkv16 is written.
+// scratch (3, B, NH, T, hs) takes q, k, v head by head for the products.
+void attention_forward_bf16(bf16* out, bf16* att16, bf16* qkv16, const bf16* qkv, Bf16Attention* ba,
                             bf16* scratch, int B, int T, int C, int NH) {
     int G = ba->group;
     size_t psz = (size_t)B * T * C;  // one part (q, k or v) of all sequences
     float scale = 1.0f / sqrtf((float)(C / NH));
-    bf16_to_heads(scratch, qkv, B, T, C, NH, 3);
+    bf16_to_heads(scratch, NULL, qkv, B, T, C, NH, 3);
     for (int b0 = 0; b0 < B; b0 += G) {
         const bf16* q = scratch + (size_t)b0 * T * C;  // (G, NH, T, hs)
         bf16* a16 = att16 + (size_t)b0 * NH * T * T;   // (G, NH, T, T)
@@ -847,7 +858,7 @@ void attention_backward_bf16(float* dqkv, const float* dout, const bf16* qkv16, 
     int G = ba->group;
     size_t psz = (size_t)B * T * C, gsz = (size_t)G * T * C;
     float scale = 1.0f / sqrtf((float)(C / NH));
-    bf16_to_heads(dout16, dout, B, T, C, NH, 1);
+    bf16_to_heads(dout16, dout, NULL, B, T, C, NH, 1);
     float* dq = ba->h32;
     float* dk = dq + gsz;
     float* dv = dk + gsz;
@@ -889,7 +900,7 @@ typedef struct {
     void* packed;      // the dweight product's right operand (inp) packed
     int dout_ready;    // the backward's dout is in `a` already, in bf16, and its dbias done (the lm head's dlogits,
                        // the fc layer's d(fch) from gelu_backward_bf16)
-    int out16;         // the forward writes out in bf16, in its first half (the lm head's logits for a loss)
+    int out16;         // the forward writes out in bf16, in its first half (qkv; the lm head's logits for a loss)
 } Bf16Op;
 
 // out: (N,OC) = inp (N,C) @ weight(OC,C)^T + bias(OC) [+ residual (N,OC) when not NULL]; bias NULL: out is
@@ -918,12 +929,13 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
     }
 }
 
-// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities. In bf16 out is
-// written in bf16, and the backward's inputs are kept in bf16 in the same memory: att holds the
-// probabilities (B,NH,T,T), qkv q, k and v head by head (3,B,NH,T,hs); the fp32 qkv is gone.
+// causal self-attention, qkv (B,T,3C) -> out (B,T,C), att (B,NH,T,T) the probabilities. In bf16 qkv holds
+// (B,T,3C) in bf16 (the qkv product writes it so), out is written in bf16, and the backward's inputs are kept
+// in bf16 in the same memory: att holds the probabilities (B,NH,T,T), qkv q, k and v head by head
+// (3,B,NH,T,hs).
 void attention_forward(float* out, float* att, float* qkv, int B, int T, int C, int NH, Bf16Op bf) {
     if (bf.att != NULL) {
-        attention_forward_bf16((bf16*)out, (bf16*)att, (bf16*)qkv, qkv, bf.att, bf.b, B, T, C, NH);
+        attention_forward_bf16((bf16*)out, (bf16*)att, (bf16*)qkv, (const bf16*)qkv, bf.att, bf.b, B, T, C, NH);
         return;
     }
     attention_forward_fp32(out, att, qkv, B, T, C, NH);
@@ -1104,9 +1116,7 @@ typedef struct {
     // --precision bf16 (gpt2_set_precision): every matmul in bf16 at the allocated (B, T);
     // a forward at another shape (sampling) runs in fp32. NULL / 0 in fp32.
     int bf16;                 // 1: bf16 matmuls, and the tensors bf16 keeps (ln1, qkv, att, atty, ln2, fch_gelu)
-                              // at half their fp32 size per layer (kept_stride). The qkv product writes its fp32
-                              // (B, T, 3C) over the next layer's half, not kept yet, before the attention keeps
-                              // it in bf16
+                              // at half their fp32 size per layer (kept_stride)
     int bf16_fresh;           // params_bf16 holds the current params (whoever writes params clears it)
     bf16* params_bf16;        // (P) params rounded to bf16, same layout as params_memory
     bf16* bf16_a;             // (B*T, 4C) scratch: the layers' backward's dout in bf16
@@ -1191,8 +1201,7 @@ static void gpt2_allocate_activations(GPT2* model, int B, int T) {
     s[1] = L * kept_stride(model, BT * C);      // ln1
     s[2] = L * BT;            // ln1_mean
     s[3] = L * BT;            // ln1_rstd
-    s[4] = (L + model->bf16) * kept_stride(model, BT * 3 * C);  // qkv (+ a half: the last layer's product
-                                                                 // writes it in fp32 before it is kept)
+    s[4] = L * kept_stride(model, BT * 3 * C);  // qkv
     s[5] = L * kept_stride(model, B * NH * (size_t)T * T); // att
     s[6] = L * kept_stride(model, BT * C);      // atty
     s[7] = L * BT * C;        // residual2
@@ -1296,7 +1305,8 @@ void gpt2_set_precision(GPT2* model, int bf16_on) {
     // the layers' costs about what it saves (docs/benchmark.md). On AMX the lm head's single dinp product
     // (below 1024 rows: K = Vp) sums in another order plain than packed: bf16 losses there move by about 1e-5.
     int pack_layers = N >= 4096, pack_lm = !dnnl_isa_amx();
-    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, DNNL_C_BIAS, W16(qkvw), L, pack_layers, BF16_CHUNK);
+    bf16_linear_create(&model->lin[LIN_QKV], N, C, 3 * C, DNNL_C_BIAS | DNNL_C_BF16, W16(qkvw), L, pack_layers,
+                       BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_ATTPROJ], N, C, C, DNNL_C_ADD, W16(attprojw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_FC], N, C, 4 * C, DNNL_C_BIAS, W16(fcw), L, pack_layers, BF16_CHUNK);
     bf16_linear_create(&model->lin[LIN_FCPROJ], N, 4 * C, C, DNNL_C_ADD, W16(fcprojw), L, pack_layers, BF16_CHUNK);
@@ -1327,6 +1337,7 @@ static Bf16Op gpt2_bf16(GPT2* model, int on, int which, int layer) {
     op.b = model->bf16_b;
     op.packed = model->bf16_b_packed;
     op.dout_ready = which == LIN_LM;  // crossentropy_forward writes the dlogits in bf16, over the logits
+    op.out16 = which == LIN_QKV;      // q, k, v for the attention in bf16 (the lm head's: set by the forward)
     if (which == LIN_LM) { op.a = (bf16*)model->acts.logits; }
     return op;
 }

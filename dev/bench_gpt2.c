@@ -142,7 +142,7 @@ static void run_item(Item* it) {
             }
         }
         if (it->part == PART_ATT_FWD_CALL) {
-            attention_forward_bf16((bf16*)it->out, att16, qkv16, it->inp, ba, m->bf16_b, it->B, it->T, it->C, NH);
+            attention_forward_bf16((bf16*)it->out, att16, qkv16, qkv16, ba, m->bf16_b, it->B, it->T, it->C, NH);
         } else if (it->part == PART_ATT_BWD_CALL) {
             attention_backward_bf16(it->dinp, it->dout, qkv16, att16, ba, m->bf16_a, it->B, it->T, it->C, NH);
         }
@@ -180,9 +180,11 @@ static void run_item(Item* it) {
         }
         break;
     }
-    case PART_FWD_CALL:
-        matmul_forward_bf16(it->out, lm ? (bf16*)it->out : NULL, in16, lin, 0, it->bias, it->residual, N, C, it->OC);
+    case PART_FWD_CALL: {
+        bf16* out16 = lm || (lin->fwd_form & DNNL_C_BF16) ? (bf16*)it->out : NULL;  // the logits, q k v in bf16
+        matmul_forward_bf16(it->out, out16, in16, lin, 0, it->bias, it->residual, N, C, it->OC);
         break;
+    }
     default:
         matmul_backward_bf16(it->dinp, it->dweight, it->dbias, lm ? NULL : it->dout, in16, lin, 0,
                              N, C, it->OC, a, m->bf16_b_packed);

@@ -73,17 +73,17 @@ static inline void dnnl_context_init(void) {
 
 // C (M,N) [+]= op(A) (M,K) · op(B) (K,N): A and B bf16 with leading dims lda, ldb (op(X) = X^T when transX,
 // read through the strides: no explicit transpose), C row-major with leading dim ldc, in the form c_form:
-// DNNL_C_SET C = (fp32), DNNL_C_ADD C += (fp32; oneDNN's sum post-op, exact fp32 addition), DNNL_C_BF16 C =
-// the fp32 result rounded to bf16 (to nearest even, as bf16_from_float rounds), DNNL_C_BIAS C = (fp32) plus
-// a bias (N) in fp32 given at each run (dnnl_gemm_run_bias; the same fp32 sum as DNNL_C_ADD onto C filled
-// with the bias, without that pass over C).
+// DNNL_C_SET C = (fp32), DNNL_C_ADD C += (fp32; oneDNN's sum post-op, exact fp32 addition), DNNL_C_BIAS C =
+// (fp32) plus a bias (N) in fp32 given at each run (dnnl_gemm_run_bias; the same fp32 sum as DNNL_C_ADD onto
+// C filled with the bias, without that pass over C); with DNNL_C_BF16 (alone, or with DNNL_C_BIAS) C gets the
+// fp32 result rounded to bf16 (to nearest even, as bf16_from_float rounds).
 // pack_b: each run reads B from a buffer that dnnl_gemm_pack_b filled with B reordered into the blocked
 // layout the primitive asks for (dnnl_gemm_packed_bytes of it). A matmul given a plain B copies it into that
 // layout itself, in pieces, on every call; packed once, a weight serves a whole step. The results are bit
 // for bit those of the plain B (measured on oneDNN 2.6: B's layout changes where the values are read from,
 // not the order of the sums; a transposed A does change it, so A stays as given), except on AMX for a K as
 // long as a vocabulary, where the plain B's sums go in another order.
-enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16, DNNL_C_BIAS };
+enum { DNNL_C_SET = 0, DNNL_C_ADD = 1, DNNL_C_BF16 = 2, DNNL_C_BIAS = 4 };  // flags
 typedef struct {
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
@@ -135,7 +135,7 @@ static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, 
     dnnl_memory_desc_t amd, bmd, cmd;
     dnnlCheck(dnnl_memory_desc_init_by_strides(&amd, nd, adims, dnnl_bf16, astr), "memory desc A");
     dnnlCheck(dnnl_memory_desc_init_by_strides(&bmd, nd, bdims, dnnl_bf16, bstr), "memory desc B");
-    dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, nd, cdims, c_form == DNNL_C_BF16 ? dnnl_bf16 : dnnl_f32, cstr),
+    dnnlCheck(dnnl_memory_desc_init_by_strides(&cmd, nd, cdims, (c_form & DNNL_C_BF16) ? dnnl_bf16 : dnnl_f32, cstr),
               "memory desc C");
     dnnl_memory_desc_t bany;  // pack_b: the primitive picks B's layout
     dnnlCheck(dnnl_memory_desc_init_by_tag(&bany, nd, bdims, dnnl_bf16, dnnl_format_tag_any), "memory desc B any");
@@ -144,11 +144,11 @@ static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, 
     biasdims[nd - 1] = N;
     dnnlCheck(dnnl_memory_desc_init_by_tag(&biasmd, nd, biasdims, dnnl_f32, nd == 3 ? dnnl_abc : dnnl_ab), "memory desc bias");
     dnnl_matmul_desc_t desc;
-    dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, pack_b ? &bany : &bmd, c_form == DNNL_C_BIAS ? &biasmd : NULL, &cmd),
+    dnnlCheck(dnnl_matmul_desc_init(&desc, &amd, pack_b ? &bany : &bmd, (c_form & DNNL_C_BIAS) ? &biasmd : NULL, &cmd),
               "matmul desc");
     dnnl_primitive_attr_t attr = dnnl_attr_user_scratch();
     dnnl_post_ops_t po = NULL;
-    if (c_form == DNNL_C_ADD) {
+    if (c_form & DNNL_C_ADD) {
         dnnlCheck(dnnl_post_ops_create(&po), "post ops");
         dnnlCheck(dnnl_post_ops_append_sum(po, 1.0f), "sum post op");
         dnnlCheck(dnnl_primitive_attr_set_post_ops(attr, po), "set post ops");
@@ -160,7 +160,7 @@ static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, 
     dnnlCheck(dnnl_primitive_create(&g->prim, pd), "matmul primitive");
     dnnlCheck(dnnl_memory_create(&g->a, &amd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory A");
     dnnlCheck(dnnl_memory_create(&g->c, &cmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory C");
-    if (c_form == DNNL_C_BIAS) { dnnlCheck(dnnl_memory_create(&g->bias, &biasmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory bias"); }
+    if (c_form & DNNL_C_BIAS) { dnnlCheck(dnnl_memory_create(&g->bias, &biasmd, dnnl_ctx.engine, DNNL_MEMORY_NONE), "memory bias"); }
     if (pack_b) {
         const dnnl_memory_desc_t* packed = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
         g->packed_bytes = dnnl_memory_desc_get_size(packed);
@@ -272,7 +272,7 @@ static inline const char* dnnl_isa_name(void) {
 #else
 // built without oneDNN (no libdnnl-dev): the types exist, nothing can be created
 static inline int dnnl_available(void) { return 0; }
-enum { DNNL_C_SET, DNNL_C_ADD, DNNL_C_BF16, DNNL_C_BIAS };
+enum { DNNL_C_SET = 0, DNNL_C_ADD = 1, DNNL_C_BF16 = 2, DNNL_C_BIAS = 4 };
 typedef struct { int unused; } DnnlGemm;
 static inline void dnnl_gemm_create(DnnlGemm* g, int transA, int transB, int M, int N, int K, int lda, int ldb,
                                     int ldc, int c_form, int pack_b) {

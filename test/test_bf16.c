@@ -163,7 +163,8 @@ Test(bf16_matmul, packing_an_operand_changes_no_bit) {
 
 // a layer with a bias and no residual (qkv, fc) has oneDNN add the bias as it writes out (DNNL_C_BIAS); one
 // with a residual accumulates onto bias + residual written first (DNNL_C_ADD). With the residual zero the
-// two are the same sums: the same bits, weights plain and packed.
+// two are the same sums: the same bits, weights plain and packed. And qkv's, written in bf16 (DNNL_C_BIAS |
+// DNNL_C_BF16), is that out rounded to nearest even, bit for bit.
 static void check_bias_form(int N, int C, int OC, int pack_w) {
     float* inp = rand_buf((size_t)N * C, 1.0f);
     float* w = rand_buf((size_t)OC * C, 0.5f);
@@ -188,10 +189,21 @@ static void check_bias_form(int N, int C, int OC, int pack_w) {
         cr_assert(memcmp(&out[0][i], &out[1][i], sizeof(float)) == 0, "%dx%dx%d packed %d, out (%zu, %zu): %g with the bias in the product, %g onto it",
                   N, C, OC, pack_w, i / OC, i % OC, out[0][i], out[1][i]);
     }
-    free(inp); free(w); free(bias); free(zeros); free(w16); free(in16); free(out[0]); free(out[1]);
+    bf16* out16 = (bf16*)malloc((size_t)N * OC * sizeof(bf16));
+    memset(out16, 0xff, (size_t)N * OC * sizeof(bf16));
+    Bf16Linear lin;
+    bf16_linear_create(&lin, N, C, OC, DNNL_C_BIAS | DNNL_C_BF16, w16, 1, pack_w, BF16_CHUNK);
+    bf16_linear_pack(&lin);
+    matmul_forward_bf16(NULL, out16, in16, &lin, 0, bias, NULL, N, C, OC);
+    bf16_linear_destroy(&lin);
+    for (size_t i = 0; i < (size_t)N * OC; i++) {
+        cr_assert_eq(out16[i], bf16_from_float(out[0][i]), "%dx%dx%d packed %d, out16 (%zu, %zu): 0x%04x, fp32 %g", N,
+                     C, OC, pack_w, i / OC, i % OC, out16[i], out[0][i]);
+    }
+    free(inp); free(w); free(bias); free(zeros); free(w16); free(in16); free(out[0]); free(out[1]); free(out16);
 }
 
-Test(bf16_matmul, the_bias_added_by_the_product_gives_the_same_bits) {
+Test(bf16_matmul, the_bias_added_by_the_product_gives_the_same_bits_and_qkv_them_rounded) {
     if (!bf16_ready()) { return; }
     for (int pack_w = 0; pack_w < 2; pack_w++) {
         check_bias_form(256, 64, 192, pack_w);  // qkv-like
@@ -267,13 +279,15 @@ static void check_attention(int B, int T, int C, int NH) {
     bf16* kept = (bf16*)malloc(n3 * sizeof(bf16));
     bf16* scr = (bf16*)malloc(n3 * sizeof(bf16));
     bf16* dout_16 = (bf16*)malloc(nc * sizeof(bf16));
-    float* shared = (float*)malloc(n3 * sizeof(float));  // qkv, then q, k, v in bf16 in its first half
-    memcpy(shared, qkv, n3 * sizeof(float));
+    bf16* qkv16 = (bf16*)malloc(n3 * sizeof(bf16));  // qkv as the qkv product writes it in bf16
+    for (size_t i = 0; i < n3; i++) { qkv16[i] = bf16_from_float(qkv[i]); }
+    bf16* shared = (bf16*)malloc(n3 * sizeof(bf16));  // qkv16, then q, k, v head by head over it
+    memcpy(shared, qkv16, n3 * sizeof(bf16));
     Bf16Attention ba, bag;
     bf16_attention_create(&ba, 1, T, C, NH);
     bf16_attention_create(&bag, B, T, C, NH);
     attention_forward_fp32(out32, att32, qkv, B, T, C, NH);
-    attention_forward_bf16(o16, att16, kept, qkv, &ba, scr, B, T, C, NH);
+    attention_forward_bf16(o16, att16, kept, qkv16, &ba, scr, B, T, C, NH);
     for (size_t i = 0; i < na; i++) { att16f[i] = bf16_to_float(att16[i]); }
     for (size_t i = 0; i < nc; i++) { out16[i] = bf16_to_float(o16[i]); }
     double e_att = rel_err(att16f, att32, na), e_out = rel_err(out16, out32, nc);
@@ -290,8 +304,8 @@ static void check_attention(int B, int T, int C, int NH) {
     cr_assert_gt(e_out, 1e-5, "bf16 and fp32 attention agree to %g: is bf16 used?", e_out);
     cr_assert_gt(e_d, 1e-5, "bf16 and fp32 attention gradients agree to %g: is bf16 used?", e_d);
     // the trainer's form: kept in qkv's memory, all B sequences per call
-    attention_forward_bf16(o16g, att16g, (bf16*)shared, shared, &bag, scr, B, T, C, NH);
-    attention_backward_bf16(dqkv16g, dout, (bf16*)shared, att16g, &bag, dout_16, B, T, C, NH);
+    attention_forward_bf16(o16g, att16g, shared, shared, &bag, scr, B, T, C, NH);
+    attention_backward_bf16(dqkv16g, dout, shared, att16g, &bag, dout_16, B, T, C, NH);
     cr_assert(memcmp(att16g, att16, na * sizeof(bf16)) == 0, "B=%d T=%d: grouped probabilities differ", B, T);
     cr_assert(memcmp(shared, kept, n3 * sizeof(bf16)) == 0, "B=%d T=%d: q, k, v kept in place differ", B, T);
     cr_assert(memcmp(o16g, o16, nc * sizeof(bf16)) == 0, "B=%d T=%d: grouped out differs", B, T);
@@ -300,7 +314,7 @@ static void check_attention(int B, int T, int C, int NH) {
     bf16_attention_destroy(&bag);
     free(qkv); free(dout); free(out32); free(out16); free(o16); free(o16g); free(att32); free(att16f); free(att16);
     free(att16g); free(dqkv32); free(dqkv16); free(dqkv16g); free(scratch); free(kept); free(scr); free(dout_16);
-    free(shared);
+    free(shared); free(qkv16);
 }
 
 Test(bf16_matmul, attention_products_within_bf16_rounding) {
