@@ -963,12 +963,10 @@ void crossentropy_forward_bf16(float* losses, float* lse, bf16* logits16, const 
         bf16* x = logits16 + (size_t)n * Vp;
         float* e = scratch + (size_t)omp_get_thread_num() * Vp;
         int t = targets[n];
-        #pragma omp simd
-        for (int i = 0; i < V; i++) { e[i] = bf16_to_float(x[i]); }
-        float xt = e[t];
-        float maxval = -FLT_MAX;
+        float maxval = -FLT_MAX;  // the row's maximum taken as it is widened (one pass fewer)
         #pragma omp simd reduction(max:maxval)
-        for (int i = 0; i < V; i++) { maxval = e[i] > maxval ? e[i] : maxval; }
+        for (int i = 0; i < V; i++) { float v = bf16_to_float(x[i]); e[i] = v; maxval = v > maxval ? v : maxval; }
+        float xt = e[t];
         float sum = 0.0f;
         #pragma omp simd reduction(+:sum)
         for (int i = 0; i < V; i++) { float ei = expf_vec(e[i] - maxval); e[i] = ei; sum += ei; }
