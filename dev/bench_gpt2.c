@@ -8,7 +8,11 @@
  * the ISA of oneDNN's bf16 products, the wait policy, and each phase's floor: the bytes it must move and the
  * FLOPs it must do (phase_floors), which scripts/bench.py sets against the bandwidth and peaks it measures.
  * precision bf16: the linear layers' matmuls in bf16 through oneDNN (train_gpt2 --precision bf16); the peak
- * passed in is then the bf16 matmul peak (bench_sgemm ... bf16).
+ * passed in is then the bf16 matmul peak (bench_sgemm ... bf16). bf16 also probes that peak itself right
+ * before the first timed step and after each one (2048^3, as the products mode below), and sets each timed
+ * step against the better of the probes beside it: step_mfu_pct, the median over the timed steps. On a
+ * machine whose peak moves from second to second (a VM beside other tenants) that pairs each step with its
+ * own seconds, where the peak passed in was measured before the whole run.
  * Prints one JSON line.
  * usage: bench_gpt2 depth B T [steps=8] [warmup=2] [peak_gflops=0] [precision=fp32|bf16]
  *
@@ -160,7 +164,7 @@ static void run_item(Item* it) {
                               (bf16*)it->out + (size_t)r0 * it->OC);
             } else {
                 dnnl_gemm_run_bias(&lin->fwd, in16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, 0),
-                                   lin->fwd_form == DNNL_C_BIAS ? it->bias : NULL, it->out + (size_t)r0 * it->OC);
+                                   (lin->fwd_form & DNNL_C_BIAS) ? it->bias : NULL, it->out + (size_t)r0 * it->OC);
             }
         }
         break;
@@ -323,9 +327,14 @@ int main(int argc, char** argv) {
     int* x = (int*)mallocCheck((size_t)(B * T + 1) * sizeof(int));
     uint64_t rng = 42;
     double* ms = (double*)mallocCheck(steps * sizeof(double));
+    int bf16_on = strcmp(precision, "bf16") == 0;
+    double* probe_gf = (double*)mallocCheck((steps + 1) * sizeof(double));  // bf16: [s] the probe before step s
+    Bf16Peak probe;
+    memset(&probe, 0, sizeof(probe));
     cpu_profile_enabled = 1;
     double cpu0 = cpu_s();
     for (int s = 0; s < steps; s++) {
+        if (s == warmup && bf16_on) { probe_gf[s] = peak_probe(&probe); }  // outside the profile and cpu_ms
         if (s == warmup) { memset(cpu_profile_seconds, 0, sizeof(cpu_profile_seconds)); cpu0 = cpu_s(); }
         for (int i = 0; i <= B * T; i++) { x[i] = (int)(random_u32(&rng) % (uint32_t)V); }
         double t0 = clock_seconds();
@@ -336,23 +345,50 @@ int main(int argc, char** argv) {
         PROF(PROF_GRAD_NORM, norm = gpt2_grad_norm(&model));
         PROF(PROF_ADAMW, gpt2_update(&model, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, norm > 1.0f ? 1.0f / norm : 1.0f, s + 1));
         ms[s] = (clock_seconds() - t0) * 1000.0;
+        if (s >= warmup && bf16_on) {  // its time out of the profile's phases and cpu_ms
+            double p0 = cpu_s(), pf[PROF_PHASES];
+            memcpy(pf, cpu_profile_seconds, sizeof(pf));
+            probe_gf[s + 1] = peak_probe(&probe);
+            memcpy(cpu_profile_seconds, pf, sizeof(pf));
+            cpu0 += cpu_s() - p0;
+        }
     }
     int n = steps - warmup;
+    const GPT2Config* c = &model.config;
+    double flops_tok = 6.0 * model.num_parameters + 6.0 * c->num_layers * c->channels * T;
+    double step_mfu = 0.0;  // bf16: the median over the timed steps of each against the better probe beside it
+    double* step_ms = (double*)mallocCheck(n * sizeof(double));
+    memcpy(step_ms, ms + warmup, n * sizeof(double));
+    if (bf16_on) {
+        double* mf = (double*)mallocCheck(n * sizeof(double));
+        for (int s = warmup; s < steps; s++) {
+            double pk = probe_gf[s] > probe_gf[s + 1] ? probe_gf[s] : probe_gf[s + 1];
+            mf[s - warmup] = 100.0 * B * T * flops_tok / (ms[s] / 1000.0) / (pk * 1e9);
+        }
+        qsort(mf, n, sizeof(double), cmp_double);
+        step_mfu = n % 2 ? mf[n / 2] : 0.5 * (mf[n / 2 - 1] + mf[n / 2]);
+        free(mf);
+    }
     double cpu_ms = (cpu_s() - cpu0) * 1000.0 / n;  // per step; / (threads * mean_ms): how busy the threads were
     double mean_ms = 0.0;
     for (int s = warmup; s < steps; s++) { mean_ms += ms[s] / n; }
     qsort(ms + warmup, n, sizeof(double), cmp_double);
     double med = n % 2 ? ms[warmup + n / 2] : 0.5 * (ms[warmup + n / 2 - 1] + ms[warmup + n / 2]);
-    const GPT2Config* c = &model.config;
-    double flops_tok = 6.0 * model.num_parameters + 6.0 * c->num_layers * c->channels * T;
     double tok_s = B * T / (med / 1000.0);
     double mfu = peak > 0 ? 100.0 * tok_s * flops_tok / (peak * 1e9) : 0.0;
     printf("{\"precision\": \"%s\", \"depth\": %d, \"B\": %d, \"T\": %d, \"steps\": %d, \"median_ms\": %.3f, \"tok_s\": %.2f, "
            "\"flops_per_token\": %.0f, \"mfu_pct\": %.2f, \"loss\": %.6f, \"blas\": \"%s\", \"bf16_isa\": \"%s\", "
-           "\"wait_policy\": \"%s\", \"spincount\": \"%s\", \"mean_ms\": %.3f, \"cpu_ms\": %.3f, \"threads\": %d, \"phases_ms\": {",
+           "\"wait_policy\": \"%s\", \"spincount\": \"%s\", \"mean_ms\": %.3f, \"cpu_ms\": %.3f, \"threads\": %d, ",
            precision, depth, B, T, steps, med, tok_s, flops_tok, mfu, model.mean_loss, cpu_blas_describe(), dnnl_isa_name(),
            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "", getenv("GOMP_SPINCOUNT") ? getenv("GOMP_SPINCOUNT") : "",
            mean_ms, cpu_ms, omp_get_max_threads());
+    if (bf16_on) {  // the timed steps' ms in order (ms[] is sorted by now: step_ms kept them), the probes around them
+        printf("\"step_mfu_pct\": %.3f, \"step_ms\": [", step_mfu);
+        for (int s = warmup; s < steps; s++) { printf("%.3f%s", step_ms[s - warmup], s + 1 < steps ? ", " : "], "); }
+        printf("\"step_probes\": [");
+        for (int s = warmup; s <= steps; s++) { printf("%.3f%s", probe_gf[s], s < steps ? ", " : "], "); }
+    }
+    printf("\"phases_ms\": {");
     double accounted = 0.0;
     for (int k = 0; k < PROF_PHASES; k++) {
         accounted += cpu_profile_seconds[k] * 1000.0 / n;
@@ -365,7 +401,8 @@ int main(int argc, char** argv) {
         printf("\"%s\": {\"bytes\": %.0f, \"flops\": %.0f}%s", k < PROF_PHASES ? PROF_NAMES[k] : "other",
                floors[k].bytes, floors[k].flops, k < PROF_PHASES ? ", " : "}}\n");
     }
-    free(ms); free(x);
+    free(ms); free(x); free(probe_gf); free(step_ms);
+    if (bf16_on) { bf16_peak_free(&probe); }
     gpt2_free(&model);
     return 0;
 }

@@ -22,7 +22,9 @@ Random-init models and random tokens (speed only). FLOPs/token = 6N + 6LCT; MFU 
 bf16 (where train_gpt2 was built with oneDNN): the same configs with --precision bf16 right after each fp32
 run, their MFU against the bf16 matmul peak (oneDNN, 2048^3, fp32 out, same threads, the better of B read as
 it is and B packed as the trainer packs its weights: bench_sgemm ... bf16),
-and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) at its best thread setting as their peer.
+and PyTorch under torch.autocast("cpu", dtype=torch.bfloat16) at its best thread setting as their peer. The
+bf16 rows also give each step's MFU against the probes bench_gpt2 runs itself right before and after that
+step (the better of the two), the median over the steps: the peak paired with each step's own seconds.
 Each profile row also against its floor: per phase, max(the bytes it must move / the memory bandwidth, its
 products' FLOPs / the matmul peak of its precision), the bandwidth measured in this run too (bench_sgemm ...
 bandwidth: a += s*b, before and after, the better counts), the bytes and FLOPs from bench_gpt2
@@ -181,7 +183,8 @@ def main():
                 best16, runs16 = None, []
             else:
                 best16, runs16 = torch_best(model, B, T, a.torch_steps, a.threads, env, sg.get("core"), "bf16")
-            rows16.append([f"{model} B={B} T={T}", c16["tok_s"], c16["mfu_pct"], best16, c["tok_s"], c16["peak"]])
+            rows16.append([f"{model} B={B} T={T}", c16["tok_s"], c16["mfu_pct"], best16, c["tok_s"], c16["peak"],
+                           c16["step_mfu_pct"]])
             pt = " / ".join("%.1f (%s)" % (r["tok_s"], r["label"]) for r in runs16)
             print(f"  {rows16[-1][0]}: train_gpt2 bf16 {c16['tok_s']:.1f} tok/s ({c16['mfu_pct']:.1f}% of the bf16 "
                   f"peak, {c16['tok_s'] / c['tok_s']:.2f}x fp32)" + (f", PyTorch autocast bf16 {pt}" if runs16 else ""),
@@ -212,16 +215,21 @@ def main():
               f"| {ct / best['tok_s']:.2f}x |")
     if rows16:
         print("\nbf16 (train_gpt2 --precision bf16; PyTorch under torch.autocast(\"cpu\", dtype=torch.bfloat16)):\n")
-        print("| config | train_gpt2 bf16 tok/s | bf16 / fp32 | bf16 peak beside it | MFU (% of it) | PyTorch autocast "
-              "best tok/s (threads torch/BLAS) | PyTorch MFU (bf16 peak) | train_gpt2 / PyTorch (bf16) |")
-        print("|---|---|---|---|---|---|---|---|")
-        for name, ct, cm, best, fp32_tok, pk in rows16:
+        print("| config | train_gpt2 bf16 tok/s | bf16 / fp32 | bf16 peak beside it | MFU (% of it) | MFU, each step "
+              "against its own probes | PyTorch autocast best tok/s (threads torch/BLAS) | PyTorch MFU (bf16 peak) "
+              "| train_gpt2 / PyTorch (bf16) |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name, ct, cm, best, fp32_tok, pk, sm in rows16:
             if best is None:
-                print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {pk:.1f} | {cm:.1f}% | - | - | - |")
+                print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {pk:.1f} | {cm:.1f}% | {sm:.1f}% | - | - | - |")
                 continue
             pm = 100.0 * best["tok_s"] * best["flops_per_token"] / (pk * 1e9)
-            print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {pk:.1f} | {cm:.1f}% | {best['tok_s']:.1f} "
+            print(f"| {name} | {ct:.1f} | {ct / fp32_tok:.2f}x | {pk:.1f} | {cm:.1f}% | {sm:.1f}% | {best['tok_s']:.1f} "
                   f"({best['label']}) | {pm:.1f}% | {ct / best['tok_s']:.2f}x |")
+        print("\nMFU, each step against its own probes: bench_gpt2 probes the bf16 peak right before the first timed "
+              "step and after each one, and sets each step against the better of the two beside it; the median over "
+              "the steps. Where the peak moves within a run (a VM beside other tenants) this pairs each step with its "
+              "own seconds; on a quiet machine it agrees with the column before it.")
         print(f"\nbf16 matmul peak {peak16:.1f} GFLOP/s, the best of {len(probes16)} probes in this run "
               f"({min(probes16):.1f}-{max(probes16):.1f}; {sg16['blas']}, {a.threads} threads)")
     print(f"\nSGEMM peak {peak:.1f} GFLOP/s, the best of {len(probes)} probes in this run ({min(probes):.1f}-"

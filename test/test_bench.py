@@ -164,6 +164,25 @@ def each_rows_mfu_is_against_the_peak_beside_it():
 
 
 @test
+def each_bf16_step_is_set_against_the_probes_beside_it():
+    # bench_gpt2 bf16 probes the bf16 peak before the first timed step and after each: step_mfu_pct is the
+    # median over the timed steps of tok/step x FLOPs/token / step time / the better of its two probes
+    if not DEFAULT16:
+        raise Skip("no bf16 in this build")
+    B, T, steps, warmup = 2, 32, 4, 1
+    r = subprocess.run(["build/bench_gpt2", "2", str(B), str(T), str(steps), str(warmup), "0", "bf16"], env=CLEAN,
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    ms, pk = d["step_ms"], d["step_probes"]
+    assert len(ms) == steps - warmup and len(pk) == len(ms) + 1 and min(pk) > 0, d
+    mfu = sorted(100.0 * B * T * d["flops_per_token"] / (m / 1000.0) / (max(pk[i], pk[i + 1]) * 1e9)
+                 for i, m in enumerate(ms))
+    assert abs(d["step_mfu_pct"] / mfu[len(mfu) // 2] - 1) < 1e-3, (d["step_mfu_pct"], mfu)
+    assert sorted(ms)[len(ms) // 2] == d["median_ms"], (ms, d["median_ms"])
+
+
+@test
 def a_moving_peak_is_flagged():
     assert peak_spread_note("bf16 matmul", [505.0, 520.0, 498.0]) is None
     assert peak_spread_note("SGEMM", [100.0, 100.0 * PEAK_SPREAD]) is None
