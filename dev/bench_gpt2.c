@@ -51,10 +51,10 @@ static double cpu_s(void) {
 typedef struct { double bytes, flops; } PhaseFloor;
 
 // a linear layer (N rows, C in, OC out, + residual or not): forward and backward; wb: the bytes of a weight
-// and of an input as the products read them
-static void linear_floor(PhaseFloor* f, double N, double C, double OC, int residual, double wb) {
-    f->bytes += wb * N * C + wb * OC * C + 4 * OC + (residual ? 4 * N * OC : 0) + 4 * N * OC;  // in, W, b, res -> out
-    f->bytes += 4 * N * OC + wb * N * C + wb * OC * C + 4 * N * C + 8 * OC * C + 8 * OC;     // dout, in, W -> dinp, dW+=, db+=
+// and of an input as the products read them; ob: of an output element written, db: of a dout element read
+static void linear_floor(PhaseFloor* f, double N, double C, double OC, int residual, double wb, double ob, double db) {
+    f->bytes += wb * N * C + wb * OC * C + 4 * OC + (residual ? 4 * N * OC : 0) + ob * N * OC;  // in, W, b, res -> out
+    f->bytes += db * N * OC + wb * N * C + wb * OC * C + 4 * N * C + 8 * OC * C + 8 * OC;     // dout, in, W -> dinp, dW+=, db+=
     f->flops += 6 * N * C * OC;
 }
 
@@ -66,26 +66,27 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
     memset(floors, 0, (PROF_PHASES + 1) * sizeof(PhaseFloor));
     PhaseFloor* f = &floors[PROF_GEMM];
     for (int l = 0; l < L; l++) {
-        linear_floor(f, N, C, 3 * C, 0, wb);      // qkv
-        linear_floor(f, N, C, C, 1, wb);          // attention projection, + residual
-        linear_floor(f, N, C, 4 * C, 0, wb);      // fc
-        linear_floor(f, N, 4 * C, C, 1, wb);      // fc projection, + residual
+        linear_floor(f, N, C, 3 * C, 0, wb, wb, 4);  // qkv (in bf16 its output in bf16)
+        linear_floor(f, N, C, C, 1, wb, 4, 4);       // attention projection, + residual
+        linear_floor(f, N, C, 4 * C, 0, wb, 4, wb);  // fc (in bf16 its dout comes in bf16 from the GELU)
+        linear_floor(f, N, 4 * C, C, 1, wb, 4, 4);   // fc projection, + residual
     }
     // lm head (wte, no bias): lnf -> logits; dlogits, lnf, wte -> dlnf, dwte += (logits and dlogits in bf16
     // under --precision bf16)
     f->bytes += wb * N * C + wb * Vp * C + wb * N * Vp;
     f->bytes += wb * N * Vp + wb * N * C + wb * Vp * C + 4 * N * C + 8 * Vp * C;
     f->flops += 6 * N * C * Vp;
-    // attention: qkv -> out and the probabilities (the triangle), and under --precision bf16 q, k, v kept in
-    // bf16 with them; dout, q, k, v, probabilities -> dqkv; six products
-    floors[PROF_ATTENTION].bytes = L * ((4 * N * 3 * C + wb * N * C + wb * heads * tri + (bf16_on ? 2 * N * 3 * C : 0))
+    // attention: qkv (bf16 under --precision bf16) -> out and the probabilities (the triangle), and under
+    // --precision bf16 q, k, v kept with them; dout, q, k, v, probabilities -> dqkv; six products
+    floors[PROF_ATTENTION].bytes = L * ((wb * N * 3 * C + wb * N * C + wb * heads * tri + (bf16_on ? 2 * N * 3 * C : 0))
                                         + (4 * N * C + wb * N * 3 * C + wb * heads * tri + 4 * N * 3 * C));
     floors[PROF_ATTENTION].flops = L * 6 * 2 * heads * (C / c->num_heads) * tri;
     // 2L + 1 layernorms: x -> out, mean, rstd; dout, x, mean, rstd, w -> dx +=, dw +=, db +=
     floors[PROF_LAYERNORM].bytes = (2 * L + 1) * ((4 * N * C + 8 * C + wb * N * C + 8 * N)
                                                   + (4 * N * C + 4 * N * C + 8 * N + 4 * C + 8 * N * C + 16 * C));
-    // GELU over (N, 4C): in -> out; in, dout -> din (in place)
-    floors[PROF_GELU].bytes = L * (16 * N * C + wb * 4 * N * C + 3 * 16 * N * C);
+    // GELU over (N, 4C): in -> out; in, dout -> din (in place; under --precision bf16 in bf16, the fc
+    // backward's operand, with its bias gradient)
+    floors[PROF_GELU].bytes = L * (16 * N * C + wb * 4 * N * C + 2 * 16 * N * C + wb * 4 * N * C);
     // cross-entropy: the V real logits and the targets -> losses, lse, dlogits (N, Vp)
     floors[PROF_CROSSENTROPY].bytes = wb * N * V + 4 * N + 8 * N + wb * N * Vp;
     // encoder: ids, wte rows, wpe rows -> encoded; dout -> dwte rows +=, dwpe rows +=
