@@ -817,6 +817,34 @@ static void bf16_from_heads(float* y, bf16* y16, const float* h, int b0, int G, 
     }
 }
 
+// h (3, G, NH, T, hs): dq, dk, dv of sequences b0 .. b0+G-1 head by head, into those sequences' rows of dqkv16
+// (B, T, 3C) rounded to bf16, with dbias (3C) += their column sums in fp32: what the qkv layer's bf16 backward
+// does with an fp32 dqkv first, without it. Threads own column ranges and sum rows in order; groups called in
+// order, the sums are colsum_part's over all B*T rows, bit for bit.
+static void bf16_from_heads_dout(bf16* dqkv16, float* dbias, const float* h, int b0, int G, int T, int C, int NH) {
+    int hs = C / NH, W = 3 * C;
+    size_t psz = (size_t)G * T * C;
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int c0 = W * tid / nth, c1 = W * (tid + 1) / nth;
+        for (int gt = 0; gt < G * T; gt++) {
+            int g = gt / T, t = gt % T;
+            bf16* y = dqkv16 + ((size_t)(b0 + g) * T + t) * W;
+            for (int c = c0; c < c1;) {  // the part of head j (of 3 NH) in c .. c1
+                int j = c / hs, i0 = c % hs, i1 = c1 - (c - i0) < hs ? c1 - (c - i0) : hs;
+                const float* src = h + (size_t)(j / NH) * psz + (((size_t)g * NH + j % NH) * T + t) * hs;
+                #pragma omp simd
+                for (int i = i0; i < i1; i++) {
+                    y[j * hs + i] = bf16_from_float(src[i]);
+                    dbias[j * hs + i] += src[i];
+                }
+                c += i1 - i0;
+            }
+        }
+    }
+}
+
 // attention_forward_fp32 with bf16 products, on qkv (B, T, 3C) in bf16 (as the qkv product wrote it,
 // rounded); out (B, T, C) in bf16 (the next matmul's operand). Kept for attention_backward_bf16: att16 (B, NH,
 // T, T) the probabilities in bf16 (zeros past the diagonal) and qkv16 (3, B, NH, T, hs) q, k, v head by head.
@@ -852,9 +880,11 @@ void attention_forward_bf16(bf16* out, bf16* att16, bf16* qkv16, const bf16* qkv
 
 // attention_backward_fp32 with bf16 products, from what attention_forward_bf16 kept: att16 (B, NH, T, T)
 // and qkv16 (3, B, NH, T, hs); dout16 (B, NH, T, hs) is scratch for dout rounded. Through the softmax with
-// the bf16 probabilities, as the GPU's backward has them.
-void attention_backward_bf16(float* dqkv, const float* dout, const bf16* qkv16, const bf16* att16,
-                             Bf16Attention* ba, bf16* dout16, int B, int T, int C, int NH) {
+// the bf16 probabilities, as the GPU's backward has them. dqkv16 not NULL (the trainer): dqkv goes there
+// instead, (B, T, 3C) rounded to bf16, the qkv layer's backward operand, and dbias (3C) += its column sums
+// (bf16_from_heads_dout); else dqkv (B, T, 3C) gets it in fp32.
+void attention_backward_bf16(float* dqkv, bf16* dqkv16, float* dbias, const float* dout, const bf16* qkv16,
+                             const bf16* att16, Bf16Attention* ba, bf16* dout16, int B, int T, int C, int NH) {
     int G = ba->group;
     size_t psz = (size_t)B * T * C, gsz = (size_t)G * T * C;
     float scale = 1.0f / sqrtf((float)(C / NH));
@@ -877,7 +907,11 @@ void attention_backward_bf16(float* dqkv, const float* dout, const bf16* qkv16, 
         }
         dnnl_gemm_run(&ba->prim[ATT_DQ], ba->ds16, k, dq);
         dnnl_gemm_run(&ba->prim[ATT_DK], ba->ds16, q, dk);
-        bf16_from_heads(dqkv, NULL, ba->h32, b0, G, T, C, NH, 3, 3 * C);
+        if (dqkv16 != NULL) {
+            bf16_from_heads_dout(dqkv16, dbias, ba->h32, b0, G, T, C, NH);
+        } else {
+            bf16_from_heads(dqkv, NULL, ba->h32, b0, G, T, C, NH, 3, 3 * C);
+        }
     }
 }
 
@@ -896,10 +930,10 @@ typedef struct {
     Bf16Attention* att; // attention_*: the attention's primitives
     bf16* a;           // (N, 4C) scratch: the backward's dout in bf16 (a linear layer's, the attention's); the lm
                        // head's: its dlogits, over the logits
-    bf16* b;           // (N, 3C) scratch: the attention's q, k, v in bf16
+    bf16* b;           // (N, 3C) scratch: the attention's q, k, v in bf16 (forward), dqkv in bf16 (backward)
     void* packed;      // the dweight product's right operand (inp) packed
     int dout_ready;    // the backward's dout is in `a` already, in bf16, and its dbias done (the lm head's dlogits,
-                       // the fc layer's d(fch) from gelu_backward_bf16)
+                       // the fc layer's d(fch) from gelu_backward_bf16, the qkv layer's dqkv from the attention)
     int out16;         // the forward writes out in bf16, in its first half (qkv; the lm head's logits for a loss)
 } Bf16Op;
 
@@ -942,11 +976,14 @@ void attention_forward(float* out, float* att, float* qkv, int B, int T, int C, 
 }
 
 // dqkv: (B,T,3C) overwritten from dout (B,T,C); scratch: (threads, T, T); in fp32 att is overwritten with
-// d(scores), in bf16 it is left as it is (qkv and att: what attention_forward left there)
-void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att, int B, int T,
-                        int C, int NH, Bf16Op bf) {
+// d(scores), in bf16 it is left as it is (qkv and att: what attention_forward left there). In bf16 dqkv goes
+// to bf.b instead, in bf16, the qkv layer's backward operand, and dqkv_bias (3C) += its column sums (the qkv
+// layer's bias gradient: that backward then reads neither)
+void attention_backward(float* dqkv, float* dqkv_bias, float* scratch, const float* dout, const float* qkv,
+                        float* att, int B, int T, int C, int NH, Bf16Op bf) {
     if (bf.att != NULL) {
-        attention_backward_bf16(dqkv, dout, (const bf16*)qkv, (const bf16*)att, bf.att, bf.a, B, T, C, NH);
+        attention_backward_bf16(NULL, bf.b, dqkv_bias, dout, (const bf16*)qkv, (const bf16*)att, bf.att, bf.a, B, T,
+                                C, NH);
     } else {
         attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH);
     }
@@ -1507,11 +1544,13 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         // dresidual holds d(residual2[l]) here
         matmul_backward(a.dbuf_c, g.attprojw + (size_t)l * C * C, g.attprojb + l * C, a.dresidual, x.atty,
                         p.attprojw + (size_t)l * C * C, BT, C, C, gpt2_bf16(model, lp, LIN_ATTPROJ, l));
-        float* dqkv = a.dbuf_4c;  // (B, T, 3C)
-        PROF(PROF_ATTENTION, attention_backward(dqkv, a.att_scratch, a.dbuf_c, x.qkv, x.att, B, T, C, NH,
-                                                gpt2_bf16(model, lp, BF16_ATTENTION, l)));
-        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, x.ln1,
-                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, gpt2_bf16(model, lp, LIN_QKV, l));
+        float* dqkv = a.dbuf_4c;  // (B, T, 3C); in bf16 bf16_b holds it rounded, qkvb's gradient done
+        PROF(PROF_ATTENTION, attention_backward(dqkv, g.qkvb + l * 3 * C, a.att_scratch, a.dbuf_c, x.qkv, x.att, B, T,
+                                                C, NH, gpt2_bf16(model, lp, BF16_ATTENTION, l)));
+        Bf16Op qkv16 = gpt2_bf16(model, lp, LIN_QKV, l);
+        if (lp) { qkv16.a = model->bf16_b; qkv16.dout_ready = 1; }
+        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, lp ? NULL : g.qkvb + l * 3 * C, dqkv, x.ln1,
+                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, qkv16);
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, x.residual,
                                                 p.ln1w + l * C, x.ln1_mean, x.ln1_rstd, BT, C));
     }

@@ -66,7 +66,7 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
     memset(floors, 0, (PROF_PHASES + 1) * sizeof(PhaseFloor));
     PhaseFloor* f = &floors[PROF_GEMM];
     for (int l = 0; l < L; l++) {
-        linear_floor(f, N, C, 3 * C, 0, wb, wb, 4);  // qkv (in bf16 its output in bf16)
+        linear_floor(f, N, C, 3 * C, 0, wb, wb, wb); // qkv (in bf16 its output, and its dout, in bf16)
         linear_floor(f, N, C, C, 1, wb, 4, 4);       // attention projection, + residual
         linear_floor(f, N, C, 4 * C, 0, wb, 4, wb);  // fc (in bf16 its dout comes in bf16 from the GELU)
         linear_floor(f, N, 4 * C, C, 1, wb, 4, 4);   // fc projection, + residual
@@ -77,9 +77,10 @@ static void phase_floors(PhaseFloor floors[PROF_PHASES + 1], const GPT2Config* c
     f->bytes += wb * N * Vp + wb * N * C + wb * Vp * C + 4 * N * C + 8 * Vp * C;
     f->flops += 6 * N * C * Vp;
     // attention: qkv (bf16 under --precision bf16) -> out and the probabilities (the triangle), and under
-    // --precision bf16 q, k, v kept with them; dout, q, k, v, probabilities -> dqkv; six products
+    // --precision bf16 q, k, v kept with them; dout, q, k, v, probabilities -> dqkv (bf16 under --precision
+    // bf16, with the qkv bias gradient); six products
     floors[PROF_ATTENTION].bytes = L * ((wb * N * 3 * C + wb * N * C + wb * heads * tri + (bf16_on ? 2 * N * 3 * C : 0))
-                                        + (4 * N * C + wb * N * 3 * C + wb * heads * tri + 4 * N * 3 * C));
+                                        + (4 * N * C + wb * N * 3 * C + wb * heads * tri + wb * N * 3 * C));
     floors[PROF_ATTENTION].flops = L * 6 * 2 * heads * (C / c->num_heads) * tri;
     // 2L + 1 layernorms: x -> out, mean, rstd; dout, x, mean, rstd, w -> dx +=, dw +=, db +=
     floors[PROF_LAYERNORM].bytes = (2 * L + 1) * ((4 * N * C + 8 * C + wb * N * C + 8 * N)
@@ -149,7 +150,8 @@ static void run_item(Item* it) {
         if (it->part == PART_ATT_FWD_CALL) {
             attention_forward_bf16((bf16*)it->out, att16, qkv16, qkv16, ba, m->bf16_b, it->B, it->T, it->C, NH);
         } else if (it->part == PART_ATT_BWD_CALL) {
-            attention_backward_bf16(it->dinp, it->dout, qkv16, att16, ba, m->bf16_a, it->B, it->T, it->C, NH);
+            attention_backward_bf16(NULL, m->bf16_b, m->grads.qkvb, it->dout, qkv16, att16, ba, m->bf16_a, it->B,
+                                    it->T, it->C, NH);  // as the trainer: dqkv in bf16 with the qkv bias gradient
         }
         return;
     }

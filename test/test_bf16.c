@@ -294,7 +294,7 @@ static void check_attention(int B, int T, int C, int NH) {
     memset(scr, 0x7f, n3 * sizeof(bf16));  // the backward takes nothing from the forward's scratch
     memset(ba.s32, 0x7f, (size_t)NH * T * T * sizeof(float));
     memset(ba.h32, 0x7f, (size_t)3 * T * C * sizeof(float));
-    attention_backward_bf16(dqkv16, dout, kept, att16, &ba, dout_16, B, T, C, NH);
+    attention_backward_bf16(dqkv16, NULL, NULL, dout, kept, att16, &ba, dout_16, B, T, C, NH);
     attention_backward_fp32(dqkv32, scratch, dout, qkv, att32, B, T, C, NH);  // overwrites att32
     double e_d = rel_err(dqkv16, dqkv32, n3);
     double tol = 1.0 / 64;
@@ -305,11 +305,26 @@ static void check_attention(int B, int T, int C, int NH) {
     cr_assert_gt(e_d, 1e-5, "bf16 and fp32 attention gradients agree to %g: is bf16 used?", e_d);
     // the trainer's form: kept in qkv's memory, all B sequences per call
     attention_forward_bf16(o16g, att16g, shared, shared, &bag, scr, B, T, C, NH);
-    attention_backward_bf16(dqkv16g, dout, shared, att16g, &bag, dout_16, B, T, C, NH);
+    attention_backward_bf16(dqkv16g, NULL, NULL, dout, shared, att16g, &bag, dout_16, B, T, C, NH);
     cr_assert(memcmp(att16g, att16, na * sizeof(bf16)) == 0, "B=%d T=%d: grouped probabilities differ", B, T);
     cr_assert(memcmp(shared, kept, n3 * sizeof(bf16)) == 0, "B=%d T=%d: q, k, v kept in place differ", B, T);
     cr_assert(memcmp(o16g, o16, nc * sizeof(bf16)) == 0, "B=%d T=%d: grouped out differs", B, T);
     cr_assert(memcmp(dqkv16g, dqkv16, n3 * sizeof(float)) == 0, "B=%d T=%d: grouped dqkv differs", B, T);
+    // and as the trainer has it: dqkv rounded to bf16 for the qkv layer's backward, with that layer's bias
+    // gradient summed from the fp32 values as matmul_backward_bf16 would: the same bits
+    bf16* d16 = (bf16*)malloc(n3 * sizeof(bf16));
+    float* db0 = rand_buf(3 * C, 0.1f);  // the bias gradient accumulates
+    float *db = (float*)malloc(3 * C * sizeof(float)), *db_ref = (float*)malloc(3 * C * sizeof(float));
+    memcpy(db, db0, 3 * C * sizeof(float));
+    memcpy(db_ref, db0, 3 * C * sizeof(float));
+    #pragma omp parallel
+    { colsum_part(omp_get_thread_num(), omp_get_num_threads(), db_ref, dqkv16, B * T, 3 * C); }
+    attention_backward_bf16(NULL, d16, db, dout, shared, att16g, &bag, dout_16, B, T, C, NH);
+    for (size_t i = 0; i < n3; i++) {
+        cr_assert_eq(d16[i], bf16_from_float(dqkv16[i]), "B=%d T=%d: dqkv16 [%zu] 0x%04x vs %g", B, T, i, d16[i], dqkv16[i]);
+    }
+    cr_assert(memcmp(db, db_ref, 3 * C * sizeof(float)) == 0, "B=%d T=%d: the qkv bias gradient", B, T);
+    free(d16); free(db0); free(db); free(db_ref);
     bf16_attention_destroy(&ba);
     bf16_attention_destroy(&bag);
     free(qkv); free(dout); free(out32); free(out16); free(o16); free(o16g); free(att32); free(att16f); free(att16);
