@@ -574,24 +574,24 @@ static size_t bf16_linear_act_bytes(const Bf16Linear* l) { return l->act_bytes[0
 void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
                          const float* residual, int N, int C, int OC) {
     double t0 = prof_begin();
-    if (lin->fwd_form != DNNL_C_SET && (out16 != NULL) != ((lin->fwd_form & DNNL_C_BF16) != 0)) {  // SET: either
-        fatal("bf16: a linear layer's forward made for %s output run for the other", out16 != NULL ? "fp32" : "bf16");
+    // the calls each form was made for: SET no bias or residual (out in fp32, or through fwd16 in bf16); ADD a
+    // bias, with or without a residual (fp32); BIAS a bias, no residual (bf16 exactly where made with DNNL_C_BF16)
+    int f = lin->fwd_form;
+    int fits = f == DNNL_C_SET ? bias == NULL && residual == NULL
+             : f == DNNL_C_ADD ? bias != NULL && out16 == NULL
+                               : bias != NULL && residual == NULL && (out16 != NULL) == ((f & DNNL_C_BF16) != 0);
+    if (!fits) {
+        fatal("bf16: a linear layer's forward run in a form it was not made for (bias %s, residual %s, out in %s)",
+              bias ? "given" : "none", residual ? "given" : "none", out16 ? "bf16" : "fp32");
     }
-    if (out16 != NULL && lin->fwd_form == DNNL_C_SET) {
+    if (out16 != NULL && f == DNNL_C_SET) {
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
             dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, layer), out16 + (size_t)r0 * OC);
         }
         prof_end(PROF_GEMM, t0);
         return;
     }
-    int fits = (lin->fwd_form & DNNL_C_BIAS) ? bias != NULL && residual == NULL
-             : lin->fwd_form == DNNL_C_ADD  ? bias != NULL
-                                            : bias == NULL && residual == NULL;
-    if (!fits) {
-        fatal("bf16: a linear layer's forward made for another form (bias %s, residual %s)", bias ? "given" : "none",
-              residual ? "given" : "none");
-    }
-    if (lin->fwd_form & DNNL_C_BIAS) {
+    if (f & DNNL_C_BIAS) {
         for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
             void* o = out16 != NULL ? (void*)(out16 + (size_t)r0 * OC) : (void*)(out + (size_t)r0 * OC);
             dnnl_gemm_run_bias(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), bias, o);
