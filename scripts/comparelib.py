@@ -614,19 +614,20 @@ def paired_t(a_pairs, b_pairs, what="paired"):
 
 
 def same_lr_pairs(arm_rows, run_rows):
-    """Each hybrid arm against the baseline arm of the same peak LR and length, paired by seed on the final
-    val loss: [{"arm", "baseline", "lr", **paired_t}]. The question a user who did not tune the LR asks:
-    does turning hybrid mode on at my LR cost?"""
+    """Each hybrid arm, and each baseline variant (a baseline arm after the first at its peak LR and length:
+    other flags, another precision), against the first baseline arm of the same peak LR and length, paired by
+    seed on the final val loss: [{"arm", "baseline", "lr", **paired_t}]. The question a user who did not tune
+    the LR asks: does turning hybrid mode (or the variant's flags) on at my LR cost?"""
     def final_pairs(arm):
         return [(r["seed"], r["final_val_loss"]) for r in run_rows if r["arm"] == arm and r.get("final_val_loss") is not None]
     steps = {r["arm"]: r.get("steps_mean") for r in arm_rows}
     bases = [r for r in arm_rows if r["kind"] == "baseline"]
     out = []
     for r in arm_rows:
-        if r["kind"] != "hybrid":
+        if r["kind"] not in ("hybrid", "baseline"):
             continue
         b = next((x for x in bases if math.isclose(x["lr"], r["lr"], rel_tol=1e-9) and steps.get(x["arm"]) == steps.get(r["arm"])), None)
-        if b is None:
+        if b is None or b["arm"] == r["arm"]:
             continue
         out.append({"arm": r["arm"], "baseline": b["arm"], "lr": r["lr"],
                     **paired_t(final_pairs(r["arm"]), final_pairs(b["arm"]), what=f"{r['arm']} - {b['arm']}")})
@@ -641,12 +642,13 @@ def same_lr_grid(arm_rows, same):
     if len(lrs) < 2:
         return []
     fam = lambda arm: re.sub(r"_lr[0-9.]+x$", "", arm)  # noqa: E731
-    base = {r["lr"]: r["final_val_loss_mean"] for r in arm_rows if r["kind"] == "baseline"}
+    ref = {r["arm"] for r in same}
+    base = {r["lr"]: r["final_val_loss_mean"] for r in arm_rows if r["kind"] == "baseline" and r["arm"] not in ref}
     rows = {}
     for r in same:
         if r["mean"] is not None:
             rows.setdefault(fam(r["arm"]), {})[r["lr"]] = r
-    L = ["Hybrid − baseline at the same LR by setting (seeds where hybrid ends lower in brackets; p where below 0.1):", "",
+    L = ["Arm − baseline at the same LR by setting (seeds where the arm ends lower in brackets; p where below 0.1):", "",
          "| setting | " + " | ".join(fmt_num(x) for x in lrs) + " |", "|---|" + "---|" * len(lrs),
          "| baseline's final val loss | " + " | ".join("—" if base.get(x) is None else f"{base[x]:.4f}" for x in lrs) + " |"]
     for name, cells in rows.items():
@@ -809,11 +811,12 @@ def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing, sa
     if same:
         L.append("## Against the baseline at the same LR")
         L.append("")
-        L.append("Each hybrid arm minus the baseline of the same peak LR and length, final val loss paired by seed "
-                 "(mean, 95% t-interval half-width, two-sided p; wins = seeds where hybrid ends lower): what turning "
-                 "hybrid mode on costs or gains at an LR nobody tuned for it. **worse**: higher with p < 0.05.")
+        L.append("Each hybrid arm (and each baseline variant: a baseline arm after the first at its LR and length) minus "
+                 "the first baseline of the same peak LR and length, final val loss paired by seed "
+                 "(mean, 95% t-interval half-width, two-sided p; wins = seeds where the arm ends lower): what turning "
+                 "hybrid mode (or the variant's flags) on costs or gains at an LR nobody tuned for it. **worse**: higher with p < 0.05.")
         L.append("")
-        L.append("| arm | baseline | peak LR | hybrid − baseline | p | wins |")
+        L.append("| arm | baseline | peak LR | arm − baseline | p | wins |")
         L.append("|---|---|---|---|---|---|")
         for r in same:
             if r["mean"] is None:

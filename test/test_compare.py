@@ -260,6 +260,25 @@ def hybrid_arms_are_paired_with_the_baseline_at_their_LR():
 
 
 @test
+def baseline_variants_are_paired_with_the_first_baseline_at_their_LR():
+    # configs/studies/bf16_quality.json's shape: two baseline arms at one LR that differ in a flag. The second is
+    # the variant, paired seed by seed with the first; the first is nobody's variant. Seed 2's variant run ends
+    # 1.0 higher (FAKE_VAL_BUMP): variant - fp32 = +1/3, no wins (the other seeds are equal)
+    cfg = write_config("variant.json", {"name": "variant", "trainer": FAKE, "seeds": [1, 2, 3], "lr": 1e-3,
+                                        "args": {"-x": 30, "-v": 5, "-b": 4, "-t": 32},
+                                        "arms": [{"name": "fp32", "kind": "baseline", "args": {"--precision": "fp32"}},
+                                                 {"name": "bf16", "kind": "baseline", "args": {"--precision": "bf16"}}]})
+    res = os.path.join(TMP, "variant")
+    rc, out, err = sh([HYBRID, cfg, "--results", res, "--jobs", "2"], env={"FAKE_VAL_BUMP": "bf16/seed2"})
+    check(rc == 0, f"compare_hybrid failed ({rc}): {err}")
+    same = json.load(open(os.path.join(res, "summary.json")))["same_lr"]
+    check([(r["arm"], r["baseline"], r["n"]) for r in same] == [("bf16", "fp32", 3)], f"pairs {same}")
+    check(abs(same[0]["mean"] - 1.0 / 3) < 1e-9 and same[0]["wins"] == 0, f"{same[0]}")
+    report = open(os.path.join(res, "report.md")).read()
+    check("| bf16 | fp32 | 0.001 | +0.3333 ± " in report, "the report's same-LR row of the variant")
+
+
+@test
 def finished_runs_are_not_rerun_and_changed_ones_are():
     cfg, res = finished_fake_study()
     done = sorted(glob.glob(os.path.join(res, "runs", "*", "seed*", "DONE")))
