@@ -200,6 +200,10 @@ static void run_item(Item* it) {
 
 static int bench_products(int depth, int B, int T, int reps, const char* only) {
     if (!dnnl_available()) { fprintf(stderr, "error: products: this build has no oneDNN (install libdnnl-dev)\n"); return 1; }
+    if (!cpu_has_native_bf16()) {
+        fprintf(stderr, "error: products: this CPU has no native bf16 dot products (avx512_bf16 or AMX): no bf16 products to measure\n");
+        return 1;
+    }
     GPT2 model;
     gpt2_build_from_random(&model, depth, 50257, 1337);
     gpt2_allocate(&model, B, T);

@@ -236,5 +236,16 @@ def the_products_rows_count_their_flops():
     assert [w for w, *_ in rows].count("attention") == 4 and [w for w, *_ in rows].count("lm head") == 5, rows
 
 
+
+@test
+def the_products_mode_says_when_the_cpu_has_no_bf16():
+    # one line naming the reason, exit 1 (not oneDNN's complaint about the first shape it could not make)
+    r = subprocess.run(["build/bench_gpt2", "products", "2", "2", "64", "1"], env=dict(CLEAN, LLMC_BF16_TEST_NO_BF16="1"),
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if "this build has no oneDNN" in r.stderr:
+        raise Skip("this build has no oneDNN")
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "no native bf16" in r.stderr, (r.returncode, r.stderr)
+
+
 if __name__ == "__main__":
     run_tests(TESTS)
