@@ -39,6 +39,14 @@ PROGRAMS += train_gpt2
 train_gpt2: train_gpt2.c
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ train_gpt2.c $(LDLIBS) -fopenmp
 
+# the trainer without oneDNN, as DNNL=0 builds ./train_gpt2 (test/test_no_dnnl.sh: the optional dependency stays
+# optional); in make check
+$(BUILD)/nodnnl/train_gpt2: train_gpt2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(filter-out -DLLMC_DNNL,$(TRAINER_CFLAGS)) $(DEPFLAGS) -o $@ train_gpt2.c $(filter-out -ldnnl,$(LDLIBS)) -fopenmp
+SLOW_TESTS += test/test_no_dnnl.sh
+test/test_no_dnnl.sh: $(BUILD)/nodnnl/train_gpt2 train_gpt2
+
 TRAINER_TESTS = $(BUILD)/test_dataloader $(BUILD)/test_schedulers $(BUILD)/test_checkpoint \
                 $(BUILD)/test_trainer_cli $(BUILD)/test_resume $(BUILD)/test_train_step $(BUILD)/test_bf16 \
                 $(BUILD)/test_kvcache
