@@ -771,7 +771,8 @@ def fmt_p(p):
 def markdown_report(cfg, target, arm_rows, run_rows, plots, command, missing, same):
     """report.md's text; same: same_lr_pairs(arm_rows, run_rows)"""
     L = []
-    L.append(f"# Study `{cfg['name']}`: baseline vs hybrid")
+    kinds = {r["kind"] for r in arm_rows}
+    L.append(f"# Study `{cfg['name']}`: " + ("baseline vs hybrid" if "hybrid" in kinds else "baselines"))
     L.append("")
     if cfg.get("description"):
         L += [cfg["description"], ""]

@@ -276,6 +276,7 @@ def baseline_variants_are_paired_with_the_first_baseline_at_their_LR():
     check(abs(same[0]["mean"] - 1.0 / 3) < 1e-9 and same[0]["wins"] == 0, f"{same[0]}")
     report = open(os.path.join(res, "report.md")).read()
     check("| bf16 | fp32 | 0.001 | +0.3333 ± " in report, "the report's same-LR row of the variant")
+    check(report.startswith("# Study `variant`: baselines\n"), "a study without hybrid arms is not titled baseline vs hybrid")
 
 
 @test
