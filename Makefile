@@ -108,6 +108,10 @@ bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 TESTS += test/test_bench.py
 test/test_bench.py: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 
+# scripts/same_bits.py (two trainers' metrics and checkpoints, byte for byte) finds what differs; about 2 min
+SLOW_TESTS += test/test_same_bits.py
+test/test_same_bits.py: train_gpt2
+
 # the OpenMP wait policies, quiet and with one busy process per core (d6 B8 T256; a few minutes)
 .PHONY: bench-threads
 bench-threads: $(BUILD)/bench_gpt2

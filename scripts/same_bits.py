@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""
+Whether two trainers compute the same bits: a change meant to keep the numerics (a faster kernel, a fused
+pass) must leave every number of a run as it was. Builds ./train_gpt2 at two commits (temporary git
+worktrees, as scripts/bench_commits.py does), or takes two trainer binaries, runs the same short runs with
+each, and compares
+  - metrics.jsonl, every field but the timings (ms, train_time_s), line by line, and
+  - every checkpoint: the weights (model_*.bin) byte for byte, the optimizer state (state_*.bin) byte for byte
+    past its 1024-byte header (which holds the run's clock).
+The logged losses alone are not enough: an ulp in one weight can leave every printed number the same for
+many steps. The runs (d2 on the shipped data/default shards, B=4 T=64, a checkpoint every 4 steps): fp32,
+8 steps; fp32 with gradient accumulation (2 micro batches), 8 steps; bf16 (where the CPU and both builds have
+it, else said and skipped), 8 steps; hybrid mode (--precision auto, 2 micro batches), 16 steps: the
+look-ahead in every update, a Predict run at steps 11-12 and its Correct step. Rollbacks are not reached in
+so short a run (test_hybrid_train checks them). Same machine, same thread count (--threads, default 2).
+
+usage: scripts/same_bits.py A B                       # two commits (HEAD: the checked-out commit, not the tree)
+       scripts/same_bits.py --trainers PATH_A PATH_B   # two built trainers
+       [--threads 2] [--only fp32]                     # the runs whose name contains it
+Prints a line per run, exits 0 when every run is the same, 1 when any differs or fails.
+"""
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMING = ("ms", "train_time_s")
+BASE = ["-e", "d2", "-b", "4", "-t", "64", "-v", "4", "-m", "2", "-s", "0", "-n", "4", "--seed", "5"]
+RUNS = [
+    ("fp32", ["-x", "8", "--precision", "fp32"]),
+    ("fp32, 2 micro batches", ["-x", "8", "--precision", "fp32", "-d", "512"]),
+    ("bf16", ["-x", "8", "--precision", "bf16"]),
+    ("hybrid (look-ahead, Predict, Correct)", ["-x", "16", "-d", "512", "--hybrid", "--lookahead", "0.5", "--predict-steps", "2",
+                                              "--full-steps", "2", "--hybrid-warmup", "3", "--noise-gate", "0",
+                                              "--divergence-threshold", "3"]),
+]
+NO_BF16 = ("has no native bf16", "has no oneDNN")  # the trainer's refusals of --precision bf16
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def git(*args):
+    r = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"git {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout.strip()
+
+
+def build(commit, where):
+    git("worktree", "add", "--detach", where, commit)
+    r = subprocess.run(["make", "-j2", "train_gpt2"], cwd=where, capture_output=True, text=True)
+    if r.returncode != 0:
+        die(f"building train_gpt2 at {commit} failed: {r.stderr.strip()[-500:]}")
+    return os.path.join(where, "train_gpt2")
+
+
+def metrics(path):
+    """metrics.jsonl without the timings, one dict per line"""
+    out = []
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            out.append({k: v for k, v in rec.items() if k not in TIMING})
+    return out
+
+
+def first_byte_diff(a, b, skip=0):
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        da, db = fa.read(), fb.read()
+    if len(da) != len(db):
+        return f"sizes {len(da)} and {len(db)}"
+    for i in range(skip, len(da)):
+        if da[i] != db[i]:
+            return f"byte {i}"
+    return None
+
+
+def compare(dir_a, dir_b):
+    """None when the two run folders hold the same numbers, else what differs first"""
+    ma, mb = metrics(os.path.join(dir_a, "metrics.jsonl")), metrics(os.path.join(dir_b, "metrics.jsonl"))
+    for i, (ra, rb) in enumerate(zip(ma, mb)):
+        if ra != rb:
+            keys = sorted(k for k in set(ra) | set(rb) if ra.get(k) != rb.get(k))
+            return f"metrics.jsonl line {i + 1} (step {ra.get('step')}): {', '.join(keys)}"
+    if len(ma) != len(mb):
+        return f"metrics.jsonl: {len(ma)} and {len(mb)} lines"
+    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(dir_a, "*.bin")))
+    if names != sorted(os.path.basename(p) for p in glob.glob(os.path.join(dir_b, "*.bin"))):
+        return "different checkpoint files"
+    checked = 0
+    for name in names:
+        if name.startswith("model_"):
+            skip = 0
+        elif name.startswith("state_"):
+            skip = 1024
+        else:
+            continue  # hybrid_*.bin: hybrid mode's state, with its timings
+        d = first_byte_diff(os.path.join(dir_a, name), os.path.join(dir_b, name), skip)
+        if d:
+            return f"{name}: {d}"
+        checked += 1
+    if checked == 0:
+        return "no checkpoints written"
+    return None
+
+
+def run(trainer, flags, out, threads):
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    return subprocess.run([trainer] + BASE + flags + ["-o", out], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("commits", nargs="*", help="A B: two commits")
+    p.add_argument("--trainers", nargs=2, metavar=("PATH_A", "PATH_B"), help="two built trainers instead")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--only", help="the runs whose name contains this (e.g. fp32)")
+    a = p.parse_args()
+    if bool(a.trainers) == (len(a.commits) == 2) or (a.commits and len(a.commits) != 2):
+        die("give two commits, or --trainers PATH_A PATH_B")
+    tmp = tempfile.mkdtemp(prefix="same_bits_")
+    worktrees = []
+    try:
+        if a.trainers:
+            trainers = [os.path.abspath(t) for t in a.trainers]
+            for t in trainers:
+                if not os.access(t, os.X_OK):
+                    die(f"{t}: not an executable trainer")
+            names = a.trainers
+        else:
+            names = [git("rev-parse", "--short", c) for c in a.commits]
+            trainers = []
+            for i, c in enumerate(a.commits):
+                where = os.path.join(tmp, f"tree{i}")
+                worktrees.append(where)
+                trainers.append(build(c, where))
+        print(f"A = {names[0]}, B = {names[1]}; {a.threads} threads; d2 B=4 T=64 on data/default")
+        bad = 0
+        for label, flags in RUNS:
+            if a.only and a.only not in label:
+                continue
+            dirs = [os.path.join(tmp, f"{label.split()[0]}_{len(flags)}_{w}") for w in "ab"]
+            rs = [run(t, flags, d, a.threads) for t, d in zip(trainers, dirs)]
+            refused = [any(s in r.stderr for s in NO_BF16) for r in rs]
+            if "bf16" in flags and all(refused):
+                print(f"  {label}: skipped ({rs[0].stderr.strip().splitlines()[-1]})")
+                continue
+            failed = [f"{n} exit {r.returncode}: {r.stderr.strip()[-300:]}" for n, r in zip("AB", rs) if r.returncode != 0]
+            if failed:
+                print(f"  {label}: FAILED ({'; '.join(failed)})")
+                bad += 1
+                continue
+            d = compare(*dirs)
+            if d is None and "--hybrid" in flags:
+                phases = [json.loads(x).get("phase") for x in open(os.path.join(dirs[0], "metrics.jsonl"))]
+                if "predict" not in phases or "correct" not in phases:
+                    d = "no Predict run and Correct step to compare (the run no longer covers them)"
+            print(f"  {label}: " + ("same (metrics and checkpoints)" if d is None else f"DIFFERS: {d}"))
+            bad += d is not None
+        print("same bits" if bad == 0 else f"{bad} run(s) differ or failed")
+        return 1 if bad else 0
+    finally:
+        for w in worktrees:
+            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", w], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
