@@ -8,7 +8,7 @@ ms, the ratio B / A of each round (its two runs side by side) with their median 
 is on one side of 1 (resolved) or straddles it (not resolved: the machine's noise is larger than the
 difference; more rounds or a quieter machine), and whether the two agree on the last step's loss as
 bench_gpt2 prints it (6 decimals: a change meant to keep the numerics must print "same"; the trainer's own
-runs are the bit-exact check).
+runs, compared by scripts/same_bits.py, are the bit-exact check).
 
 Use it for a speed change's before/after on one machine (compare only what one run measures); `make
 bench` gives the absolute figures of one build. Needs a quiet machine.
