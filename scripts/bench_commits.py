@@ -19,6 +19,7 @@ A, B: commits (anything `git rev-parse` takes; HEAD for the checked-out one, whi
 commit, not the working tree).
 """
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -38,12 +39,27 @@ def git(*args):
     return r.stdout.strip()
 
 
-def build(commit, where):
+def build(commit, where, target):
     git("worktree", "add", "--detach", where, commit)
-    r = subprocess.run(["make", "-j2", "build/bench_gpt2"], cwd=where, capture_output=True, text=True)
+    r = subprocess.run(["make", "-j2", target], cwd=where, capture_output=True, text=True)
     if r.returncode != 0:
-        sys.exit(f"error: building build/bench_gpt2 at {commit} failed: {r.stderr.strip()[-500:]}")
-    return os.path.join(where, "build", "bench_gpt2")
+        sys.exit(f"error: building {target} at {commit} failed: {r.stderr.strip()[-500:]}")
+    return os.path.join(where, target)
+
+
+@contextlib.contextmanager
+def built_at(commits, target):
+    """target (a make target: build/bench_gpt2, train_gpt2) built at each commit in a temporary git worktree;
+    yields the binaries' paths, removes the worktrees after (scripts/same_bits.py builds its trainers so too)"""
+    tmp = tempfile.mkdtemp(prefix="llmc_commits_")
+    trees = [os.path.join(tmp, f"tree{i}") for i in range(len(commits))]
+    try:
+        yield [build(c, w, target) for c, w in zip(commits, trees)]
+    finally:
+        for w in trees:
+            if os.path.isdir(w):
+                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", w], capture_output=True)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def step(binary, spec, a, env):
@@ -84,10 +100,7 @@ def main():
         specs.append(parts)
     ca, cb = git("rev-parse", "--short", a.a), git("rev-parse", "--short", a.b)
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
-    tmp = tempfile.mkdtemp(prefix="bench_commits_")
-    wa, wb = os.path.join(tmp, "a"), os.path.join(tmp, "b")
-    try:
-        ba, bb = build(ca, wa), build(cb, wb)
+    with built_at([ca, cb], "build/bench_gpt2") as (ba, bb):
         ms = {(i, w): [] for i in range(len(specs)) for w in "ab"}
         loss = {}
         binaries = {"a": ba, "b": bb}
@@ -108,11 +121,6 @@ def main():
             same = "same" if loss[(i, "a")] == loss[(i, "b")] else f"{loss[(i, 'a')]} vs {loss[(i, 'b')]}"
             rng = f"{lo:.3f}-{hi:.3f}" + ("" if resolved or a.rounds < 2 else " (not resolved)")
             print(f"| {d} B={B} T={T} | {int(B) * int(T)} | {ma:.0f} | {mb:.0f} | {med:.3f} | {rng} | {same} |")
-    finally:
-        for w in (wa, wb):
-            if os.path.isdir(w):
-                subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", w], capture_output=True)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

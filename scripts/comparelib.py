@@ -642,8 +642,8 @@ def same_lr_grid(arm_rows, same):
     if len(lrs) < 2:
         return []
     fam = lambda arm: re.sub(r"_lr[0-9.]+x$", "", arm)  # noqa: E731
-    ref = {r["arm"] for r in same}
-    base = {r["lr"]: r["final_val_loss_mean"] for r in arm_rows if r["kind"] == "baseline" and r["arm"] not in ref}
+    paired = {r["arm"] for r in same}  # the variants: the baseline row shows the baselines they are paired with
+    base = {r["lr"]: r["final_val_loss_mean"] for r in arm_rows if r["kind"] == "baseline" and r["arm"] not in paired}
     rows = {}
     for r in same:
         if r["mean"] is not None:

@@ -20,6 +20,7 @@ usage: scripts/same_bits.py A B                       # two commits (HEAD: the c
 Prints a line per run, exits 0 when every run is the same, 1 when any differs or fails.
 """
 import argparse
+import contextlib
 import glob
 import json
 import os
@@ -27,6 +28,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+from bench_commits import built_at, git
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TIMING = ("ms", "train_time_s")
@@ -45,21 +48,6 @@ NO_BF16 = ("has no native bf16", "has no oneDNN")  # the trainer's refusals of -
 def die(msg):
     print(f"error: {msg}", file=sys.stderr)
     sys.exit(1)
-
-
-def git(*args):
-    r = subprocess.run(["git", "-C", ROOT, *args], capture_output=True, text=True)
-    if r.returncode != 0:
-        die(f"git {' '.join(args)}: {r.stderr.strip()}")
-    return r.stdout.strip()
-
-
-def build(commit, where):
-    git("worktree", "add", "--detach", where, commit)
-    r = subprocess.run(["make", "-j2", "train_gpt2"], cwd=where, capture_output=True, text=True)
-    if r.returncode != 0:
-        die(f"building train_gpt2 at {commit} failed: {r.stderr.strip()[-500:]}")
-    return os.path.join(where, "train_gpt2")
 
 
 def metrics(path):
@@ -117,6 +105,34 @@ def run(trainer, flags, out, threads):
     return subprocess.run([trainer] + BASE + flags + ["-o", out], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
+def compare_runs(names, trainers, tmp, a):
+    """each run with both trainers, compared; 0 when all are the same, 1 otherwise"""
+    print(f"A = {names[0]}, B = {names[1]}; {a.threads} threads; d2 B=4 T=64 on data/default")
+    bad = 0
+    for label, flags in RUNS:
+        if a.only and a.only not in label:
+            continue
+        dirs = [os.path.join(tmp, f"{label.split()[0]}_{len(flags)}_{w}") for w in "ab"]
+        rs = [run(t, flags, d, a.threads) for t, d in zip(trainers, dirs)]
+        refused = [any(s in r.stderr for s in NO_BF16) for r in rs]
+        if "bf16" in flags and all(refused):
+            print(f"  {label}: skipped ({rs[0].stderr.strip().splitlines()[-1]})")
+            continue
+        failed = [f"{n} exit {r.returncode}: {r.stderr.strip()[-300:]}" for n, r in zip("AB", rs) if r.returncode != 0]
+        if failed:
+            print(f"  {label}: FAILED ({'; '.join(failed)})")
+            bad += 1
+            continue
+        d = compare(*dirs)
+        if d is None and "--hybrid" in flags:
+            phases = [json.loads(x).get("phase") for x in open(os.path.join(dirs[0], "metrics.jsonl"))]
+            if "predict" not in phases or "correct" not in phases:
+                d = "no Predict run and Correct step to compare (the run no longer covers them)"
+        print(f"  {label}: " + ("same (metrics and checkpoints)" if d is None else f"DIFFERS: {d}"))
+        bad += d is not None
+    print("same bits" if bad == 0 else f"{bad} run(s) differ or failed")
+    return 1 if bad else 0
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].strip(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
@@ -127,50 +143,19 @@ def main():
     a = p.parse_args()
     if bool(a.trainers) == (len(a.commits) == 2) or (a.commits and len(a.commits) != 2):
         die("give two commits, or --trainers PATH_A PATH_B")
+    if a.trainers:
+        for t in a.trainers:
+            if not os.access(t, os.X_OK):
+                die(f"{t}: not an executable trainer")
+        names, trainers = a.trainers, contextlib.nullcontext([os.path.abspath(t) for t in a.trainers])
+    else:
+        names = [git("rev-parse", "--short", c) for c in a.commits]
+        trainers = built_at(names, "train_gpt2")
     tmp = tempfile.mkdtemp(prefix="same_bits_")
-    worktrees = []
     try:
-        if a.trainers:
-            trainers = [os.path.abspath(t) for t in a.trainers]
-            for t in trainers:
-                if not os.access(t, os.X_OK):
-                    die(f"{t}: not an executable trainer")
-            names = a.trainers
-        else:
-            names = [git("rev-parse", "--short", c) for c in a.commits]
-            trainers = []
-            for i, c in enumerate(a.commits):
-                where = os.path.join(tmp, f"tree{i}")
-                worktrees.append(where)
-                trainers.append(build(c, where))
-        print(f"A = {names[0]}, B = {names[1]}; {a.threads} threads; d2 B=4 T=64 on data/default")
-        bad = 0
-        for label, flags in RUNS:
-            if a.only and a.only not in label:
-                continue
-            dirs = [os.path.join(tmp, f"{label.split()[0]}_{len(flags)}_{w}") for w in "ab"]
-            rs = [run(t, flags, d, a.threads) for t, d in zip(trainers, dirs)]
-            refused = [any(s in r.stderr for s in NO_BF16) for r in rs]
-            if "bf16" in flags and all(refused):
-                print(f"  {label}: skipped ({rs[0].stderr.strip().splitlines()[-1]})")
-                continue
-            failed = [f"{n} exit {r.returncode}: {r.stderr.strip()[-300:]}" for n, r in zip("AB", rs) if r.returncode != 0]
-            if failed:
-                print(f"  {label}: FAILED ({'; '.join(failed)})")
-                bad += 1
-                continue
-            d = compare(*dirs)
-            if d is None and "--hybrid" in flags:
-                phases = [json.loads(x).get("phase") for x in open(os.path.join(dirs[0], "metrics.jsonl"))]
-                if "predict" not in phases or "correct" not in phases:
-                    d = "no Predict run and Correct step to compare (the run no longer covers them)"
-            print(f"  {label}: " + ("same (metrics and checkpoints)" if d is None else f"DIFFERS: {d}"))
-            bad += d is not None
-        print("same bits" if bad == 0 else f"{bad} run(s) differ or failed")
-        return 1 if bad else 0
+        with trainers as paths:
+            return compare_runs(names, paths, tmp, a)
     finally:
-        for w in worktrees:
-            subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", w], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
 
 

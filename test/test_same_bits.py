@@ -21,7 +21,7 @@ TMP = os.path.join("/tmp", f"test_same_bits_{os.getpid()}")
 WRAP = """#!/bin/sh
 out=""; prev=""
 for x in "$@"; do [ "$prev" = "-o" ] && out=$x; prev=$x; done
-%s "%s" "$@" %s || exit $?
+"%s" "$@" %s || exit $?
 %s
 """
 
@@ -30,7 +30,7 @@ def wrapper(name, extra_flags="", after=""):
     os.makedirs(TMP, exist_ok=True)
     path = os.path.join(TMP, name)
     with open(path, "w") as f:
-        f.write(WRAP % ("", TRAINER, extra_flags, after))
+        f.write(WRAP % (TRAINER, extra_flags, after))
     os.chmod(path, 0o755)
     return path
 
