@@ -104,6 +104,11 @@ BENCH_THREADS ?= 2
 bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
 
+# test_bf16 and test_train_step's bf16 runs with the products by the test reference (llmc/cpu_dnnl.h): the
+# bf16 path runs on every CPU, with or without native bf16
+TESTS += test/test_bf16_reference.sh
+test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step train_gpt2
+
 # what scripts/bench.py says about the kernels, and its profile's floors (tiny sizes, a few seconds)
 TESTS += test/test_bench.py
 test/test_bench.py: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2

@@ -12,7 +12,12 @@
  * check compiles to stubs, and dnnl_available() says so.
  * Debian's libdnnl2 runs on the OpenMP runtime (DNNL_CPU_RUNTIME = OMP), so its threads are ours: the
  * primitives must be executed outside a parallel region, and use omp_get_max_threads() threads.
- * Test override: LLMC_BF16_TEST_NO_BF16=1 makes cpu_has_native_bf16() answer 0 (a CPU without bf16).
+ * Test overrides: LLMC_BF16_TEST_NO_BF16=1 makes cpu_has_native_bf16() answer 0 (a CPU without bf16).
+ * LLMC_BF16_TEST_REFERENCE=1 computes every product with the reference instead of oneDNN: the bf16 operands
+ * widened to fp32 (exactly) and multiplied by an OpenBLAS SGEMM (fp32 accumulation, in another order than
+ * oneDNN's), and answers 1 there. It is slower than fp32 and exists so that the bf16 path around the
+ * products (roundings, fused passes, the kept bf16 activations) runs and is tested, bit for bit from commit
+ * to commit, on a CPU without bf16, and so that oneDNN's products can be checked against it where there is.
  */
 #ifndef LLMC_CPU_DNNL_H
 #define LLMC_CPU_DNNL_H
@@ -39,10 +44,25 @@ static inline void bf16_convert_rows(bf16* dst, const float* src, size_t n, size
     }
 }
 
-// native bf16 dot products (avx512_bf16; AMX-BF16 CPUs have it too), unless LLMC_BF16_TEST_NO_BF16=1
+static inline int env_is_1(const char* name) {
+    const char* v = getenv(name);
+    return v != NULL && strcmp(v, "1") == 0;
+}
+
+// LLMC_BF16_TEST_REFERENCE=1: the products by the reference (a build with oneDNN only)
+static inline int bf16_test_reference(void) {
+#ifdef LLMC_DNNL
+    return env_is_1("LLMC_BF16_TEST_REFERENCE");
+#else
+    return 0;
+#endif
+}
+
+// native bf16 dot products (avx512_bf16; AMX-BF16 CPUs have it too), unless LLMC_BF16_TEST_NO_BF16=1; and
+// under LLMC_BF16_TEST_REFERENCE=1, which multiplies bf16 on any CPU
 static inline int cpu_has_native_bf16(void) {
-    const char* force = getenv("LLMC_BF16_TEST_NO_BF16");
-    if (force != NULL && strcmp(force, "1") == 0) { return 0; }
+    if (env_is_1("LLMC_BF16_TEST_NO_BF16")) { return 0; }
+    if (bf16_test_reference()) { return 1; }
     CpuFeatures f = cpu_features_detect();
     return f.avx512_bf16;
 }
@@ -85,6 +105,8 @@ static inline void dnnl_context_init(void) {
 // long as a vocabulary, where the plain B's sums go in another order.
 enum { DNNL_C_SET = 0, DNNL_C_ADD = 1, DNNL_C_BF16 = 2, DNNL_C_BIAS = 4 };  // flags
 typedef struct {
+    int ref;                 // LLMC_BF16_TEST_REFERENCE: no primitive; the shape below, for bf16_ref_run
+    int batch, transA, transB, M, N, K, lda, ldb, ldc, c_form;
     dnnl_primitive_t prim;
     dnnl_memory_t a, b, c;   // descriptors bound to the data pointers of each call
     dnnl_memory_t bias;      // DNNL_C_BIAS: the bias (1, N), bound at each run; NULL otherwise
@@ -118,12 +140,80 @@ static inline dnnl_primitive_attr_t dnnl_attr_user_scratch(void) {
     return attr;
 }
 
+// The reference product. Its scratch (fp32 copies of A and of a plain B, and C before rounding or with the
+// bias) grows at start-up only, to the largest product's need, shared by all of them.
+static struct { float* data; size_t floats; } bf16_ref_scratch = {NULL, 0};
+
+static inline size_t bf16_ref_b_floats(const DnnlGemm* g) { return (size_t)g->K * g->N; }  // one matrix of B
+
+static inline void bf16_ref_create(DnnlGemm* g, int pack_b) {
+    if ((g->c_form & DNNL_C_ADD) && (g->c_form & (DNNL_C_BF16 | DNNL_C_BIAS))) {
+        fatal("bf16 reference: no product form %d (a sum onto a bf16 C or with a bias)", g->c_form);
+    }
+    g->ref = 1;
+    size_t need = (size_t)g->M * g->K + (pack_b ? 0 : bf16_ref_b_floats(g)) +
+                  ((g->c_form & (DNNL_C_BF16 | DNNL_C_BIAS)) ? (size_t)g->M * g->N : 0);
+    if (pack_b) { g->packed_bytes = bf16_ref_b_floats(g) * sizeof(float); }  // B widened, as stored, ld its width
+    if (need <= bf16_ref_scratch.floats) { return; }
+    free(bf16_ref_scratch.data);
+    bf16_ref_scratch.data = (float*)aligned_alloc(64, (need * sizeof(float) + 63) / 64 * 64);
+    if (bf16_ref_scratch.data == NULL) { fatal("bf16 reference: out of memory for %zu floats of scratch", need); }
+    bf16_ref_scratch.floats = need;
+}
+
+// (rows, cols) bf16 with row stride ld into dst (rows, cols) fp32, contiguous; exact
+static inline void bf16_ref_widen(float* dst, const bf16* src, int rows, int cols, int ld) {
+    #pragma omp parallel for
+    for (int r = 0; r < rows; r++) {
+        for (int c = 0; c < cols; c++) { dst[(size_t)r * cols + c] = bf16_to_float(src[(size_t)r * ld + c]); }
+    }
+}
+
+// C [+]= op(A) op(B) (+ bias) for each of the batch, as dnnl_gemm_run_bias describes; packed: B is the fp32
+// buffer dnnl_gemm_pack_b wrote
+static inline void bf16_ref_run(const DnnlGemm* g, const bf16* A, const void* B, int packed, const float* bias, void* C) {
+    int M = g->M, N = g->N, K = g->K;
+    int arows = g->transA ? K : M, acols = g->transA ? M : K, brows = g->transB ? N : K, bcols = g->transB ? K : N;
+    float* af = bf16_ref_scratch.data;
+    float* bf = af + (size_t)M * K;
+    float* tmp = packed ? bf : bf + bf16_ref_b_floats(g);  // (M, N): C before rounding, or with the bias
+    int to_tmp = (g->c_form & (DNNL_C_BF16 | DNNL_C_BIAS)) != 0;
+    for (int i = 0; i < g->batch; i++) {
+        bf16_ref_widen(af, A + (size_t)i * arows * g->lda, arows, acols, g->lda);
+        const float* bi = (const float*)B + (size_t)i * bf16_ref_b_floats(g);
+        if (!packed) {
+            bf16_ref_widen(bf, (const bf16*)B + (size_t)i * brows * g->ldb, brows, bcols, g->ldb);
+            bi = bf;
+        }
+        float* c32 = to_tmp ? tmp : (float*)C + (size_t)i * M * g->ldc;
+        int ldc32 = to_tmp ? N : g->ldc;
+        if (bias != NULL) {
+            for (int m = 0; m < M; m++) { memcpy(c32 + (size_t)m * ldc32, bias, (size_t)N * sizeof(float)); }
+        }
+        float beta = (bias != NULL || (g->c_form & DNNL_C_ADD)) ? 1.0f : 0.0f;
+        cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans, g->transB ? CblasTrans : CblasNoTrans,
+                    M, N, K, 1.0f, af, acols, bi, bcols, beta, c32, ldc32);
+        if (g->c_form & DNNL_C_BF16) {
+            bf16* c16 = (bf16*)C + (size_t)i * M * g->ldc;
+            for (int m = 0; m < M; m++) {
+                for (int n = 0; n < N; n++) { c16[(size_t)m * g->ldc + n] = bf16_from_float(tmp[(size_t)m * N + n]); }
+            }
+        } else if (to_tmp) {
+            float* c = (float*)C + (size_t)i * M * g->ldc;
+            for (int m = 0; m < M; m++) { memcpy(c + (size_t)m * g->ldc, tmp + (size_t)m * N, (size_t)N * sizeof(float)); }
+        }
+    }
+}
+
 // batch > 1: that many products of the same shape in one call, each operand's matrices one after the other
 // (A's batch stride (transA ? K : M) * lda, B's (transB ? N : K) * ldb, C's M * ldc): the attention's heads.
 static inline void dnnl_gemm_create_strided(DnnlGemm* g, int batch, int transA, int transB, int M, int N, int K,
                                             int lda, int ldb, int ldc, int c_form, int pack_b) {
-    dnnl_context_init();
     memset(g, 0, sizeof(*g));
+    g->batch = batch; g->transA = transA; g->transB = transB; g->M = M; g->N = N; g->K = K;
+    g->lda = lda; g->ldb = ldb; g->ldc = ldc; g->c_form = c_form;
+    if (bf16_test_reference()) { bf16_ref_create(g, pack_b); return; }
+    dnnl_context_init();
     int nd = batch > 1 ? 3 : 2, o = nd - 2;  // o: the matrix dims' offset after the batch dim
     dnnl_dims_t adims = {batch}, bdims = {batch}, cdims = {batch}, astr = {0}, bstr = {0}, cstr = {0};
     astr[0] = (dnnl_dim_t)(transA ? K : M) * lda;
@@ -197,6 +287,7 @@ static inline size_t dnnl_gemm_packed_bytes(const DnnlGemm* g) { return g->packe
 
 // x and y read B in the same layout (one packed B serves both)
 static inline int dnnl_gemm_same_b(const DnnlGemm* x, const DnnlGemm* y) {
+    if (x->ref || y->ref) { return x->ref && y->ref && x->transB == y->transB && x->K == y->K && x->N == y->N; }
     const dnnl_memory_desc_t *mx, *my;
     dnnlCheck(dnnl_memory_get_memory_desc(x->b, &mx), "query B");
     dnnlCheck(dnnl_memory_get_memory_desc(y->b, &my), "query B");
@@ -214,6 +305,11 @@ static inline void dnnl_execute(dnnl_primitive_t p, dnnl_exec_arg_t* args, int n
 
 // pack_b: B (laid out as dnnl_gemm_create described it) into packed, in the primitive's layout
 static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
+    if (g->ref) {
+        if (g->packed_bytes == 0) { fatal("bf16 reference: dnnl_gemm_pack_b on a product made without pack_b"); }
+        bf16_ref_widen((float*)packed, B, g->transB ? g->N : g->K, g->transB ? g->K : g->N, g->ldb);
+        return;
+    }
     if (g->pack == NULL) { fatal("oneDNN: dnnl_gemm_pack_b on a product made without pack_b"); }
     dnnlCheck(dnnl_memory_set_data_handle(g->b_plain, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, packed), "bind packed B");
@@ -225,10 +321,12 @@ static inline void dnnl_gemm_pack_b(DnnlGemm* g, const bf16* B, void* packed) {
 // described at creation, or with pack_b a buffer that dnnl_gemm_pack_b filled; C fp32, or bf16 (DNNL_C_BF16);
 // bias (N) fp32 for a DNNL_C_BIAS product, NULL for any other
 static inline void dnnl_gemm_run_bias(DnnlGemm* g, const bf16* A, const void* B, const float* bias, void* C) {
-    if ((bias != NULL) != (g->bias != NULL)) {
-        fatal("oneDNN: a product made %s a bias run %s one", g->bias != NULL ? "with" : "without",
+    int made_with_bias = (g->c_form & DNNL_C_BIAS) != 0;
+    if ((bias != NULL) != made_with_bias) {
+        fatal("oneDNN: a product made %s a bias run %s one", made_with_bias ? "with" : "without",
               bias != NULL ? "with" : "without");
     }
+    if (g->ref) { bf16_ref_run(g, A, B, g->packed_bytes > 0, bias, C); return; }
     dnnlCheck(dnnl_memory_set_data_handle(g->a, (void*)A), "bind A");
     dnnlCheck(dnnl_memory_set_data_handle(g->b, (void*)B), "bind B");
     dnnlCheck(dnnl_memory_set_data_handle(g->c, C), "bind C");
@@ -244,7 +342,7 @@ static inline void dnnl_gemm_run_bias(DnnlGemm* g, const bf16* A, const void* B,
 static inline void dnnl_gemm_run(DnnlGemm* g, const bf16* A, const void* B, void* C) { dnnl_gemm_run_bias(g, A, B, NULL, C); }
 
 static inline void dnnl_gemm_destroy(DnnlGemm* g) {
-    if (g->prim == NULL) { return; }
+    if (g->prim == NULL) { memset(g, 0, sizeof(*g)); return; }
     dnnl_primitive_destroy(g->prim);
     dnnl_memory_destroy(g->a);
     dnnl_memory_destroy(g->b);
@@ -258,10 +356,13 @@ static inline void dnnl_gemm_destroy(DnnlGemm* g) {
 }
 
 // 1: oneDNN's bf16 products run on AMX tiles
-static inline int dnnl_isa_amx(void) { return dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx; }
+static inline int dnnl_isa_amx(void) {
+    return !bf16_test_reference() && dnnl_get_effective_cpu_isa() == dnnl_cpu_isa_avx512_core_amx;
+}
 
 // the ISA oneDNN dispatches to, for the start-up table
 static inline const char* dnnl_isa_name(void) {
+    if (bf16_test_reference()) { return "the test reference (LLMC_BF16_TEST_REFERENCE: SGEMM on widened bf16)"; }
     switch (dnnl_get_effective_cpu_isa()) {
         case dnnl_cpu_isa_avx512_core_amx: return "AMX";
         case dnnl_cpu_isa_avx512_core_bf16: return "avx512_bf16";

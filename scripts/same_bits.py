@@ -9,14 +9,17 @@ each, and compares
     past its 1024-byte header (which holds the run's clock).
 The logged losses alone are not enough: an ulp in one weight can leave every printed number the same for
 many steps. The runs (d2 on the shipped data/default shards, B=4 T=64, a checkpoint every 4 steps): fp32,
-8 steps; fp32 with gradient accumulation (2 micro batches), 8 steps; bf16 (where the CPU and both builds have
-it, else said and skipped), 8 steps; hybrid mode (--precision auto, 2 micro batches), 16 steps: the
-look-ahead in every update, a Predict run at steps 11-12 and its Correct step. Rollbacks are not reached in
-so short a run (test_hybrid_train checks them). Same machine, same thread count (--threads, default 2).
+8 steps; fp32 with gradient accumulation (2 micro batches), 8 steps; bf16, 8 steps; hybrid mode (2 micro
+batches), 16 steps, in fp32 and in bf16: the look-ahead in every update, a Predict run at steps 11-12 and its
+Correct step. Rollbacks are not reached in so short a run (test_hybrid_train checks them). The bf16 runs
+need a CPU with native bf16 and oneDNN in both builds (else they are said and skipped), or --bf16-reference:
+their products computed by the trainer's test reference (LLMC_BF16_TEST_REFERENCE=1: an SGEMM on the bf16
+operands widened), so that everything else of the bf16 path is compared bit for bit on any CPU (both
+trainers must know that override). Same machine, same thread count (--threads, default 2).
 
 usage: scripts/same_bits.py A B                       # two commits (HEAD: the checked-out commit, not the tree)
        scripts/same_bits.py --trainers PATH_A PATH_B   # two built trainers
-       [--threads 2] [--only fp32]                     # the runs whose name contains it
+       [--threads 2] [--only fp32] [--bf16-reference] # the runs whose name contains it; bf16 on any CPU
 Prints a line per run, exits 0 when every run is the same, 1 when any differs or fails.
 """
 import argparse
@@ -38,10 +41,11 @@ RUNS = [
     ("fp32", ["-x", "8", "--precision", "fp32"]),
     ("fp32, 2 micro batches", ["-x", "8", "--precision", "fp32", "-d", "512"]),
     ("bf16", ["-x", "8", "--precision", "bf16"]),
-    ("hybrid (look-ahead, Predict, Correct)", ["-x", "16", "-d", "512", "--hybrid", "--lookahead", "0.5", "--predict-steps", "2",
-                                              "--full-steps", "2", "--hybrid-warmup", "3", "--noise-gate", "0",
-                                              "--divergence-threshold", "3"]),
 ]
+HYBRID = ["-x", "16", "-d", "512", "--hybrid", "--lookahead", "0.5", "--predict-steps", "2", "--full-steps", "2",
+          "--hybrid-warmup", "3", "--noise-gate", "0", "--divergence-threshold", "3"]
+RUNS += [("hybrid (look-ahead, Predict, Correct)", HYBRID + ["--precision", "fp32"]),
+         ("hybrid, bf16", HYBRID + ["--precision", "bf16"])]
 NO_BF16 = ("has no native bf16", "has no oneDNN")  # the trainer's refusals of --precision bf16
 
 
@@ -100,8 +104,11 @@ def compare(dir_a, dir_b):
     return None
 
 
-def run(trainer, flags, out, threads):
+def run(trainer, flags, out, threads, reference=False):
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    env.pop("LLMC_BF16_TEST_REFERENCE", None)
+    if reference:
+        env["LLMC_BF16_TEST_REFERENCE"] = "1"
     return subprocess.run([trainer] + BASE + flags + ["-o", out], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
@@ -109,13 +116,16 @@ def compare_runs(names, trainers, tmp, a):
     """each run with both trainers, compared; 0 when all are the same, 1 otherwise"""
     print(f"A = {names[0]}, B = {names[1]}; {a.threads} threads; d2 B=4 T=64 on data/default")
     bad = 0
-    for label, flags in RUNS:
+    for i, (label, flags) in enumerate(RUNS):
         if a.only and a.only not in label:
             continue
-        dirs = [os.path.join(tmp, f"{label.split()[0]}_{len(flags)}_{w}") for w in "ab"]
-        rs = [run(t, flags, d, a.threads) for t, d in zip(trainers, dirs)]
+        dirs = [os.path.join(tmp, f"run{i}_{w}") for w in "ab"]
+        bf16 = "bf16" in flags
+        if bf16 and a.bf16_reference:
+            label += " (reference products)"
+        rs = [run(t, flags, d, a.threads, bf16 and a.bf16_reference) for t, d in zip(trainers, dirs)]
         refused = [any(s in r.stderr for s in NO_BF16) for r in rs]
-        if "bf16" in flags and all(refused):
+        if bf16 and all(refused):
             print(f"  {label}: skipped ({rs[0].stderr.strip().splitlines()[-1]})")
             continue
         failed = [f"{n} exit {r.returncode}: {r.stderr.strip()[-300:]}" for n, r in zip("AB", rs) if r.returncode != 0]
@@ -140,6 +150,8 @@ def main():
     p.add_argument("--trainers", nargs=2, metavar=("PATH_A", "PATH_B"), help="two built trainers instead")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--only", help="the runs whose name contains this (e.g. fp32)")
+    p.add_argument("--bf16-reference", action="store_true",
+                   help="the bf16 runs with their products by the test reference (any CPU; both trainers must know it)")
     a = p.parse_args()
     if bool(a.trainers) == (len(a.commits) == 2) or (a.commits and len(a.commits) != 2):
         die("give two commits, or --trainers PATH_A PATH_B")

@@ -3,7 +3,9 @@
 // the fp32 attention; a bf16 training run is
 // deterministic and resumes bit for bit; on a CPU without bf16 (forced: LLMC_BF16_TEST_NO_BF16=1) nothing
 // changes (auto is fp32) while where it has bf16 auto is bf16; a resume with another precision is refused.
-// The bf16 tests skip, saying why, when the build has no oneDNN or the CPU no native bf16.
+// The bf16 tests skip, saying why, when the build has no oneDNN or the CPU no native bf16; under
+// LLMC_BF16_TEST_REFERENCE=1 (test/test_bf16_reference.sh) they run on any CPU with the products computed by
+// the test reference, to the same tolerances.
 // Tolerance of one output element: rounding each operand to bf16 (8 significant bits, unit roundoff
 // u = 2^-8) changes each product a_k b_k by at most (2u + u^2) |a_k b_k|, and the fp32 accumulation of K
 // terms adds at most K 2^-24 (1 + ...) of sum |a_k b_k|; so |C - C_exact| <= (2^-7 + 2^-16 + K 2^-23) S with
@@ -14,7 +16,7 @@
 
 static int bf16_ready(void) {
     const char* why = !dnnl_available() ? "built without oneDNN (libdnnl-dev)"
-                    : !cpu_has_native_bf16() ? "this CPU has no native bf16 (avx512_bf16/AMX)" : NULL;
+                    : !cpu_has_native_bf16() ? "this CPU has no native bf16 (avx512_bf16/AMX); test_bf16_reference.sh runs them" : NULL;
     if (why == NULL) { return 1; }
     fprintf(stderr, "test_bf16: skipped: %s\n", why);  // also without --verbose
     cr_skip_test("%s\n", why);
