@@ -81,7 +81,7 @@ $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
 
 # the benches run on the kernels a user who sets nothing gets: without what overrides the choice
 # (scripts/bench.py's KERNEL_VARS, which says so and measures the override's peaks too)
-BENCH_ENV = env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC -u LLMC_BLAS_TEST_CORE -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA
+BENCH_ENV = env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC -u LLMC_BLAS_TEST_CORE -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA -u LLMC_BF16_TEST_REFERENCE
 
 # tokens/s of generation with and without the KV cache (llmc/kvcache.h), 256 new tokens: the quick start's
 # checkpoint (where it exists) and a random-init d4 at GPT-2's vocabulary

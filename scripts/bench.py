@@ -43,9 +43,11 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # what overrides the kernel choice: OpenBLAS's core (llmc/cpu_blas.h sets it only where unset; its re-exec
-# marker and test hook, inherited, stop the choice too) and oneDNN's ISA cap (the bf16 matmuls); the
-# Makefile's BENCH_ENV lists the same for the benches it runs itself
-KERNEL_VARS = ["OPENBLAS_CORETYPE", "LLMC_BLAS_REEXEC", "LLMC_BLAS_TEST_CORE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"]
+# marker and test hook, inherited, stop the choice too), oneDNN's ISA cap (the bf16 matmuls) and the test
+# reference that replaces oneDNN's products (llmc/cpu_dnnl.h); the Makefile's BENCH_ENV lists the same for
+# the benches it runs itself
+KERNEL_VARS = ["OPENBLAS_CORETYPE", "LLMC_BLAS_REEXEC", "LLMC_BLAS_TEST_CORE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+               "LLMC_BF16_TEST_REFERENCE"]
 PEAK_SPREAD = 1.15  # the probes' max / min above which a run's MFU is flagged as the machine's load, not the code's
 PHASES = ["gemm", "attention", "layernorm", "gelu", "crossentropy", "encoder", "grad_norm",
           "adamw", "other"]

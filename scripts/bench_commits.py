@@ -13,10 +13,11 @@ runs, compared by scripts/same_bits.py, are the bit-exact check).
 Use it for a speed change's before/after on one machine (compare only what one run measures); `make
 bench` gives the absolute figures of one build. Needs a quiet machine.
 
-usage: scripts/bench_commits.py A B [--configs d12:4:64,d6:8:256] [--precision bf16] [--rounds 3]
+usage: scripts/bench_commits.py A B [--configs d12:4:64,d6:8:256] [--precision auto] [--rounds 3]
                                     [--steps 8] [--threads 2]
 A, B: commits (anything `git rev-parse` takes; HEAD for the checked-out one, which is built from its
-commit, not the working tree).
+commit, not the working tree). --precision auto (the default): bf16 where the CPU multiplies bf16 natively
+(avx512_bf16; AMX CPUs have it too), fp32 elsewhere, as the trainer's own default.
 """
 import argparse
 import contextlib
@@ -62,6 +63,25 @@ def built_at(commits, target):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def cpu_has_bf16(cpuinfo="/proc/cpuinfo"):
+    """the CPU lists avx512_bf16 (what the trainer's --precision auto looks for)"""
+    try:
+        with open(cpuinfo) as f:
+            return any(line.startswith("flags") and "avx512_bf16" in line.split() for line in f)
+    except OSError:
+        return False
+
+
+def resolve_precision(asked, has_bf16):
+    """the precision to time: auto is bf16 where the CPU has it, else fp32; bf16 asked on a CPU without it is an
+    error before anything is built"""
+    if asked == "auto":
+        return "bf16" if has_bf16 else "fp32"
+    if asked == "bf16" and not has_bf16:
+        sys.exit("error: --precision bf16: this CPU has no native bf16 (avx512_bf16 or AMX); time fp32 here")
+    return asked
+
+
 def step(binary, spec, a, env):
     depth, B, T = spec[0][1:], spec[1], spec[2]
     d = run_json([binary, depth, B, T, str(a.steps), "2", "0", a.precision], env)
@@ -85,13 +105,14 @@ def main():
     p.add_argument("a")
     p.add_argument("b")
     p.add_argument("--configs", default="d12:4:64,d12:8:256,d6:8:256")
-    p.add_argument("--precision", default="bf16", choices=["fp32", "bf16"])
+    p.add_argument("--precision", default="auto", choices=["auto", "fp32", "bf16"])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=8, help="steps per run, the first 2 not timed")
     p.add_argument("--threads", type=int, default=2)
     a = p.parse_args()
     if a.rounds < 1 or a.steps < 3:
         sys.exit("error: --rounds must be >= 1 and --steps >= 3")
+    a.precision = resolve_precision(a.precision, cpu_has_bf16())
     specs = []
     for s in a.configs.split(","):
         parts = s.split(":")

@@ -12,8 +12,10 @@ Prints 'N passed, N failed'; exits 1 if any failed.
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
@@ -44,7 +46,11 @@ def sgemm(args, extra_env=None):
 
 
 DEFAULT = sgemm(["64", "1"])          # the trainer's own choice here
-DEFAULT16 = sgemm(["64", "1", "bf16"])  # None: no bf16 in this build
+DEFAULT16 = sgemm(["64", "1", "bf16"])  # None: no bf16 in this build or on this CPU
+# the bench's bf16 accounting (FLOPs, peaks, MFU) tested on any CPU: with the test reference's products
+# where oneDNN has none (None: a build without oneDNN)
+REF = {"LLMC_BF16_TEST_REFERENCE": "1"}
+BF16_ENV = CLEAN if DEFAULT16 else dict(CLEAN, **REF) if sgemm(["64", "1", "bf16"], REF) else None
 
 
 def gflops_after(text, prefix):
@@ -167,10 +173,10 @@ def each_rows_mfu_is_against_the_peak_beside_it():
 def each_bf16_step_is_set_against_the_probes_beside_it():
     # bench_gpt2 bf16 probes the bf16 peak before the first timed step and after each: step_mfu_pct is the
     # median over the timed steps of tok/step x FLOPs/token / step time / the better of its two probes
-    if not DEFAULT16:
+    if BF16_ENV is None:
         raise Skip("no bf16 in this build")
     B, T, steps, warmup = 2, 32, 4, 1
-    r = subprocess.run(["build/bench_gpt2", "2", str(B), str(T), str(steps), str(warmup), "0", "bf16"], env=CLEAN,
+    r = subprocess.run(["build/bench_gpt2", "2", str(B), str(T), str(steps), str(warmup), "0", "bf16"], env=BF16_ENV,
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout.strip().splitlines()[-1])
@@ -203,6 +209,24 @@ def bench_commits_alternates_and_says_when_noise_wins():
 
 
 @test
+def bench_commits_times_what_the_cpu_has():
+    from bench_commits import cpu_has_bf16, resolve_precision
+    tmp = tempfile.mkdtemp()
+    with_bf16, without = os.path.join(tmp, "with"), os.path.join(tmp, "without")
+    open(with_bf16, "w").write("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_tile\n")
+    open(without, "w").write("processor\t: 0\nflags\t\t: fpu avx2 fma avx512_bf16x\n")
+    assert cpu_has_bf16(with_bf16) and not cpu_has_bf16(without) and not cpu_has_bf16(os.path.join(tmp, "none"))
+    assert resolve_precision("auto", True) == "bf16" and resolve_precision("auto", False) == "fp32"
+    assert resolve_precision("fp32", True) == "fp32" and resolve_precision("bf16", True) == "bf16"
+    try:
+        resolve_precision("bf16", False)
+        raise AssertionError("bf16 asked on a CPU without it went on")
+    except SystemExit as e:
+        assert "this CPU has no native bf16" in str(e), e
+    shutil.rmtree(tmp)
+
+
+@test
 def the_makefiles_benches_leave_out_the_same_variables():
     # BENCH_ENV (the benches make runs itself) and bench.py's KERNEL_VARS must name the same overrides
     line = next(s for s in open(os.path.join(ROOT, "Makefile")) if s.startswith("BENCH_ENV ="))
@@ -213,8 +237,8 @@ def the_makefiles_benches_leave_out_the_same_variables():
 def the_products_rows_count_their_flops():
     # bench_gpt2 products (d2, B=2, T=64): every product and layer call of a bf16 step, each row's GFLOP/s
     # being the FLOPs counted here over its time, and its share the GFLOP/s over the peak it names
-    if not DEFAULT16:
-        raise Skip("no bf16 in this build")
+    if not DEFAULT16:  # (the test reference's products would take minutes here: its peak probes are SGEMMs)
+        raise Skip("no bf16 in this build or on this CPU")
     L, C, NH, B, T, Vp = 2, 128, 2, 2, 64, 50304
     N, hs = B * T, C // NH
     r = subprocess.run(["build/bench_gpt2", "products", "2", str(B), str(T), "1"], env=CLEAN, cwd=ROOT,
