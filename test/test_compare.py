@@ -303,6 +303,27 @@ def finished_runs_are_not_rerun_and_changed_ones_are():
 
 
 @test
+def an_environment_that_changes_the_numbers_is_part_of_each_run():
+    # LLMC_BF16_TEST_REFERENCE (the trainer's bf16 products by its test reference) changes a run's numbers: a
+    # study run under it records it in each run's command (and runs again the runs made without it), and
+    # its report's Reproduce line sets it
+    cfg = write_config("envref.json", dict(FAKE_STUDY, name="envref", seeds=[1], baseline={"lr_mults": [1]}, hybrid={},
+                                           arms=[]))
+    res = os.path.join(TMP, "envref")
+    rc, out, err = sh([HYBRID, cfg, "--results", res], env={"LLMC_BF16_TEST_REFERENCE": ""})
+    check(rc == 0 and "1 to run" in out, f"first run: {out} {err}")
+    done = os.path.join(res, "runs", "baseline_lr1x", "seed1", "DONE")
+    check(json.load(open(done))["cmd"][0] == FAKE, "a plain run's command starts with the trainer")
+    rc, out, err = sh([HYBRID, cfg, "--results", res], env={"LLMC_BF16_TEST_REFERENCE": "1"})
+    check(rc == 0 and "0 already finished, 1 to run" in out, f"the run without the variable counted as done: {out}")
+    check(json.load(open(done))["cmd"][:2] == ["env", "LLMC_BF16_TEST_REFERENCE=1"], "the variable is not in the command")
+    report = open(os.path.join(res, "report.md")).read()
+    check("Reproduce: `LLMC_BF16_TEST_REFERENCE=1 scripts/compare_hybrid " in report, "Reproduce does not set the variable")
+    rc, out, err = sh([HYBRID, cfg, "--results", res], env={"LLMC_BF16_TEST_REFERENCE": "1"})
+    check(rc == 0 and "1 already finished, 0 to run" in out, f"the run under the variable ran again: {out}")
+
+
+@test
 def copied_results_folder_is_reported_not_rerun():
     # the recorded commands name the old -o folders; a copy elsewhere is the same runs
     cfg, res = finished_fake_study()

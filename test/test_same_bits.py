@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 """
 test/test_same_bits.py — scripts/same_bits.py finds what differs: the same trainer twice is the same bits
-(every run, the hybrid ones with their Predict run and Correct step, the bf16 ones with the test reference's
-products, so that they run on any CPU); a trainer whose learning rate is one ulp
+(every run, the hybrid ones with their Predict run and Correct step and a rollback, the bf16 ones with the
+test reference's products, so that they run on any CPU); a trainer whose learning rate is one ulp
 of a flag away differs in metrics.jsonl; one whose last checkpoint has a byte flipped (metrics untouched)
 differs in that file; a byte changed inside the optimizer state's header (the run's clock) does not count.
 """
@@ -58,7 +58,8 @@ def the_same_trainer_is_the_same_bits():
     assert "hybrid (look-ahead, Predict, Correct): same (metrics and checkpoints)" in out, out
     if "this build has no oneDNN" not in out:  # a DNNL=0 build: the bf16 runs skipped
         assert "hybrid, bf16 (reference products): same (metrics and checkpoints)" in out, out
-    assert out.count(": same (metrics and checkpoints)") + out.count(": skipped") == 5, out
+    assert "hybrid rollback: same (metrics and checkpoints)" in out, out
+    assert out.count(": same (metrics and checkpoints)") + out.count(": skipped") == 6, out
 
 
 @test
