@@ -107,7 +107,7 @@ bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 # test_bf16 and test_train_step's bf16 runs with the products by the test reference (llmc/cpu_dnnl.h): the
 # bf16 path runs on every CPU, with or without native bf16
 TESTS += test/test_bf16_reference.sh
-test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step train_gpt2
+test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step
 
 # what scripts/bench.py says about the kernels, and its profile's floors (tiny sizes, a few seconds)
 TESTS += test/test_bench.py
@@ -309,7 +309,8 @@ export LLMC_PRELOAD = $(shell $(CC) -print-file-name=libasan.so)
 export ASAN_OPTIONS = detect_leaks=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS = print_stacktrace=1:halt_on_error=1:exitcode=87
 export LSAN_OPTIONS = suppressions=$(CURDIR)/test/reliability/lsan.supp:print_suppressions=0
-SAN_SCRIPTS = test/reliability/test_signal.sh test/reliability/test_bad_inputs.sh test/reliability/test_numeric.sh
+SAN_SCRIPTS = test/reliability/test_signal.sh test/reliability/test_bad_inputs.sh test/reliability/test_numeric.sh \
+              test/test_bf16_reference.sh
 SAN_TESTS = $(filter $(BUILD)/%,$(TESTS)) $(SAN_SCRIPTS) test/reliability/test_sanitized.sh
 export SAN_BINARIES = $(filter $(BUILD)/%,$(TESTS)) $(SAN_TRAINER) $(SAN_TOKENIZE)
 $(SAN_SCRIPTS): $(SAN_TRAINER) $(SAN_TOKENIZE) $(BUILD)/nan_sgemm.so
@@ -321,7 +322,8 @@ TESTS += test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh tes
 # kill -9 at random moments (~35 s), then the whole suite rebuilt with the sanitizers (several minutes)
 SLOW_TESTS += test/reliability/test_kill.sh test/reliability/test_asan.sh
 test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
-test/reliability/test_kill.sh test/reliability/test_diskfull.sh test/reliability/test_numeric.sh: train_gpt2
+test/reliability/test_kill.sh test/reliability/test_diskfull.sh test/reliability/test_numeric.sh \
+test/test_bf16_reference.sh: train_gpt2
 test/reliability/test_bad_inputs.sh: tokenize
 test/reliability/test_numeric.sh: $(BUILD)/nan_sgemm.so
 endif
