@@ -11,8 +11,8 @@ The logged losses alone are not enough: an ulp in one weight can leave every pri
 many steps. The runs (d2 on the shipped data/default shards, B=4 T=64, a checkpoint every 4 steps): fp32,
 8 steps; fp32 with gradient accumulation (2 micro batches), 8 steps; bf16, 8 steps; hybrid mode (2 micro
 batches), 16 steps, in fp32 and in bf16: the look-ahead in every update, a Predict run at steps 11-12 and its
-Correct step; and hybrid mode at 100x the learning rate with 6-step Predict runs, 24 steps in fp32, whose
-Correct step at 17 rolls its run back. A hybrid run that no longer covers what it is for fails. The bf16 runs
+Correct step; and hybrid mode at 100x the learning rate with 6-step Predict runs, 24 steps, in fp32 and in
+bf16, whose Correct step at 17 rolls its run back. A hybrid run that no longer covers what it is for fails. The bf16 runs
 need a CPU with native bf16 and oneDNN in both builds (else they are said and skipped), or --bf16-reference:
 their products computed by the trainer's test reference (LLMC_BF16_TEST_REFERENCE=1: an SGEMM on the bf16
 operands widened), so that everything else of the bf16 path is compared bit for bit on any CPU (both
@@ -46,12 +46,13 @@ RUNS = [
 HYBRID = ["-x", "16", "-d", "512", "--hybrid", "--lookahead", "0.5", "--predict-steps", "2", "--full-steps", "2",
           "--hybrid-warmup", "3", "--noise-gate", "0", "--divergence-threshold", "3"]
 RUNS += [("hybrid (look-ahead, Predict, Correct)", HYBRID + ["--precision", "fp32"]),
-         ("hybrid, bf16", HYBRID + ["--precision", "bf16"]),
-         # a learning rate 100x the default and 6-step Predict runs: the run at steps 11-16 overshoots, and
-         # its Correct step (17) rolls it back
-         ("hybrid rollback", ["-x", "24", "-d", "512", "-l", "3e-2", "--hybrid", "--lookahead", "0.5", "--predict-steps", "6",
-                              "--full-steps", "2", "--hybrid-warmup", "3", "--noise-gate", "0",
-                              "--divergence-threshold", "0.5", "--precision", "fp32"])]
+         ("hybrid, bf16", HYBRID + ["--precision", "bf16"])]
+# a learning rate 100x the default and 6-step Predict runs: the run at steps 11-16 overshoots, and its Correct
+# step (17) rolls it back
+ROLLBACK = ["-x", "24", "-d", "512", "-l", "3e-2", "--hybrid", "--lookahead", "0.5", "--predict-steps", "6", "--full-steps", "2",
+            "--hybrid-warmup", "3", "--noise-gate", "0", "--divergence-threshold", "0.5"]
+RUNS += [("hybrid rollback", ROLLBACK + ["--precision", "fp32"]),
+         ("hybrid rollback, bf16", ROLLBACK + ["--precision", "bf16"])]
 NO_BF16 = ("has no native bf16", "has no oneDNN")  # the trainer's refusals of --precision bf16
 
 
