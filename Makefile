@@ -330,7 +330,10 @@ endif
 export NAN_SGEMM_SO = $(BUILD)/nan_sgemm.so
 
 .PHONY: test-asan test-asan-run fuzz-merge
+# ./train_gpt2 and ./tokenize first, with their own flags: the sanitized build would otherwise remake them
+# with its CFLAGS where they are out of date (the compiled tests depend on them)
 test-asan:
+	$(MAKE) --no-print-directory train_gpt2 tokenize
 	$(MAKE) --no-print-directory SANITIZE=1 BUILD=build/asan CFLAGS="$(SAN_CFLAGS)" test-asan-run
 
 # SAN_TESTS is complete only once every section is read: hence the second expansion
