@@ -140,8 +140,8 @@ static inline dnnl_primitive_attr_t dnnl_attr_user_scratch(void) {
     return attr;
 }
 
-// The reference product. Its scratch (fp32 copies of A and of a plain B, and C before rounding or with the
-// bias) grows at start-up only, to the largest product's need, shared by all of them.
+// The reference product. Its scratch (fp32 copies of A and of a plain B, and a bf16 C before its rounding)
+// grows at start-up only, to the largest product's need, shared by all of them.
 static struct { float* data; size_t floats; } bf16_ref_scratch = {NULL, 0};
 
 static inline size_t bf16_ref_b_floats(const DnnlGemm* g) { return (size_t)g->K * g->N; }  // one matrix of B
@@ -152,7 +152,7 @@ static inline void bf16_ref_create(DnnlGemm* g, int pack_b) {
     }
     g->ref = 1;
     size_t need = (size_t)g->M * g->K + (pack_b ? 0 : bf16_ref_b_floats(g)) +
-                  ((g->c_form & (DNNL_C_BF16 | DNNL_C_BIAS)) ? (size_t)g->M * g->N : 0);
+                  ((g->c_form & DNNL_C_BF16) ? (size_t)g->M * g->N : 0);
     if (pack_b) { g->packed_bytes = bf16_ref_b_floats(g) * sizeof(float); }  // B widened, as stored, ld its width
     if (need <= bf16_ref_scratch.floats) { return; }
     free(bf16_ref_scratch.data);
@@ -176,8 +176,8 @@ static inline void bf16_ref_run(const DnnlGemm* g, const bf16* A, const void* B,
     int arows = g->transA ? K : M, acols = g->transA ? M : K, brows = g->transB ? N : K, bcols = g->transB ? K : N;
     float* af = bf16_ref_scratch.data;
     float* bf = af + (size_t)M * K;
-    float* tmp = packed ? bf : bf + bf16_ref_b_floats(g);  // (M, N): C before rounding, or with the bias
-    int to_tmp = (g->c_form & (DNNL_C_BF16 | DNNL_C_BIAS)) != 0;
+    float* tmp = packed ? bf : bf + bf16_ref_b_floats(g);  // (M, N): a bf16 C before its rounding
+    int to_tmp = (g->c_form & DNNL_C_BF16) != 0;
     for (int i = 0; i < g->batch; i++) {
         bf16_ref_widen(af, A + (size_t)i * arows * g->lda, arows, acols, g->lda);
         const float* bi = (const float*)B + (size_t)i * bf16_ref_b_floats(g);
@@ -193,14 +193,11 @@ static inline void bf16_ref_run(const DnnlGemm* g, const bf16* A, const void* B,
         float beta = (bias != NULL || (g->c_form & DNNL_C_ADD)) ? 1.0f : 0.0f;
         cblas_sgemm(CblasRowMajor, g->transA ? CblasTrans : CblasNoTrans, g->transB ? CblasTrans : CblasNoTrans,
                     M, N, K, 1.0f, af, acols, bi, bcols, beta, c32, ldc32);
-        if (g->c_form & DNNL_C_BF16) {
+        if (to_tmp) {
             bf16* c16 = (bf16*)C + (size_t)i * M * g->ldc;
             for (int m = 0; m < M; m++) {
                 for (int n = 0; n < N; n++) { c16[(size_t)m * g->ldc + n] = bf16_from_float(tmp[(size_t)m * N + n]); }
             }
-        } else if (to_tmp) {
-            float* c = (float*)C + (size_t)i * M * g->ldc;
-            for (int m = 0; m < M; m++) { memcpy(c + (size_t)m * g->ldc, tmp + (size_t)m * N, (size_t)N * sizeof(float)); }
         }
     }
 }
