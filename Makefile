@@ -104,10 +104,10 @@ BENCH_THREADS ?= 2
 bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
 
-# test_bf16 and test_train_step's bf16 runs with the products by the test reference (llmc/cpu_dnnl.h): the
-# bf16 path runs on every CPU, with or without native bf16
+# the bf16 tests and the trainer's bf16 runs of test_resume and test_hybrid_train with the products by the
+# test reference (llmc/cpu_dnnl.h): the bf16 path runs on every CPU, with or without native bf16
 TESTS += test/test_bf16_reference.sh
-test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step
+test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step $(BUILD)/test_resume $(BUILD)/test_hybrid_train
 
 # what scripts/bench.py says about the kernels, and its profile's floors (tiny sizes, a few seconds)
 TESTS += test/test_bench.py
