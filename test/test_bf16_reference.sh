@@ -5,8 +5,9 @@
 # trainer runs (--precision auto) are then bf16: resume bit for bit, hybrid mode's phases, rollbacks and
 # fused update with the bf16 copy. On a CPU without bf16 this is the only run of the bf16 path around the
 # products (the roundings, the fused passes, the kept bf16 activations, bf16 training runs and their
-# resume); where there is bf16 it holds the reference to the same tolerances as oneDNN. First, that the override is on: the trainer's start-up table names the reference. In `make
-# test-asan` the same with every binary sanitized (the Criterion binaries without leak checks, as there).
+# resume); where there is bf16 it holds the reference to the same tolerances as oneDNN. First, that the
+# override is on: the trainer's start-up table names the reference. In `make test-asan` the same with every
+# binary sanitized (the Criterion binaries without leak checks, as there).
 set -eu
 cd "$(dirname "$0")/.."
 b=${BUILD:-build}
