@@ -394,4 +394,192 @@ static inline int dnnl_isa_amx(void) { return 0; }
 static inline const char* dnnl_isa_name(void) { return "no oneDNN"; }
 #endif // LLMC_DNNL
 
+// ----------------------------------------------------------------------------
+// the bf16 primitives' bookkeeping for the trainer's layers (train_gpt2.c's matmul_*_bf16 and attention_*_bf16
+// run them): each made once at start-up for the allocated (B, T), with or without oneDNN (the stubs above
+// refuse at creation)
+
+// A linear layer's primitives for its one shape at the allocated (B, T): out (N,OC) = inp (N,C) @ W^T,
+// dinp (N,C) = dout (N,OC) @ W, dW (OC,C) += dout^T @ inp, with bf16 operands read through strides (no
+// explicit transposes). The right operand can be packed into the layout its primitive reads fastest (the
+// same results bit for bit, llmc/cpu_dnnl.h): the dweight GEMM's inp always, at each call; the weights with
+// pack_w, once per update (bf16_linear_pack). The left operands stay as they are (dout^T too: packing it
+// would change the order of the sums).
+// A wide layer (OC > chunk: the lm head, Vp x C) runs its products in pieces that oneDNN runs at up to twice
+// the speed of one product over the whole W (measured on an AMX Xeon: docs/benchmark.md): the forward in
+// blocks of BF16_ROWS rows of inp (each block's out rows whole and contiguous), dinp and dW in chunks of
+// `chunk` rows of W (columns of dout). Each block of out and chunk of dW is its own product; dinp sums the
+// chunks' products in chunk order (fp32, the sum post-op). A layer no wider than a chunk is one product.
+#define BF16_CHUNK 4096  // a wide layer's rows of W per dinp and dweight product
+#define BF16_ROWS 256    // a wide layer's rows of inp per forward product (where they divide N)
+typedef struct {
+    DnnlGemm fwd;                // a block of fwd_rows rows of out, in the form fwd_form
+    int fwd_form;                // DNNL_C_BIAS: out = product + bias (a layer without a residual), with
+                                 // DNNL_C_BF16 rounded to bf16 (qkv: the attention reads it so); DNNL_C_ADD: out +=
+                                 // product, onto the bias and residual written first; DNNL_C_SET: out = product
+                                 // (no bias: the lm head)
+    DnnlGemm fwd16;              // a layer without bias (the lm head): fwd with out rounded to bf16 (the logits)
+    int fwd16_plain;             // fwd16 reads w16 as it is (pack_w, but its packed layout is not fwd's)
+    DnnlGemm dinp[3];            // [0] the first chunk (dinp =), [1] a later full chunk (+=), [2] the narrower last (+=)
+    DnnlGemm dweight[2];         // [0] a chunk of rows of dW, [1] the last, narrower chunk (rem > 0)
+    int OC, C, fwd_rows;         // the allocated rows N are a multiple of fwd_rows
+    int chunk, nfull, rem, nchunks; // OC = nfull * chunk + rem
+    const bf16* w16;             // (layers, OC, C) the bf16 weights (in params_bf16)
+    int layers;
+    int pack_w;                  // 1: fwd and dinp read w_fwd and w_dinp; 0: w16
+    size_t fwd_bytes, dinp_bytes; // pack_w: one layer's packed weight in each layout, all chunks (64-byte multiples)
+    size_t* dinp_off;            // pack_w: (nchunks) each chunk's offset in a layer's packed weight for dinp
+    size_t act_bytes[2];         // dweight[k]'s packed inp (64-byte multiples)
+    void* w_fwd;                 // pack_w: (layers, W^T packed for fwd)
+    void* w_dinp;                // pack_w: (layers, W packed for dinp, chunk by chunk)
+} Bf16Linear;
+
+static inline size_t round64(size_t n) { return (n + 63) / 64 * 64; }
+
+static inline int bf16_chunk_kind(const Bf16Linear* l, int c) { return c < l->nfull ? 0 : 1; }
+static inline DnnlGemm* bf16_chunk_dinp(Bf16Linear* l, int c) { return &l->dinp[c == 0 ? 0 : c < l->nfull ? 1 : 2]; }
+
+static inline void bf16_linear_create(Bf16Linear* l, int N, int C, int OC, int fwd_form, const bf16* w16, int layers,
+                               int pack_w, int chunk) {
+    memset(l, 0, sizeof(*l));
+    l->fwd_form = fwd_form;
+    l->pack_w = pack_w;
+    l->w16 = w16;
+    l->layers = layers;
+    l->OC = OC;
+    l->C = C;
+    l->chunk = chunk < OC ? chunk : OC;
+    l->nfull = OC / l->chunk;
+    l->rem = OC - l->nfull * l->chunk;
+    l->nchunks = l->nfull + (l->rem > 0);
+    l->fwd_rows = l->nchunks > 1 && N % BF16_ROWS == 0 ? BF16_ROWS : N;
+    dnnl_gemm_create(&l->fwd, 0, 1, l->fwd_rows, OC, C, C, C, OC, fwd_form, pack_w);  // B = W^T, read transposed
+    if (fwd_form == DNNL_C_SET) {  // the lm head: its logits for a loss in bf16
+        dnnl_gemm_create(&l->fwd16, 0, 1, l->fwd_rows, OC, C, C, C, OC, DNNL_C_BF16, pack_w);
+        if (pack_w && !dnnl_gemm_same_b(&l->fwd, &l->fwd16)) {
+            dnnl_gemm_destroy(&l->fwd16);
+            dnnl_gemm_create(&l->fwd16, 0, 1, l->fwd_rows, OC, C, C, C, OC, DNNL_C_BF16, 0);
+            l->fwd16_plain = 1;
+        }
+    }
+    int width[2] = {l->chunk, l->rem};
+    for (int k = 0; k < 2; k++) {
+        if (width[k] == 0) { continue; }
+        dnnl_gemm_create(&l->dweight[k], 1, 0, width[k], C, N, OC, C, C, 1, 1);  // B = inp, A = dout^T
+        l->act_bytes[k] = round64(dnnl_gemm_packed_bytes(&l->dweight[k]));
+    }
+    dnnl_gemm_create(&l->dinp[0], 0, 0, N, C, l->chunk, OC, C, C, 0, pack_w);  // B = W
+    if (l->nfull > 1) { dnnl_gemm_create(&l->dinp[1], 0, 0, N, C, l->chunk, OC, C, C, 1, pack_w); }
+    if (l->rem > 0) { dnnl_gemm_create(&l->dinp[2], 0, 0, N, C, l->rem, OC, C, C, 1, pack_w); }
+    if (!pack_w) { return; }
+    l->fwd_bytes = round64(dnnl_gemm_packed_bytes(&l->fwd));
+    l->dinp_off = (size_t*)mallocCheck((size_t)l->nchunks * sizeof(size_t));
+    for (int c = 0; c < l->nchunks; c++) {
+        l->dinp_off[c] = l->dinp_bytes;
+        l->dinp_bytes += round64(dnnl_gemm_packed_bytes(bf16_chunk_dinp(l, c)));
+    }
+    l->w_fwd = aligned_alloc(64, layers * l->fwd_bytes);
+    l->w_dinp = aligned_alloc(64, layers * l->dinp_bytes);
+    if (l->w_fwd == NULL || l->w_dinp == NULL) { fatal("bf16: out of memory for the packed weights"); }
+}
+
+static inline void bf16_linear_destroy(Bf16Linear* l) {
+    dnnl_gemm_destroy(&l->fwd);
+    dnnl_gemm_destroy(&l->fwd16);
+    for (int k = 0; k < 2; k++) { dnnl_gemm_destroy(&l->dweight[k]); }
+    for (int k = 0; k < 3; k++) { dnnl_gemm_destroy(&l->dinp[k]); }
+    free(l->dinp_off);
+    free(l->w_fwd);
+    free(l->w_dinp);
+    memset(l, 0, sizeof(*l));
+}
+
+// layer's weights (rows c*chunk on) as the dinp product of chunk c reads them
+static inline const void* bf16_linear_w_dinp(const Bf16Linear* l, int layer, int c) {
+    if (!l->pack_w) { return l->w16 + ((size_t)layer * l->OC + (size_t)c * l->chunk) * l->C; }
+    return (const char*)l->w_dinp + layer * l->dinp_bytes + l->dinp_off[c];
+}
+
+// layer's weights as the forward reads them
+static inline const void* bf16_linear_w_fwd(const Bf16Linear* l, int layer) {
+    if (!l->pack_w) { return l->w16 + (size_t)layer * l->OC * l->C; }
+    return (const char*)l->w_fwd + layer * l->fwd_bytes;
+}
+
+// layer's weights as the forward with bf16 out (fwd16) reads them
+static inline const void* bf16_linear_w_fwd16(const Bf16Linear* l, int layer) {
+    return l->fwd16_plain ? l->w16 + (size_t)layer * l->OC * l->C : bf16_linear_w_fwd(l, layer);
+}
+
+// pack_w: every layer's bf16 weights packed for the forward and the dinp product (after each update)
+static inline void bf16_linear_pack(Bf16Linear* l) {
+    for (int i = 0; l->pack_w && i < l->layers; i++) {
+        const bf16* w = l->w16 + (size_t)i * l->OC * l->C;
+        dnnl_gemm_pack_b(&l->fwd, w, (void*)bf16_linear_w_fwd(l, i));
+        for (int c = 0; c < l->nchunks; c++) {
+            dnnl_gemm_pack_b(bf16_chunk_dinp(l, c), w + (size_t)c * l->chunk * l->C, (void*)bf16_linear_w_dinp(l, i, c));
+        }
+    }
+}
+
+// the bytes of packed inp the dweight products need (the scratch matmul_backward_bf16 takes)
+static inline size_t bf16_linear_act_bytes(const Bf16Linear* l) { return l->act_bytes[0] + l->act_bytes[1]; }
+
+// The attention with its six products in bf16: q, k, v, the probabilities, dout and d(scores) are rounded
+// to bf16 as the GPU's attention has them, the products accumulate in fp32, and the softmax and its backward
+// run in fp32 on fp32 scores. What the backward needs from the forward is kept in bf16, as the GPU trainer
+// keeps it: q, k, v head by head and the probabilities (half the bytes of fp32 to write and read back).
+// Each product runs over all heads of a group of sequences in one call, on operands laid out head by head
+// (q, k, v, dout: (B, NH, T, hs) per part, rounded into that layout; results to (G, NH, T, hs) scratch, then
+// put back in place): oneDNN's AMX kernels take dense batches, where a product per head and block of rows
+// (as the fp32 attention runs) cost several times its FLOPs in per-call work, and each call and each pass
+// over the group is a parallel region whose start wakes the sleeping threads (docs/benchmark.md). The
+// products span the whole (T, T) square; the masked corner's probabilities and d(scores) are zeros, so they
+// add nothing.
+enum { ATT_SCORES, ATT_AV, ATT_DV, ATT_DATT, ATT_DQ, ATT_DK, ATT_PRODUCTS };
+#define ATT_GROUP_ELEMS (1 << 20)  // a group's (G, NH, T, T) squares: at most this many, or one sequence's
+typedef struct {
+    DnnlGemm prim[ATT_PRODUCTS]; // over G*NH heads: q k^T, att v, att^T dout, dout v^T, ds k, ds^T q
+    int group;       // G: the sequences each product covers, a divisor of B
+    float* s32;      // (G, NH, T, T) the scores (forward), d(att) (backward)
+    bf16* ds16;      // (G, NH, T, T) d(scores) in bf16 (backward)
+    float* h32;      // (3, G, NH, T, hs) a product's results head by head: out, or dq, dk, dv
+} Bf16Attention;
+
+// the largest divisor of B whose squares fit ATT_GROUP_ELEMS (at least 1)
+static inline int bf16_attention_group(int B, int T, int NH) {
+    size_t one = (size_t)NH * T * T;
+    int g = 1;
+    for (int d = 1; d <= B; d++) {
+        if (B % d == 0 && (size_t)d * one <= ATT_GROUP_ELEMS) { g = d; }
+    }
+    return g;
+}
+
+// primitives and scratch for groups of G sequences of (T, C) with NH heads
+static inline void bf16_attention_create(Bf16Attention* ba, int G, int T, int C, int NH) {
+    int hs = C / NH;
+    memset(ba, 0, sizeof(*ba));
+    ba->group = G;
+    size_t sq = (size_t)G * NH * T * T;
+    ba->s32 = (float*)mallocCheck(sq * sizeof(float));
+    ba->ds16 = (bf16*)mallocCheck(sq * sizeof(bf16));
+    ba->h32 = (float*)mallocCheck((size_t)3 * G * T * C * sizeof(float));
+    int n = G * NH;
+    dnnl_gemm_create_batch(&ba->prim[ATT_SCORES], n, 0, 1, T, T, hs);  // q (T,hs) k^T
+    dnnl_gemm_create_batch(&ba->prim[ATT_AV], n, 0, 0, T, hs, T);      // att (T,T) v (T,hs)
+    dnnl_gemm_create_batch(&ba->prim[ATT_DV], n, 1, 0, T, hs, T);      // att^T dout
+    dnnl_gemm_create_batch(&ba->prim[ATT_DATT], n, 0, 1, T, T, hs);    // dout v^T
+    dnnl_gemm_create_batch(&ba->prim[ATT_DQ], n, 0, 0, T, hs, T);      // ds k
+    dnnl_gemm_create_batch(&ba->prim[ATT_DK], n, 1, 0, T, hs, T);      // ds^T q
+}
+
+static inline void bf16_attention_destroy(Bf16Attention* ba) {
+    for (int k = 0; k < ATT_PRODUCTS; k++) { dnnl_gemm_destroy(&ba->prim[k]); }
+    free(ba->s32);
+    free(ba->ds16);
+    free(ba->h32);
+    memset(ba, 0, sizeof(*ba));
+}
+
 #endif // LLMC_CPU_DNNL_H
