@@ -111,6 +111,11 @@ def read_model(path):
         if h[1] != MODEL_VERSION:
             fail(f"{path}: model version {h[1]} not supported (expected {MODEL_VERSION}, fp32)")
         cfg = {"maxT": int(h[2]), "V": int(h[3]), "L": int(h[4]), "NH": int(h[5]), "C": int(h[6]), "Vp": int(h[7])}
+        # the bounds llmc/checkpoint.h's reader holds a header to
+        if not (0 < cfg["maxT"] <= 1 << 20 and 0 < cfg["V"] <= cfg["Vp"] <= 1 << 24 and 0 < cfg["L"] <= 1024
+                and 0 < cfg["NH"] and 0 < cfg["C"] <= 1 << 16 and cfg["C"] % cfg["NH"] == 0):
+            fail(f"{path}: corrupt model header (maxT {cfg['maxT']}, V {cfg['V']}, L {cfg['L']}, NH {cfg['NH']}, "
+                 f"C {cfg['C']}, Vp {cfg['Vp']})")
         shp = shapes(cfg)
         P = sum(int(np.prod(s)) for s in shp.values())
         if size != 1024 + 4 * P:

@@ -10,9 +10,14 @@ On a random-init d2 model at the 4096-token vocabulary of make data-small (build
     = wte) on those tensors gives the PyTorch reference's logits (scripts/train_gpt2.py) within 1e-5;
   - config.json, generation_config.json, tokenizer_config.json, vocab.json, merges.txt and tokenizer.json
     carry the model's sizes and the vocabulary (<|endoftext|> as bos/eos, the last id);
-and bad input (no file, not a model file, a truncated one, a vocabulary of another size, a broken
-encoder.json, an output folder that is not an export) gets one line on stderr naming the file, exit 1, and
-leaves no folder behind.
+and bad input (no file, not a model file, a truncated one, a header with 0 heads, a vocabulary of another
+size, a broken encoder.json) gets one line on stderr naming the file, exit 1, and leaves no folder behind.
+Where it writes: an earlier export is replaced; a folder holding a file an export does not write (a user's
+notes beside config.json) is refused with one line naming that file, and kept as it was, unless --force; a
+parent folder that refuses writes (EACCES: root ignores permission bits, so os.mkdir is made to fail as it
+fails for a user), a read-only file system (EROFS, the same way) and a full disk (model.safetensors written
+into /dev/full, which fails every write with ENOSPC) each give one line naming the folder or the file, exit
+1, nothing left behind; a Python without numpy says which interpreter to use.
 """
 import json
 import os
@@ -44,6 +49,30 @@ def check(ok, what):
 
 def run_export(*args):
     return subprocess.run([EXPORT, *args], capture_output=True, text=True)
+
+
+# scripts/export_hf run by /usr/bin/python3 with one failure of the operating system put in its way (argv[1])
+FAULT = r"""
+import errno, os, runpy, sys, tempfile
+fault, sys.argv = sys.argv[1], sys.argv[2:]
+if fault in ("EACCES", "EROFS"):  # the parent refuses the temporary folder, as it does for a non-root user
+    def mkdir(path, mode=0o777, **kw):
+        raise OSError(getattr(errno, fault), os.strerror(getattr(errno, fault)), path)
+    os.mkdir = mkdir
+if fault == "ENOSPC":  # model.safetensors goes to /dev/full: every write fails with ENOSPC, from the kernel
+    mkdtemp = tempfile.mkdtemp
+    def full_mkdtemp(*a, **kw):
+        d = mkdtemp(*a, **kw)
+        os.symlink("/dev/full", os.path.join(d, "model.safetensors"))
+        return d
+    tempfile.mkdtemp = full_mkdtemp
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def run_export_fault(fault, *args, env=None):
+    return subprocess.run(["/usr/bin/python3", "-c", FAULT, fault, EXPORT, *args], capture_output=True, text=True,
+                          env=env)
 
 
 def read_safetensors(path):
@@ -169,12 +198,54 @@ def test_refusals(work):
     refused([short, out, "--vocab", VOCAB], "a truncated model file", "short.bin")
     refused([MODEL, out], "GPT-2's vocabulary for a 4096-token model", "encoder.json")
     refused([MODEL, out, "--vocab", badvocab], "a broken encoder.json", "badvocab/encoder.json")
+    noheads = os.path.join(work, "noheads.bin")
+    header = np.frombuffer(data[:1024], dtype=np.int32).copy()
+    header[5] = 0  # NH
+    with open(noheads, "wb") as f:
+        f.write(header.tobytes() + data[1024:])
+    refused([noheads, out, "--vocab", VOCAB], "a header with 0 heads", "noheads.bin: corrupt model header")
     other = os.path.join(work, "notes")
     os.mkdir(other)
     open(os.path.join(other, "mine.txt"), "w").close()
     r = run_export(MODEL, other, "--vocab", VOCAB, "--no-onnx")
     check(r.returncode == 1 and os.listdir(other) == ["mine.txt"] and "notes" in r.stderr,
           f"a folder that is not an export is left alone: exit {r.returncode}, '{r.stderr.strip()}'")
+
+    # an earlier export is replaced; a user's file beside its config.json keeps the folder as it is
+    prev = os.path.join(work, "prev_hf")
+    r = run_export(MODEL, prev, "--vocab", VOCAB, "--no-onnx")
+    r2 = run_export(MODEL, prev, "--vocab", VOCAB, "--no-onnx")
+    check(r.returncode == 0 and r2.returncode == 0 and "config.json" in os.listdir(prev),
+          f"an earlier export is replaced: exit {r.returncode}, {r2.returncode} ({r2.stderr.strip()})")
+    with open(os.path.join(prev, "notes.txt"), "w") as f:
+        f.write("mine\n")
+    os.mkdir(os.path.join(prev, "runs"))
+    before = sorted(os.listdir(prev))
+    refused([MODEL, prev, "--vocab", VOCAB, "--no-onnx"], "a user's notes.txt beside config.json",
+            "prev_hf: holds files an export does not write (notes.txt runs/)")
+    check(sorted(os.listdir(prev)) == before and open(os.path.join(prev, "notes.txt")).read() == "mine\n",
+          f"and the folder keeps every file: {' '.join(sorted(os.listdir(prev)))}")
+    r = run_export(MODEL, prev, "--vocab", VOCAB, "--no-onnx", "--force")
+    check(r.returncode == 0 and "notes.txt" not in os.listdir(prev) and "config.json" in os.listdir(prev),
+          f"--force replaces it: exit {r.returncode} ({r.stderr.strip()})")
+
+    # the operating system says no: one line naming the folder or the file, nothing left behind
+    def fails(fault, what, names, env=None):
+        before = set(os.listdir(work))
+        r = run_export_fault(fault, MODEL, out, "--vocab", VOCAB, "--no-onnx", env=env)
+        lines = r.stderr.strip().split("\n")
+        left = set(os.listdir(work)) - before
+        check(r.returncode == 1 and len(lines) == 1 and lines[0].startswith("error: ") and names in lines[0]
+              and not left, f"{what}: exit {r.returncode}, '{lines[-1]}'{', left ' + ' '.join(sorted(left)) if left else ''}")
+    fails("EACCES", "a parent folder that refuses writes", f"{work}: cannot write the export there (Permission denied)")
+    fails("EROFS", "a read-only file system", f"{work}: cannot write the export there (Read-only file system)")
+    fails("ENOSPC", "a full disk", "x_hf/model.safetensors: cannot write (No space left on device)")
+    fake = os.path.join(work, "fake_site")
+    os.makedirs(os.path.join(fake, "numpy"))
+    with open(os.path.join(fake, "numpy", "__init__.py"), "w") as f:
+        f.write("raise ModuleNotFoundError(\"No module named 'numpy'\", name='numpy')\n")
+    fails("none", "a Python without numpy", "no numpy module", env=dict(os.environ, PYTHONPATH=fake))
+    shutil.rmtree(fake)
 
 
 def main():
