@@ -1465,12 +1465,91 @@ void gpt2_free(GPT2* model) {
 // CPU's real one prints an MFU above 100%); `make bench` measures the machine's own (build/bench_sgemm
 // 2048 5 bf16)
 #define CPU_BF16_PEAK_GFLOPS_PER_THREAD 320.0
+// --precision auto measures: a step's linear products at this model's shapes in fp32 (the layer calls above)
+// and in bf16 (primitives made as gpt2_set_precision makes the model's; forms, packing and chunks alike): each
+// layer's forward, dinp and dweight on PROBE_ROWS of the step's B*T rows (all where fewer), the lm head on one
+// chunk of W's rows; each scaled to the step (rows, layers, chunks). Most of a step's FLOPs; the attention's
+// products are not in it (at T = 256 about 5%). fp32 and bf16 take turns, so a change in the machine's load
+// falls on both, and each keeps its best of PROBE_SWEEPS (the first pays for first touches; no more sweeps
+// past PROBE_BUDGET_S seconds: on a large model one sweep).
+#define PROBE_ROWS 256
+#define PROBE_SWEEPS 4
+#define PROBE_BUDGET_S 1.0
+typedef struct {
+    double ms[2];     // a step's linear products, fp32 [0] and bf16 [1], in ms
+    double seconds;   // the probe's own time
+    int measured;
+} PrecisionProbe;
+
+static PrecisionProbe precision_probe(const GPT2Config* c, int B, int T) {
+    double start = clock_seconds();
+    int C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size, N = B * T;
+    int R = N < PROBE_ROWS ? N : PROBE_ROWS, lmw = Vp < BF16_CHUNK ? Vp : BF16_CHUNK, wide = lmw > 4 * C ? lmw : 4 * C;
+    int in[NUM_LINEARS] = {C, C, C, 4 * C, C}, out[NUM_LINEARS] = {3 * C, C, 4 * C, C, lmw};
+    int form[NUM_LINEARS] = {DNNL_C_BIAS | DNNL_C_BF16, DNNL_C_ADD, DNNL_C_BIAS, DNNL_C_ADD, DNNL_C_SET};
+    double per_step[NUM_LINEARS] = {L, L, L, L, (double)Vp / lmw};  // how many of each a step runs
+    size_t act = (size_t)R * wide, w = (size_t)wide * C;
+    float* f = (float*)mallocCheck((5 * act + 2 * w + 2 * wide) * sizeof(float));
+    float *inp = f, *res = inp + act, *o = res + act, *dinp = o + act, *wt = dinp + act, *dw = wt + w, *bias = dw + w;
+    float* dbias = bias + wide;
+    bf16* h = (bf16*)mallocCheck((3 * act + w) * sizeof(bf16));
+    bf16 *inp16 = h, *out16 = inp16 + act, *dout16 = out16 + act, *w16 = dout16 + act;
+    for (size_t i = 0; i < 5 * act + 2 * w + 2 * wide; i++) { f[i] = 0.01f * (float)((int)(i % 13) - 6); }
+    for (size_t i = 0; i < act; i++) { inp16[i] = dout16[i] = bf16_from_float(inp[i]); }
+    for (size_t i = 0; i < w; i++) { w16[i] = bf16_from_float(wt[i]); }
+    Bf16Linear lin[NUM_LINEARS];
+    size_t packed_bytes = 64;
+    for (int k = 0; k < NUM_LINEARS; k++) {
+        int pack = k == LIN_LM ? !dnnl_isa_amx() : N >= 4096;  // as gpt2_set_precision packs
+        bf16_linear_create(&lin[k], R, in[k], out[k], form[k], w16, 1, pack, BF16_CHUNK);
+        bf16_linear_pack(&lin[k]);
+        packed_bytes = bf16_linear_act_bytes(&lin[k]) > packed_bytes ? bf16_linear_act_bytes(&lin[k]) : packed_bytes;
+    }
+    void* packed = aligned_alloc(64, packed_bytes);
+    if (packed == NULL) { fatal("--precision auto: out of memory for the probe"); }
+    Bf16Op fp32 = {0};
+    PrecisionProbe p = {{INFINITY, INFINITY}, 0.0, 1};
+    for (int sweep = 0; sweep < PROBE_SWEEPS && (sweep == 0 || clock_seconds() - start < PROBE_BUDGET_S); sweep++) {
+        for (int turn = 0; turn < 2; turn++) {
+            int bf = turn ^ (sweep & 1);  // fp32 first, then bf16 first, ...
+            double ms = 0.0;
+            for (int k = 0; k < NUM_LINEARS; k++) {
+                const float* b = k == LIN_LM ? NULL : bias;
+                const float* r = form[k] == DNNL_C_ADD ? res : NULL;
+                double t0 = clock_seconds();
+                if (bf) {  // as the step runs them: qkv and the lm head write bf16; the dout of qkv, fc and the lm head is bf16
+                    int keeps16 = k == LIN_QKV || k == LIN_LM, ready = keeps16 || k == LIN_FC;
+                    matmul_forward_bf16(o, keeps16 ? out16 : NULL, inp16, &lin[k], 0, b, r, R, in[k], out[k]);
+                    matmul_backward_bf16(dinp, dw, ready ? NULL : dbias, ready ? NULL : o, inp16, &lin[k], 0, R, in[k],
+                                         out[k], dout16, packed);
+                } else {
+                    matmul_forward(o, inp, wt, b, r, R, in[k], out[k], fp32);
+                    matmul_backward(dinp, dw, k == LIN_LM ? NULL : dbias, o, inp, wt, R, in[k], out[k], fp32);
+                }
+                ms += (clock_seconds() - t0) * 1000.0 * per_step[k] * N / R;
+            }
+            if (ms < p.ms[bf]) { p.ms[bf] = ms; }
+        }
+    }
+    for (int k = 0; k < NUM_LINEARS; k++) { bf16_linear_destroy(&lin[k]); }
+    free(packed);
+    free(h);
+    free(f);
+    p.seconds = clock_seconds() - start;
+    return p;
+}
+
 // --precision's value for this run, with the reason, for the start-up table; exits with one line when
-// bf16 is asked for and cannot be had. auto: bf16 where the CPU multiplies bf16 natively and oneDNN is in the
-// build (it trains as well as fp32 and runs faster: docs/results.md, "bf16 vs fp32", docs/benchmark.md),
-// fp32 elsewhere. fp32 stays the reference: the PyTorch and gradient checks run in it.
-static int resolve_precision(int flag, char* why, size_t size) {
+// bf16 is asked for and cannot be had. auto: fp32 where the CPU has no native bf16 or the build no oneDNN;
+// elsewhere the faster of the two at this model's shapes, measured (precision_probe): a CPU that lists
+// avx512_bf16 may still multiply bf16 slower than OpenBLAS multiplies fp32 (docs/benchmark.md). A resumed
+// run keeps the precision its checkpoint recorded; the test reference (LLMC_BF16_TEST_REFERENCE) is bf16,
+// as LLMC_PRECISION_TEST_PROBE=fp32|bf16 (test-only) forces the probe's answer without measuring. fp32
+// stays the reference: the PyTorch and gradient checks run in it.
+static int resolve_precision(int flag, const char* recorded, const GPT2* model, int B, int T, PrecisionProbe* probe,
+                             char* why, size_t size) {
     int native = cpu_has_native_bf16();
+    memset(probe, 0, sizeof(*probe));
     if (flag == PRECISION_BF16) {
         if (!dnnl_available()) { fatal("flag --precision bf16: this build has no oneDNN (install libdnnl-dev and rebuild)"); }
         if (!native) { fatal("flag --precision bf16: this CPU has no native bf16 dot products (avx512_bf16 or AMX)"); }
@@ -1478,10 +1557,29 @@ static int resolve_precision(int flag, char* why, size_t size) {
         return PRECISION_BF16;
     }
     if (flag == PRECISION_FP32) { snprintf(why, size, "fp32 (asked)"); return PRECISION_FP32; }
+    if (recorded != NULL && strcmp(recorded, "bf16") == 0 && (!native || !dnnl_available())) {
+        fatal("flag --precision auto: the checkpoint's run is bf16, which this %s cannot run (resume with "
+              "--precision fp32 --allow-changed 1)", native ? "build" : "CPU");
+    }
+    if (recorded != NULL && (strcmp(recorded, "bf16") == 0 || strcmp(recorded, "fp32") == 0)) {
+        snprintf(why, size, "%s (auto: as the checkpoint's run)", recorded);
+        return recorded[0] == 'b' ? PRECISION_BF16 : PRECISION_FP32;
+    }
     if (!native) { snprintf(why, size, "fp32 (auto: the CPU has no native bf16)"); return PRECISION_FP32; }
     if (!dnnl_available()) { snprintf(why, size, "fp32 (auto: built without oneDNN)"); return PRECISION_FP32; }
-    snprintf(why, size, "bf16 (auto: native bf16, oneDNN %s)", dnnl_isa_name());
-    return PRECISION_BF16;
+    if (bf16_test_reference()) { snprintf(why, size, "bf16 (auto: the test reference)"); return PRECISION_BF16; }
+    const char* forced = getenv("LLMC_PRECISION_TEST_PROBE");
+    if (forced != NULL && strcmp(forced, "fp32") != 0 && strcmp(forced, "bf16") != 0) {
+        fatal("LLMC_PRECISION_TEST_PROBE: '%s' is not fp32 or bf16", forced);
+    }
+    if (forced != NULL) {
+        snprintf(why, size, "%s (auto: LLMC_PRECISION_TEST_PROBE)", forced);
+        return forced[0] == 'b' ? PRECISION_BF16 : PRECISION_FP32;
+    }
+    *probe = precision_probe(&model->config, B, T);
+    int bf16 = probe->ms[1] < probe->ms[0];
+    snprintf(why, size, "%s (auto: the faster; oneDNN on %s)", bf16 ? "bf16" : "fp32", dnnl_isa_name());
+    return bf16 ? PRECISION_BF16 : PRECISION_FP32;
 }
 
 typedef struct {
@@ -1662,8 +1760,11 @@ int main(int argc, char** argv) {
     }
     gpt2_allocate(&tr.model, cfg->B, cfg->T);
     const GPT2Config* mc = &tr.model.config;
-    char precision_why[128];
-    cfg->precision = resolve_precision(cfg->precision, precision_why, sizeof(precision_why));
+    char precision_why[128], recorded[16];
+    int kept = resume_step >= 0 && run_state_recorded(run, resume_step, "--precision", recorded, sizeof(recorded));
+    PrecisionProbe probe;
+    cfg->precision = resolve_precision(cfg->precision, kept ? recorded : NULL, &tr.model, cfg->B, cfg->T, &probe,
+                                       precision_why, sizeof(precision_why));
     gpt2_set_precision(&tr.model, cfg->precision == PRECISION_BF16);
     if (cfg->sample_tokens > 0) { kvcache_init(&tr.kv, mc, cfg->T); }
 
@@ -1695,6 +1796,10 @@ int main(int argc, char** argv) {
     report_config_begin(run, &CLI, mc, tr.model.num_parameters);
     char v[64];
     report_row("precision", precision_why);
+    if (probe.measured) {
+        snprintf(v, sizeof(v), "fp32 %.1f, bf16 %.1f ms/step (probe %.2f s)", probe.ms[0], probe.ms[1], probe.seconds);
+        report_row("auto: products", v);  // a step's linear products in each precision, measured
+    }
     report_row("BLAS", cpu_blas_describe());
     snprintf(v, sizeof(v), "%d", omp_get_max_threads()); report_row("threads", v);
     snprintf(v, sizeof(v), "%.0f", peak_per_thread * omp_get_max_threads()); report_row("MFU peak GFLOP/s", v);
@@ -1724,6 +1829,14 @@ int main(int argc, char** argv) {
     }
     char extra[3072] = "";
     hybrid_summary(&tr.hybrid, run, extra, sizeof(extra));
+    size_t n = strlen(extra);  // the precision, and auto's measurement (ms of a step's products) where it took one
+    snprintf(extra + n, sizeof(extra) - n, ", \"precision\": \"%s\", \"precision_probe_ms\": ", tr.model.bf16 ? "bf16" : "fp32");
+    n = strlen(extra);
+    if (probe.measured) {
+        snprintf(extra + n, sizeof(extra) - n, "{\"fp32\": %.3f, \"bf16\": %.3f}", probe.ms[0], probe.ms[1]);
+    } else {
+        snprintf(extra + n, sizeof(extra) - n, "null");
+    }
     report_summary(run, extra);
 
     free(tr.drift);

@@ -71,6 +71,30 @@ static inline void run_state_check_flags(const TrainRun* run, const TrainState* 
     config_check_fixed(&run->cfg, run->cli, s->run_flags, path);
 }
 
+// the value checkpoint `step` recorded for a flag fixed on resume, into out; 0 where its record has none. Reads
+// the header and the record at the file's end only: the run's start-up asks before it has the model's buffers
+// (--precision auto keeps the precision the run chose)
+static inline int run_state_recorded(const TrainRun* run, int step, const char* flag, char* out, size_t size) {
+    char path[4096], record[STATE_RECORD_MAX];
+    checkpoint_path(path, sizeof(path), run->cfg.output_dir, "state", step);
+    FILE* fp = fopenCheck(path, "rb");
+    int header[256];
+    size_t bytes = file_size_check(fp, path);
+    if (bytes < sizeof(header)) { fatal("%s: truncated state file (%zu bytes)", path, bytes); }
+    freadCheck(header, sizeof(int), 256, fp, path);
+    if (header[0] != STATE_MAGIC) { fatal("%s: not a state file (magic %d, expected %d)", path, header[0], STATE_MAGIC); }
+    size_t n = header[60] == 2 && header[108] > 0 && header[108] < STATE_RECORD_MAX ? (size_t)header[108] : 0;
+    record[0] = '\0';
+    if (header[60] == 1) { state_legacy_record(header, record, sizeof(record)); }
+    if (n > 0 && n <= bytes - sizeof(header)) {
+        fseekCheck(fp, (long)(bytes - n), SEEK_SET, path);
+        freadCheck(record, 1, n, fp, path);
+        record[n] = '\0';
+    }
+    fcloseCheck(fp, path);
+    return config_record_value(record, flag, out, size);
+}
+
 // reads the state file of checkpoint `step` into s (m, v into the given buffers), checks it against
 // the flags and restores the counters and data position
 static inline void run_state_load(TrainRun* run, int step, size_t num_parameters, float* m, float* v) {

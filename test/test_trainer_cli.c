@@ -5,6 +5,7 @@
 #include <math.h>
 #include "llmc/checkpoint.h"
 #include "llmc/config.h"    // NUM_TRAIN_ARGS: the rows -h lists
+#include "llmc/cpu_dnnl.h"  // what --precision auto can be here
 #include "hybrid/hybrid.h"  // NUM_HYBRID_ARGS
 #include "trainer_test_util.h"
 
@@ -254,4 +255,103 @@ Test(cli, generation_from_a_checkpoint_with_a_prompt) {
     for (char* tok = strtok(want, " \n"); tok != NULL; tok = strtok(NULL, " \n")) { e += sprintf(e, "<%s>", tok); }
     cr_assert_gt(strlen(expected), 4);
     cr_assert_eq(strncmp(ids, expected, strlen(expected)), 0, "prompt ids %s, ./tokenize ids gives %s", ids, expected);
+}
+
+// ----------------------------------------------------------------------------
+// --precision auto: fp32 where bf16 cannot run; elsewhere the faster of the two, measured at start-up (its
+// answer forced each way by the test-only LLMC_PRECISION_TEST_PROBE, which the other tests pin to bf16: see
+// trainer_test_util.h), named in the start-up table and summary.json; a resumed run keeps its precision.
+
+// auto's answer where it is fixed whatever the probe says, else NULL
+static const char* auto_fixed(void) {
+    if (!cpu_has_native_bf16() || !dnnl_available()) { return "fp32"; }
+    return bf16_test_reference() ? "bf16" : NULL;
+}
+
+// runs base + extra with its output dir dir/name, stdout into dir/name.txt; returns the stdout (free it)
+static char* run_auto(const char* name, const char* extra) {
+    char out[512], cmd[4096];
+    snprintf(out, sizeof(out), "%s/%s.txt", dir, name);
+    snprintf(cmd, sizeof(cmd), "%s -o %s/%s %s", base, dir, name, extra);
+    RunResult r = run_cmd(cmd, out);
+    cr_assert(r.exited && r.status == 0, "%s: exit %d; stderr: %s", cmd, r.status, r.err);
+    return read_text(out);
+}
+
+// the run's summary.json has "precision": want
+static void expect_summary_precision(const char* name, const char* want) {
+    char path[512], key[64];
+    snprintf(path, sizeof(path), "%s/%s/summary.json", dir, name);
+    char* s = read_text(path);
+    snprintf(key, sizeof(key), "\"precision\": \"%s\"", want);
+    cr_assert_not_null(strstr(s, key), "summary.json lacks %s: %s", key, s);
+    free(s);
+}
+
+Test(cli, auto_takes_what_the_probe_answers_each_way) {
+    const char* answers[2] = {"fp32", "bf16"};
+    for (int k = 0; k < 2; k++) {
+        setenv("LLMC_PRECISION_TEST_PROBE", answers[k], 1);
+        char name[32], row[128];
+        snprintf(name, sizeof(name), "auto_%s", answers[k]);
+        char* out = run_auto(name, "");
+        const char* fixed = auto_fixed();
+        const char* want = fixed != NULL ? fixed : answers[k];
+        snprintf(row, sizeof(row), "| precision            | %s (auto: %s", want,
+                 fixed != NULL ? "" : "LLMC_PRECISION_TEST_PROBE)");
+        cr_assert_not_null(strstr(out, row), "no '%s' in: %s", row, out);
+        expect_summary_precision(name, want);
+        free(out);
+    }
+}
+
+Test(cli, auto_measures_both_precisions_and_takes_the_faster) {
+    unsetenv("LLMC_PRECISION_TEST_PROBE");
+    char* out = run_auto("auto_probe", "");
+    const char* fixed = auto_fixed();
+    char* row = strstr(out, "| auto: products       | ");
+    if (fixed != NULL) {
+        cr_assert_null(row, "a probe row where auto is %s: %s", fixed, out);
+        expect_summary_precision("auto_probe", fixed);
+        free(out);
+        return;
+    }
+    double ms32, ms16;
+    cr_assert(row != NULL && sscanf(row, "| auto: products       | fp32 %lf, bf16 %lf ms/step", &ms32, &ms16) == 2,
+              "no probe row with both speeds: %s", out);
+    cr_assert(ms32 > 0.0 && ms16 > 0.0, "fp32 %g ms, bf16 %g ms", ms32, ms16);
+    const char* want = ms16 < ms32 ? "bf16" : "fp32";
+    char expect[128];
+    snprintf(expect, sizeof(expect), "| precision            | %s (auto: the faster", want);
+    cr_assert_not_null(strstr(out, expect), "fp32 %g ms, bf16 %g ms, but no '%s' in: %s", ms32, ms16, expect, out);
+    expect_summary_precision("auto_probe", want);
+    char path[512];
+    snprintf(path, sizeof(path), "%s/auto_probe/summary.json", dir);
+    char* s = read_text(path);
+    cr_assert_not_null(strstr(s, "\"precision_probe_ms\": {\"fp32\": "), "summary.json lacks the probe: %s", s);
+    free(s);
+    free(out);
+}
+
+Test(cli, resumed_auto_keeps_the_checkpoints_precision) {
+    const char* fixed = auto_fixed();
+    for (int k = 0; k < 2; k++) {  // the first part bf16 (where auto can be), the resume's probe says fp32; and back
+        const char* first = fixed != NULL ? fixed : k == 0 ? "bf16" : "fp32";
+        setenv("LLMC_PRECISION_TEST_PROBE", first, 1);
+        char name[32], row[128];
+        snprintf(name, sizeof(name), "resume_%d", k);
+        free(run_auto(name, "-n 2"));
+        setenv("LLMC_PRECISION_TEST_PROBE", k == 0 ? "fp32" : "bf16", 1);
+        char* out = run_auto(name, "-n 2 -y 1");  // from its last step: the start-up and the summary
+        snprintf(row, sizeof(row), "| precision            | %s (auto: as the checkpoint's run)", first);
+        cr_assert_not_null(strstr(out, row), "no '%s' in: %s", row, out);
+        expect_summary_precision(name, first);
+        free(out);
+    }
+}
+
+Test(cli, probe_override_other_than_fp32_or_bf16) {
+    if (auto_fixed() != NULL) { return; }  // the override is not read there
+    setenv("LLMC_PRECISION_TEST_PROBE", "fast", 1);
+    expect_error("", "LLMC_PRECISION_TEST_PROBE: 'fast' is not fp32 or bf16");
 }

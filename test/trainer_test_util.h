@@ -15,6 +15,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+// --precision auto measures which precision is faster here, and a machine's load can change its answer from one
+// run to the next: the trainer runs of the tests, which compare runs bit for bit, take the test-only override of
+// that measurement, bf16 (auto as it was before it measured: bf16 wherever it can be), unless a test sets it
+__attribute__((constructor)) static void pin_precision_probe(void) { setenv("LLMC_PRECISION_TEST_PROBE", "bf16", 0); }
+
 // a fresh directory under /tmp; removed by rm_rf at the end of a test
 static inline void make_temp_dir(char* out, size_t size) {
     snprintf(out, size, "/tmp/llmc_test_XXXXXX");
