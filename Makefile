@@ -141,6 +141,9 @@ tokenize: data/tokenize.c
 # ./tokenize learn, JSON Lines and val bits per byte against references written in the test
 TESTS += test/test_bpe_learn.py
 test/test_bpe_learn.py: tokenize train_gpt2
+# generation never guesses a vocabulary: a checkpoint's own, found without flags; another refused; EOT = V - 1
+TESTS += test/test_vocab.py
+test/test_vocab.py: tokenize train_gpt2
 
 $(BUILD)/test_tokenizer: test/test_tokenizer.c tokenize | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ test/test_tokenizer.c $(TEST_LDLIBS)

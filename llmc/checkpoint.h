@@ -15,7 +15,8 @@
  * the flags fixed on resume follows the blob (1: an older file, the flags in slots 61..101), [102..105]
  * the gradient noise scale's two sums (doubles), [106] the steps in them, [107] 1 when 102..106 are set,
  * [108] the record's bytes. After the header: m (P fp32), v (P fp32), loader blob (llmc/dataloader.h),
- * the record (text, one "flag value" line per flag: llmc/config.h).
+ * the record (text, one "flag value" line per flag: llmc/config.h; then "--vocab DIR", the vocabulary the
+ * run trained with, when it knew it: llmc/vocab.h).
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -317,6 +318,25 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
             fatal("%s: optimizer state %zu is not finite (m %f, v %f)", path, i, m[i], v[i]);
         }
     }
+}
+
+// the record of the run's flags in the state file at path, alone (it is the file's last header[108] bytes),
+// into out; 0 when there is none: no such file, not a state file, or one from before the record was text
+static inline int state_read_record(const char* path, char* out, size_t size) {
+    FILE* fp = fopen(path, "rb");
+    if (fp == NULL) { return 0; }
+    int header[256];
+    size_t bytes = file_size_check(fp, path);
+    int ok = bytes >= sizeof(header) && fread(header, sizeof(int), 256, fp) == 256 && header[0] == STATE_MAGIC &&
+             header[60] == 2 && header[108] >= 0 && header[108] < STATE_RECORD_MAX &&
+             (size_t)header[108] < size && bytes >= sizeof(header) + (size_t)header[108];
+    if (ok) {
+        size_t record = (size_t)header[108];
+        ok = fseek(fp, (long)(bytes - record), SEEK_SET) == 0 && fread(out, 1, record, fp) == record;
+        out[ok ? record : 0] = '\0';
+    }
+    fclose(fp);
+    return ok;
 }
 
 // ----------------------------------------------------------------------------

@@ -95,7 +95,7 @@ static inline TrainConfig config_default(void) {
     c.sample_every = 20;
     c.sample_tokens = 64;
     c.seed = 1337;
-    c.tokenizer = NULL;  // unset: found by config_resolve_vocab (the data's vocabulary, else GPT-2's)
+    c.tokenizer = NULL;  // unset: found by vocab_resolve (llmc/vocab.h) once the model's vocabulary is known
     c.vocab_dir = NULL;
     c.temperature = 1.0f;
     c.recompute = 1;
@@ -138,9 +138,9 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("--allow-changed", ARG_INT, TrainConfig, allow_changed, 0, 1, 0, "resume even if a flag fixed on resume differs from the checkpoint's (0|1)"),
     ARG("-a", ARG_INT, TrainConfig, overfit, 0, 1, 0, "overfit a single batch (0|1)"),
     ARG("--seed", ARG_I64, TrainConfig, seed, 0, 9.2e18, 0, "seed of the random init, data order and sampling"),
-    ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples and bits per byte (unset: --vocab's tokenizer.bin, else data/gpt2_tokenizer.bin; missing: print ids)"),
+    ARG("--tokenizer", ARG_STR, TrainConfig, tokenizer, 0, 0, 0, "tokenizer for decoding samples and bits per byte (unset: --vocab's tokenizer.bin, else data/gpt2_tokenizer.bin; missing or another size than the model's: print ids)"),
     ARG("--prompt", ARG_STR, TrainConfig, prompt, 0, 0, 0, "text the samples continue (encoded with --vocab's BPE)"),
-    ARG("--vocab", ARG_STR, TrainConfig, vocab_dir, 0, 0, 0, "BPE vocabulary dir (encoder.json, vocab.bpe) for --prompt (unset: vocab/ beside -i's shards if it exists, else data/gpt2)"),
+    ARG("--vocab", ARG_STR, TrainConfig, vocab_dir, 0, 0, 0, "the model's vocabulary dir (encoder.json, vocab.bpe) for --prompt and samples (unset: the one the model's run recorded beside it, else vocab/ beside -i's shards, else data/gpt2; it must have the model's size)"),
     ARG("--temperature", ARG_FLOAT, TrainConfig, temperature, 1e-3, 100, 0, "sampling temperature"),
     ARG("--top-k", ARG_INT, TrainConfig, top_k, 0, 1 << 24, 0, "sample from the k most likely tokens only (0: all)"),
 };
@@ -188,32 +188,6 @@ static inline int config_file_exists(const char* path) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// --vocab and --tokenizer when not given: a vocabulary learned for the data lives beside its shards
-// (data/prepare_small.sh writes DIR/vocab/ next to DIR/train_*.bin), so training on DIR's shards
-// decodes and scores bits per byte with it without more flags; --vocab DIR brings DIR/tokenizer.bin
-// with it (./tokenize learn writes both), so a checkpoint needs only --vocab to continue a prompt.
-// Anything else keeps llm.c's GPT-2 files.
-static inline void config_resolve_vocab(TrainConfig* c) {
-    static char vocab_buf[4096], tok_buf[4096];
-    char probe[4096];
-    if (c->vocab_dir == NULL) {
-        c->vocab_dir = "data/gpt2";
-        const char* slash = strrchr(c->train_pattern, '/');
-        int dir_len = slash != NULL ? (int)(slash - c->train_pattern) : 1;
-        const char* dir = slash != NULL ? c->train_pattern : ".";
-        int n = snprintf(vocab_buf, sizeof(vocab_buf), "%.*s/vocab", dir_len, dir);
-        int m = snprintf(probe, sizeof(probe), "%s/encoder.json", vocab_buf);
-        if (n > 0 && (size_t)n < sizeof(vocab_buf) && m > 0 && (size_t)m < sizeof(probe) && config_file_exists(probe)) {
-            c->vocab_dir = vocab_buf;
-        }
-    }
-    if (c->tokenizer == NULL) {
-        c->tokenizer = "data/gpt2_tokenizer.bin";
-        int n = snprintf(tok_buf, sizeof(tok_buf), "%s/tokenizer.bin", c->vocab_dir);
-        if (n > 0 && (size_t)n < sizeof(tok_buf) && config_file_exists(tok_buf)) { c->tokenizer = tok_buf; }
-    }
-}
-
 // fills c from the command line, or exits 1 with one line naming the flag and the problem
 static inline void config_parse(TrainConfig* c, int argc, char** argv, const TrainCli* cli) {
     *c = config_default();
@@ -233,7 +207,6 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         if (found) { continue; }
         fatal("unknown flag '%s' (%s -h lists the flags)", flag, cli->program);
     }
-    config_resolve_vocab(c);
     LRScheduleKind kind;
     if (lr_schedule_parse(c->schedule, &kind) != 0) {
         fatal("flag -k: expected cosine, linear, constant or wsd, got '%s'", c->schedule);

@@ -69,11 +69,22 @@ static inline void report_summary(TrainRun* run, const char* extra) {
         snprintf(bpb, sizeof(bpb), "%.9g", run_val_bpb(run, run->last_val_loss));
     }
     if (isfinite(run_gns(run))) { snprintf(gns, sizeof(gns), "%.6g", run_gns(run)); }
+    char vocab[1024] = "null";  // the vocabulary it trained with (llmc/vocab.h), a JSON string
+    if (run->cfg.vocab_dir != NULL) {
+        size_t k = 0;
+        vocab[k++] = '"';
+        for (const char* p = run->cfg.vocab_dir; *p != '\0' && k < sizeof(vocab) - 3; p++) {
+            if (*p == '"' || *p == '\\') { vocab[k++] = '\\'; }
+            vocab[k++] = (unsigned char)*p < 0x20 ? '?' : *p;
+        }
+        vocab[k++] = '"';
+        vocab[k] = '\0';
+    }
     snprintf(body, sizeof(body),
              "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"val_bpb\": %s, \"train_loss\": %.9g, "
-             "\"backward\": %llu, \"tokens\": %llu, \"gradient_noise_scale\": %s%s",
+             "\"backward\": %llu, \"tokens\": %llu, \"gradient_noise_scale\": %s, \"vocab\": %s%s",
              run->step, run->train_time_s, val, bpb, run->last_train_loss, (unsigned long long)run->backward,
-             (unsigned long long)run->tokens, gns, extra);
+             (unsigned long long)run->tokens, gns, vocab, extra);
     logger_write_summary(&run->logger, body);
     printf("done: %d steps, %.2f s training time, %llu backward passes\n", run->step, run->train_time_s,
            (unsigned long long)run->backward);

@@ -20,6 +20,7 @@
 #include "llmc/schedulers.h"
 #include "llmc/tokenizer.h"
 #include "llmc/sampler.h"
+#include "llmc/vocab.h"
 #include "llmc/logger.h"
 
 #define MAX_FAULTS 5  // consecutive NaN/Inf steps before giving up
@@ -77,14 +78,7 @@ static inline size_t run_val_begin(TrainRun* run);
 // The tokenizer must be the data's (same vocabulary size), else bits per byte stay off.
 static inline void run_count_val_bytes(TrainRun* run, int vocab_size) {
     run->val_bytes = 0.0;
-    if (!run->tokenizer.init_ok) { return; }
-    if ((int)run->tokenizer.vocab_size != vocab_size) {
-        if (run->rank0) {
-            printf("note: the tokenizer %s has %u tokens, the data %d: val loss has no bits per byte\n",
-                   run->cfg.tokenizer, run->tokenizer.vocab_size, vocab_size);
-        }
-        return;
-    }
+    if (!run->tokenizer.init_ok || (int)run->tokenizer.vocab_size != vocab_size) { return; }  // run_setup said so
     DataLoader* val = &run->val_loader;
     size_t n = run_val_begin(run), bytes = 0, count = (size_t)run->cfg.B * run->cfg.T;
     for (size_t i = 0; i < n; i++) {
@@ -108,18 +102,35 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
     TrainConfig* c = &run->cfg;
     int np = run->num_processes;
     run->last_val_loss = -1.0f;
-    int eot = GPT2_EOT < vocab_size ? GPT2_EOT : 0;
-    if (c->sample_every > 0 || c->max_steps == 0 || c->val_every > 0) {  // samples, and val in bits per byte
+    // the model's vocabulary (llmc/vocab.h): the model file is the checkpoint resumed from, or -e's file
+    char model[4096];
+    int depth;
+    char tail;
+    int from_file = resume_step >= 0 || sscanf(c->init, "d%d%c", &depth, &tail) != 1;  // -e dN: a random init
+    if (resume_step >= 0) { checkpoint_path(model, sizeof(model), c->output_dir, "model", resume_step); }
+    else { snprintf(model, sizeof(model), "%s", c->init); }
+    const char* given_tokenizer = c->tokenizer;
+    vocab_resolve(c, vocab_size, from_file ? model : NULL, c->max_steps == 0 || c->prompt != NULL, run->rank0);
+    if (c->tokenizer != NULL && (c->sample_every > 0 || c->max_steps == 0 || c->val_every > 0)) {  // samples, bits per byte
         tokenizer_init(&run->tokenizer, c->tokenizer);
         if (!run->tokenizer.init_ok && run->rank0) {
             printf("note: no tokenizer at %s; samples print token ids, val loss has no bits per byte\n", c->tokenizer);
         }
-        if (run->tokenizer.init_ok && run->tokenizer.eot_token >= 0 && run->tokenizer.eot_token < vocab_size) {
-            eot = run->tokenizer.eot_token;
+        if (run->tokenizer.init_ok && (int)run->tokenizer.vocab_size != vocab_size) {  // never decode with another's
+            if (given_tokenizer != NULL && c->max_steps == 0) {
+                fatal("flag --tokenizer: %s has %u tokens, the model's vocabulary %d: not the vocabulary it was "
+                      "trained with", c->tokenizer, run->tokenizer.vocab_size, vocab_size);
+            }
+            if (run->rank0) {
+                printf("note: the tokenizer %s has %u tokens, the model %d: samples print token ids, no "
+                       "bits per byte\n", c->tokenizer, run->tokenizer.vocab_size, vocab_size);
+            }
+            tokenizer_free(&run->tokenizer);
         }
     }
-    sampler_init(&run->sampler, c->prompt, c->vocab_dir, eot, vocab_size, c->sample_tokens, c->temperature,
-                 c->top_k, (uint64_t)c->seed);
+    // the context starts from <|endoftext|>, the vocabulary's last id
+    sampler_init(&run->sampler, c->prompt, c->vocab_dir, vocab_size - 1, vocab_size, c->sample_tokens,
+                 c->temperature, c->top_k, (uint64_t)c->seed);
     if (c->max_steps == 0) { return; }  // generation only: no data
     dataloader_init(&run->train_loader, c->train_pattern, c->B, c->T, vocab_size, 1, (uint64_t)c->seed);
     char val_buf[4096];

@@ -54,6 +54,11 @@ static inline void run_state_fill(const TrainRun* run, TrainState* s, size_t num
     s->adam_steps = (uint64_t)run->adam_steps;
     s->has_run_flags = 1;
     config_fixed_record(c, run->cli, s->run_flags, sizeof(s->run_flags));
+    if (c->vocab_dir != NULL) {  // the vocabulary it trained with (llmc/vocab.h): not a flag a resume compares
+        size_t used = strlen(s->run_flags);
+        int n = snprintf(s->run_flags + used, sizeof(s->run_flags) - used, "--vocab %s\n", c->vocab_dir);
+        if (n < 0 || (size_t)n >= sizeof(s->run_flags) - used) { fatal("flag --vocab: the resume record is full"); }
+    }
     s->gns_s_sum = run->gns_s_sum;
     s->gns_g2_sum = run->gns_g2_sum;
     s->gns_steps = run->gns_steps;

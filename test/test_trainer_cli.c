@@ -157,10 +157,10 @@ Test(cli, temperature_zero) { expect_error("--temperature 0", "flag --temperatur
 Test(cli, temperature_not_a_number) { expect_error("--temperature hot", "flag --temperature"); }
 Test(cli, negative_top_k) { expect_error("--top-k -1", "flag --top-k"); }
 Test(cli, batch_above_the_gpu_grid) { expect_error("-b 65536 -t 1", "flag -b"); }
-Test(cli, prompt_outside_the_vocabulary) {  // the shards' vocabulary is 256: GPT-2 ids of "And" are not in it
+Test(cli, prompt_outside_the_vocabulary) {  // the shards' vocabulary is 256, none beside them: GPT-2's does not fit
     char* argv[] = {"./train_gpt2", "-i", train, "-e", "d1", "-x", "0", "--prompt", "And God said", "-g", "4", NULL};
     RunResult r = run_argv(argv, NULL);
-    assert_one_line_error(&r, "flag --prompt");
+    assert_one_line_error(&r, "has 50257 tokens, the model's vocabulary 256: give --vocab DIR");
 }
 
 Test(cli, output_dir_with_missing_parents_is_created) {
