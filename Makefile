@@ -422,7 +422,7 @@ build/hf/trained_hf/config.json: $(HF_TRAINED) scripts/export_hf
 $(BUILD)/hf_reference: test/hf_reference.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 TESTS += test/test_export_hf.py test/test_hf_export.mjs
-test/test_export_hf.py: build/hf/init_small.bin data/small4096/train_000000.bin
+test/test_export_hf.py: build/hf/init_small.bin data/small4096/train_000000.bin train_gpt2
 test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize build/hf/init_gpt2_hf/config.json \
                          build/hf/init_small_hf/config.json build/hf/trained_hf/config.json
 

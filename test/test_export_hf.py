@@ -12,7 +12,8 @@ On a random-init d2 model at the 4096-token vocabulary of make data-small (build
     carry the model's sizes and the vocabulary (<|endoftext|> as bos/eos, the last id);
 and bad input (no file, not a model file, a truncated one, a header with 0 heads, a vocabulary of another
 size, a broken encoder.json) gets one line on stderr naming the file, exit 1, and leaves no folder behind.
-Where it writes: an earlier export is replaced; a folder holding a file an export does not write (a user's
+A checkpoint of ./train_gpt2 (1 step on data/small4096) exports without --vocab: its run recorded the
+vocabulary in the state file beside it. Where it writes: an earlier export is replaced; a folder holding a file an export does not write (a user's
 notes beside config.json) is refused with one line naming that file, and kept as it was, unless --force; a
 parent folder that refuses writes (EACCES: root ignores permission bits, so os.mkdir is made to fail as it
 fails for a user), a read-only file system (EROFS, the same way) and a full disk (model.safetensors written
@@ -169,6 +170,21 @@ def test_layout(work):
           f"tokenizer files: the vocabulary's {len(enc)} tokens and {len(ours_merges)} merges, <|endoftext|> = {V - 1} as bos/eos")
 
 
+def test_recorded_vocab(work):
+    run = os.path.join(work, "run")
+    r = subprocess.run([os.path.join(ROOT, "train_gpt2"), "-i", os.path.join(ROOT, "data", "small4096", "train_*.bin"),
+                        "-e", "d1", "-b", "2", "-t", "32", "-x", "1", "-v", "0", "-s", "0", "-n", "1", "-o", run],
+                       capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="2"))
+    check(r.returncode == 0, f"a 1-step run on data/small4096 ({r.stderr.strip()[-200:]})")
+    out = os.path.join(work, "run_hf")
+    r = run_export(os.path.join(run, "model_00000001.bin"), out, "--no-onnx")
+    vocab = json.load(open(os.path.join(out, "vocab.json"))) if r.returncode == 0 else None
+    check(vocab == json.load(open(os.path.join(VOCAB, "encoder.json"))),
+          f"its checkpoint exports without --vocab, with the vocabulary its run recorded: exit {r.returncode} ({r.stderr.strip()})")
+    shutil.rmtree(run)
+    shutil.rmtree(out, ignore_errors=True)
+
+
 def test_refusals(work):
     def refused(args, what, names):
         before = set(os.listdir(work))
@@ -252,6 +268,7 @@ def main():
     work = tempfile.mkdtemp(prefix="test_export_hf_")
     try:
         test_layout(work)
+        test_recorded_vocab(work)
         test_refusals(work)
     finally:
         shutil.rmtree(work)
