@@ -684,6 +684,14 @@ def one_sided_t(pairs, threshold, alternative="greater", what="values"):
     return r
 
 
+def one_sample_t(pairs, mu=0.0, what="values"):
+    """Two-sided one-sample t-test of the seeds' values against mu: paired_t of the values against mu on every
+    seed, so {"n", "seeds", "mean" (of value - mu), "sd", "ci95", "t", "p" (two-sided), "p_less", "p_greater",
+    "wins"}; p None for < 2 seeds or zero spread."""
+    pairs = list(pairs)
+    return paired_t(pairs, [(s, mu) for s, _ in pairs], what)
+
+
 def step_ratios(base_pairs, other_pairs, what="step ratio"):
     """Per seed, how many steps a baseline schedule needs to end at the other arm's final val loss, over
     the other arm's steps. base_pairs: [(seed, [(steps, final val loss), ...])], the baseline at two or

@@ -6,6 +6,11 @@ tested without the real trainer (and compare_pytorch without the PyTorch referen
 about them matters. FAKE_TRAINER_FAIL=<substring of the -o path> makes that run exit with status 3;
 FAKE_LOOKAHEAD_SUMMARY=1 adds the look-ahead's counters to a hybrid run's summary.json;
 FAKE_VAL_BUMP=<substring of the -o path> adds 1.0 to that run's last val loss (an unstable end).
+AdamW's --beta2 (default 0.95, where it changes nothing) moves the val loss by 0.02 x (log2((1 - beta2) / 0.01)^2
+- log2(5)^2): best at 0.99, 0.108 lower there than at 0.95, 0.02 higher at 0.995 than at 0.99. --rows random
+ends 0.03 + 0.002 x (seed mod 5) lower in val loss than --rows contiguous (the default). --ema DECAY adds
+val_loss_ema to each val line: the val loss less 0.02 + 0.001 x (seed mod 7), less FAKE_EMA_TILT x log2(LR / 1e-3)
+(0 unless set: a tilt moves the EMA's best LR).
 """
 import json
 import math
@@ -29,6 +34,14 @@ hybrid = args.get("--hybrid", "0") == "1"
 pred = args.get("--predict-steps", "")
 rng = random.Random(seed * 1000 + int(lr * 1e6) + len(pred))
 B, T = int(args.get("-b", "4")), int(args.get("-t", "64"))
+beta2 = float(args.get("--beta2", "0.95"))
+if args.get("--rows", "contiguous") not in ("random", "contiguous"):
+    print(f"fake trainer: --rows {args['--rows']}: expected random or contiguous", file=sys.stderr)
+    sys.exit(1)
+val_shift = (0.02 * (math.log2((1.0 - beta2) / 0.01) ** 2 - math.log2(5.0) ** 2) if "--beta2" in args else 0.0) \
+    - (0.03 + 0.002 * (seed % 5) if args.get("--rows") == "random" else 0.0)
+ema = "--ema" in args
+ema_gain = 0.02 + 0.001 * (seed % 7) + float(os.environ.get("FAKE_EMA_TILT", "0")) * math.log2(lr / 1e-3)
 rate = 200 * lr * (1.0 - 0.2 * math.log2(max(lr, 1e-9) / 1e-3) ** 2) + (0.002 if pred == "2" else 0.0)
 os.makedirs(out, exist_ok=True)
 tt, tokens, backward = 0.0, 0, 0
@@ -48,14 +61,18 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         if hybrid:
             r.update({"beta": None if predict else 0.3, "predict_run_step": 1 if predict else None, "rollback": 0})
         if step % val_every == 0 or step == steps:
-            r["val_loss"] = 3.1 + 7.0 * math.exp(-rate * step) + 0.05 * rng.random() + offset
+            r["val_loss"] = 3.1 + 7.0 * math.exp(-rate * step) + 0.05 * rng.random() + offset + val_shift
             if step == steps and os.environ.get("FAKE_VAL_BUMP") and os.environ["FAKE_VAL_BUMP"] in out:
                 r["val_loss"] += 1.0
+            if ema:
+                r["val_loss_ema"] = r["val_loss"] - ema_gain
         f.write(json.dumps(r) + "\n")
 with open(os.path.join(out, "summary.json"), "w") as f:
     last_val = [r for r in open(os.path.join(out, "metrics.jsonl")) if '"val_loss"' in r][-1]
     summary = {"steps": steps, "train_time_s": tt, "backward": backward, "val_loss": json.loads(last_val)["val_loss"],
                "train_loss": loss}
+    if ema:
+        summary["val_loss_ema"] = json.loads(last_val)["val_loss_ema"]
     if hybrid and os.environ.get("FAKE_LOOKAHEAD_SUMMARY"):  # the look-ahead's counters (scripts/suite's tests)
         summary["hybrid"] = {"lookahead_cos": 0.25, "lookahead_steps": 6, "lookahead_gated_steps": 2}
     json.dump(summary, f)

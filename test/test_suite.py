@@ -6,11 +6,17 @@ test/test_suite.py — scripts/suite's runner with test/fake_trainer.py standing
 (the baseline also at 115% of the steps), and touches no other shard; a second call runs nothing; a run
 whose DONE file is gone is run again, alone, and a changed cell runs again; a failed run fails the call and leaves the others finished;
 a config whose comparison seeds are not fresh is refused; --verdict counts, over several results folders,
-the median cell, the cells that clear the threshold and the grid points where hybrid mode was worse.
+the median cell, the cells that clear the threshold and the grid points where hybrid mode was worse;
+a beta2_grid makes the grid LR x beta2 (every run --beta2, the best a point, the beta2 axis grown at an end:
+1 - beta2 doubled below, halved above); named arms share the grid and seeds, an arm read from another's runs
+(scored by val_loss_ema, or held to a beta2 slice) gets its own best point and shares the other's comparison
+runs where the points agree; the variants table pairs each arm with the one before it, recomputed here from
+the runs' metrics; arms that do not fit are refused.
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
 import glob
 import json
+import math
 import os
 import subprocess
 import sys
@@ -37,6 +43,7 @@ def make_config(where, **over):
            "heldout": ["alpha", "beta"], "cells": ["c1", "c2"], "grid_seeds": [1, 2], "compare_seeds": [3, 4, 5],
            "long_fraction": 1.15, "threshold": 0.03, "args": {"-v": 5}, "hybrid_args": {"--hybrid": 1}}
     cfg.update(over)
+    cfg = {k: v for k, v in cfg.items() if v is not None}  # a key given as None is left out
     with open(os.path.join(where, "suite.json"), "w") as f:
         json.dump(cfg, f)
     for c in ("c1", "c2"):
@@ -215,6 +222,187 @@ def controls_run_at_their_arms_best_lr_on_the_comparison_seeds():
     bad = make_config(os.path.join(TMP, "controls_bad"), controls={"x": {"of": "baseline", "args": {"-l": 0.1}}})
     rc, out, err = suite("--config", bad, "--dry-run")
     assert rc == 1 and "control 'x': flag -l is set by the suite" in err, err
+
+
+def beta2_config(name, beta2_grid, grid_extend, **over):
+    """make_config's suite with a beta2 grid on cell c1 (LRs 1e-3, 2e-3, 4e-3; the fake trainer's best beta2 is
+    0.99, its best LR 2e-3)."""
+    where = os.path.join(TMP, name)
+    cfg = make_config(where, beta2_grid=beta2_grid, grid_extend=grid_extend, **over)
+    return where, cfg
+
+
+def cmd_of(path):
+    cmd = open(os.path.join(path, "cmd.txt")).read().split()
+    return {k: cmd[cmd.index(k) + 1] for k in ("-l", "--beta2", "--seed", "-x", "--rows", "--ema") if k in cmd}, cmd
+
+
+@test
+def beta2_is_tuned_with_the_lr_and_its_grid_grows_at_an_end():
+    # beta2 0.95, 0.99: the fake trainer's best is 0.99, the top end, so the grid grows by one past it, 0.995
+    # (1 - beta2 halved), which is worse: the best point is (2e-3, 0.99), bracketed on both axes
+    where, cfg = beta2_config("beta2", [0.95, 0.99], 1)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--dry-run")
+    cmds = [ln for ln in out.split("\n") if ln.startswith("  ")]
+    assert rc == 0 and len(cmds) == 2 * 2 * 3 * 2, (len(cmds), out + err)  # seeds x arms x LRs x beta2s
+    assert all(c.count("--beta2") == 1 for c in cmds) and any("--beta2 0.99 -l 0.004" in c for c in cmds), cmds
+    assert "alpha/c1: 33 runs at most as the grid stands: grid 24 (3 LRs x 2 β2 x 2 arms x 2 seeds; each LR the " \
+        "grid grows by adds 8, each β2 12 (a grid of two β2s grows once at least: its best is an end)), comparison 9 " \
+        "at most" in out, out
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2")
+    assert rc == 0, out + err
+    assert len(started(out)) == 24 + 12 + 9, len(started(out))  # the grid, one beta2 grown, the comparison
+    res = os.path.join(where, "results", "alpha", "c1")
+    s = json.load(open(os.path.join(res, "summary.json")))
+    assert s["beta2_grid"] == [0.95, 0.99, 0.995], s["beta2_grid"]
+    assert s["best"] == {"baseline": 0.002, "hybrid": 0.002} and s["best_beta2"] == {"baseline": 0.99, "hybrid": 0.99}, s
+    assert [(g["lr"], g["beta2"]) for g in s["grid"][:3]] == [(0.001, 0.95), (0.001, 0.99), (0.001, 0.995)], s["grid"]
+    got, _ = cmd_of(os.path.join(res, "compare", "baseline_long", "seed4"))
+    assert got == {"-l": "0.002", "--beta2": "0.99", "--seed": "4", "-x": "12"}, got
+    report = open(os.path.join(res, "report.md")).read()
+    assert "## LR × β2 grid" in report and "| peak LR | β2 |" in report and "| 0.002 | 0.99 | " in report, report
+    assert "Baseline at 0.002, β2 0.99, hybrid mode at 0.002, β2 0.99" in report and "edge" not in report, report
+    assert "| alpha | c1 | 0.002 (β2 0.99) / 0.002 (β2 0.99) |" in out, out  # the overview
+    rows = open(os.path.join(res, "runs.csv")).read().strip().split("\n")
+    assert rows[0].startswith("phase,arm,kind,lr,beta2,seed,") and len(rows) == 1 + 45, rows[:2]
+    # below: 0.995 and 0.999 have their best at the low end; grid_extend 2 grows it to 0.99 (1 - beta2 doubled),
+    # the best again at the end, then to 0.98, worse: 0.99 is bracketed
+    where, cfg = beta2_config("beta2_low", [0.995, 0.999], 2)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--phase", "grid", "--jobs", "2")
+    assert rc == 0 and len(started(out)) == 24 + 12 + 12, (len(started(out)), out + err)
+    s = json.load(open(os.path.join(where, "results", "beta", "c1", "summary.json")))
+    assert s["beta2_grid"] == [0.98, 0.99, 0.995, 0.999] and s["best_beta2"]["baseline"] == 0.99, s
+    # grown once only: the best (0.99) is the grid's end, and the report says so
+    where, cfg = beta2_config("beta2_low", [0.995, 0.999], 1)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--report-only")
+    s = json.load(open(os.path.join(where, "results", "beta", "c1", "summary.json")))
+    assert rc == 0 and s["beta2_grid"] == [0.99, 0.995, 0.999], (s, err)
+    assert "best β2 is at the edge of the β2 grid" in open(os.path.join(where, "results", "beta", "c1", "report.md")).read()
+    # a cell's own beta2_grid takes the suite's place; a grid out of order, or --beta2 beside it, is refused
+    c1 = json.load(open(os.path.join(where, "c1.json")))
+    json.dump(dict(c1, beta2_grid=[0.9, 0.95]), open(os.path.join(where, "c1.json"), "w"))
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--dry-run")
+    assert rc == 0 and "--beta2 0.9 -l 0.001" in out and "--beta2 0.999" not in out, out
+    for over, why in (({"beta2_grid": [0.99, 0.95]}, "'beta2_grid' must be two or more increasing"),
+                      ({"args": {"-v": 5, "--beta2": 0.9}}, "flag --beta2 is set per run by 'beta2_grid'")):
+        where, cfg = beta2_config("beta2_bad", [0.95, 0.99], 0)
+        bad = make_config(where, **dict({"beta2_grid": [0.95, 0.99]}, **over))
+        rc, out, err = suite("--config", bad, "--dry-run")
+        assert rc == 1 and why in err, (over, err)
+
+
+VARIANTS = {"contiguous": {"args": {"--rows": "contiguous", "--ema": 0.999}},
+            "rows": {"args": {"--rows": "random", "--ema": 0.999}},
+            "lr_only": {"of": "contiguous", "beta2": 0.95},
+            "ema": {"of": "rows", "score": "ema"}}
+
+
+def variants_config(name, **over):
+    """The baseline variants on make_config's cell c1: two arms that run (llm.c's contiguous rows, rows drawn
+    apart), LR-only (the contiguous arm's beta2 0.95 slice) and EMA (the rows arm's runs scored by val_loss_ema),
+    each against the one before it."""
+    where = os.path.join(TMP, name)
+    cfg = dict(arms=VARIANTS, variants=["lr_only", "contiguous", "rows", "ema"], beta2_grid=[0.95, 0.99], grid_extend=1,
+               hybrid_args=None)
+    cfg.update(over)
+    return where, make_config(where, **cfg)
+
+
+@test
+def named_arms_share_the_grid_and_derived_arms_read_their_runs():
+    where, cfg = variants_config("arms")
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--jobs", "2")
+    assert rc == 0, out + err
+    # grid: 2 arms that run x 3 LRs x 3 beta2 (0.995 grown) x 2 seeds; no baseline or hybrid runs
+    res = os.path.join(where, "results", "beta", "c1")
+    assert sorted({d.split("_lr")[0] for d in os.listdir(os.path.join(res, "grid"))}) == ["contiguous", "rows"]
+    # compare: lr_only at its own point (beta2 0.95) runs both lengths; contiguous and rows both lengths; ema is
+    # best where rows is, so it reads rows' folders and runs nothing: 6 folders x 3 seeds
+    assert len(started(out)) == 36 + 18, len(started(out))
+    assert sorted(os.listdir(os.path.join(res, "compare"))) == ["contiguous", "contiguous_long", "lr_only",
+                                                               "lr_only_long", "rows", "rows_long"]
+    s = json.load(open(os.path.join(res, "summary.json")))
+    assert s["best"] == {"contiguous": 0.002, "rows": 0.002, "lr_only": 0.002, "ema": 0.002}, s["best"]
+    assert s["best_beta2"] == {"contiguous": 0.99, "rows": 0.99, "lr_only": 0.95, "ema": 0.99}, s["best_beta2"]
+    got, cmd = cmd_of(os.path.join(res, "compare", "lr_only_long", "seed5"))
+    assert got == {"-l": "0.002", "--beta2": "0.95", "--seed": "5", "-x": "12", "--rows": "contiguous", "--ema": "0.999"}, got
+    got, cmd = cmd_of(os.path.join(res, "compare", "rows", "seed3"))
+    assert got["--rows"] == "random" and got["--beta2"] == "0.99" and "--hybrid" not in cmd, cmd
+    # the grid table: each arm's column, lr_only only on its slice, ema by its score
+    report = open(os.path.join(res, "report.md")).read()
+    assert "| peak LR | β2 | contiguous | rows | lr_only | ema (ema) | seeds |" in report, report
+    line = next(ln for ln in report.split("\n") if ln.startswith("| 0.002 | 0.99 |"))
+    assert line.count("(best)") == 3 and line.split("|")[5].strip() == "—", line
+    # again: nothing to run
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta")
+    assert rc == 0 and not started(out) and "beta/c1 compare: 18 of 18 runs finished" in out, out
+    # an EMA whose best is another LR (the fake's EMA tilted towards low LRs) runs its own comparison runs there,
+    # one length only (no arm is compared against it)
+    where, cfg = variants_config("arms_tilt")
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2", env={"FAKE_EMA_TILT": "-1"})
+    assert rc == 0, out + err
+    res = os.path.join(where, "results", "alpha", "c1")
+    s = json.load(open(os.path.join(res, "summary.json")))
+    assert s["best"]["ema"] == 0.001 and s["best"]["rows"] == 0.002, s["best"]
+    assert "ema" in os.listdir(os.path.join(res, "compare")) and "ema_long" not in os.listdir(os.path.join(res, "compare"))
+    got, _ = cmd_of(os.path.join(res, "compare", "ema", "seed4"))
+    assert got["-l"] == "0.001" and got["--rows"] == "random" and got["--ema"] == "0.999", got
+
+
+@test
+def the_variants_table_pairs_each_arm_with_the_one_before_it():
+    where, cfg = variants_config("table")
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2")
+    assert rc == 0, out + err
+    res = os.path.join(where, "results", "alpha", "c1")
+    s = json.load(open(os.path.join(res, "summary.json")))
+    v = {r["arm"]: r for r in s["variants"]}
+    assert [r["arm"] for r in s["variants"]] == ["lr_only", "contiguous", "rows", "ema"] and "against" not in v["lr_only"]
+    assert [v[a]["against"] for a in ("contiguous", "rows", "ema")] == ["lr_only", "contiguous", "rows"], v
+
+    def finals(folder, field="val_loss"):
+        out = []
+        for seed in (3, 4, 5):
+            recs = [json.loads(ln) for ln in open(os.path.join(res, "compare", folder, f"seed{seed}", "metrics.jsonl"))]
+            val = [r for r in recs if field in r]
+            out.append((seed, (recs[-1]["step"], val[-1][field])))
+        return out
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import comparelib as cl
+    # recomputed from the runs' metrics: ema is rows' folders read by val_loss_ema, against rows' two lengths
+    for arm, folder, field, prev, pfolder in (("contiguous", "contiguous", "val_loss", "lr_only", "lr_only"),
+                                              ("rows", "rows", "val_loss", "contiguous", "contiguous"),
+                                              ("ema", "rows", "val_loss_ema", "rows", "rows")):
+        o, r, rl = finals(folder, field), finals(pfolder), finals(pfolder + "_long")
+        pt = cl.paired_t([(a, b[1]) for a, b in o], [(a, b[1]) for a, b in r])
+        ratios = cl.step_ratios([(a, [b, c]) for (a, b), (_, c) in zip(r, rl)], o)
+        sv = cl.one_sample_t([(a, x["saved"]) for a, x in ratios.items()], 0.0)
+        same = lambda a, b: a == b or (a is not None and b is not None and abs(a - b) < 1e-9)  # noqa: E731
+        assert same(v[arm]["paired"]["mean"], pt["mean"]) and same(v[arm]["paired"]["p"], pt["p"]), (arm, v[arm], pt)
+        assert same(v[arm]["saved"]["mean"], sv["mean"]) and same(v[arm]["saved"]["p"], sv["p"]), (arm, v[arm]["saved"], sv)
+        assert v[arm]["saved"]["n"] == 3, v[arm]["saved"]
+        assert abs(v[arm]["mean"] - sum(b[1] for _, b in o) / 3) < 1e-12, arm
+    # the fake: beta2 0.99 is 0.108 lower than 0.95, rows apart 0.03-0.038 lower, the EMA 0.023-0.026 lower
+    assert abs(v["contiguous"]["paired"]["mean"] + 0.02 * math.log2(5) ** 2) < 1e-9, v["contiguous"]["paired"]
+    assert v["rows"]["paired"]["wins"] == 3 and v["ema"]["paired"]["wins"] == 3 and v["ema"]["saved"]["mean"] > 0, v
+    report = open(os.path.join(res, "report.md")).read()
+    assert "## Each arm against the one before it" in report and "| ema | rows, scored by ema | 0.002 | 0.99 |" in report, report
+    assert "## Each arm against the one before it" in out and "| alpha | c1 | ema | 0.002, β2 0.99 |" in out, out
+    assert "## Overview" not in out  # no baseline and hybrid arms: no hybrid-against-baseline table
+
+
+@test
+def arms_that_do_not_fit_are_refused():
+    for over, why in (({"arms": dict(VARIANTS, ema={"of": "lr_only", "score": "ema"})}, "\"of\" must name an arm with \"args\""),
+                      ({"arms": dict(VARIANTS, ema={"of": "rows", "score": "median"})}, "\"score\" must be one of"),
+                      ({"arms": dict(VARIANTS, lr_only={"of": "contiguous", "beta2": 0.9})}, "must hold it"),
+                      ({"arms": dict(VARIANTS, x={"of": "rows"})}, "needs \"score\" or \"beta2\""),
+                      ({"hybrid_args": {"--hybrid": 1}}, "'hybrid_args' and 'arms' both given"),
+                      ({"variants": ["lr_only", "nope"]}, "'variants' must list"),
+                      ({"controls": {"q0": {"of": "baseline", "args": {"-q": 0}}}}, "with arms baseline and hybrid")):
+        where, cfg = variants_config("arms_bad", **over)
+        rc, out, err = suite("--config", cfg, "--dry-run")
+        assert rc == 1 and why in err, (over, err)
 
 
 def write_shard(path, ntok):

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """
 test/test_suite_stats.py — the paired statistics over seeds in scripts/comparelib.py (paired_t,
-one_sided_t, step_ratios, by_seed), which the held-out suite's tables come from (run by `make test`).
+one_sided_t, one_sample_t, step_ratios, by_seed), which the held-out suite's tables come from (run by `make test`).
 
 Each is checked against numbers computed here another way: the mean, sample std and t statistic with the
 standard library's statistics module and the textbook formulas, the t distribution's tails against
@@ -98,6 +98,25 @@ def one_sided_t_against_a_threshold():
         pass
     else:
         raise AssertionError("a bad alternative was accepted")
+
+
+@test
+def one_sample_t_is_two_sided_against_mu():
+    # the variants table's steps saved: each arm against the one before it, two-sided against 0
+    pairs = [(3, 0.04), (1, 0.01), (2, 0.03), (4, -0.005)]
+    v = [x for _, x in sorted(pairs)]
+    for mu in (0.0, 0.02):
+        r = cl.one_sample_t(pairs, mu)
+        t = scipy_t = stats.ttest_1samp(v, mu)
+        assert r["n"] == 4 and r["seeds"] == [1, 2, 3, 4] and close(r["mean"], statistics.mean(v) - mu), r
+        assert close(r["t"], float(t.statistic)) and close(r["p"], float(scipy_t.pvalue)), (r, t)
+        half = stats.t.ppf(0.975, 3) * statistics.stdev(v) / 2
+        assert close(r["ci95"], half), r
+    try:
+        cl.one_sample_t([(1, 0.1), (1, 0.2)], 0.0)
+        raise AssertionError("a seed given twice was accepted")
+    except cl.CompareError as e:
+        assert "seed 1 given twice" in str(e), e
 
 
 @test
