@@ -118,6 +118,10 @@ void sgemm(int transA, int transB, int M, int N, int K, float alpha, const float
 // ----------------------------------------------------------------------------
 // the layers, forward and backward. Shapes: B batch, T time, C channels, OC output channels,
 // NH heads, Vp padded vocab. Backward functions accumulate (+=) into parameter gradients.
+// Each matmul and the attention come in fp32 and, right after, in bf16 (--precision bf16): bf16 operands
+// and fp32 accumulation through oneDNN, each product made once at start-up for the allocated (B, T)
+// (llmc/cpu_dnnl.h: DnnlGemm, and the layers' Bf16Linear and Bf16Attention); the elementwise work around
+// them (bias, residual, softmax) is the fp32 kernels', in the same order.
 
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 
@@ -253,6 +257,63 @@ void matmul_forward_fp32(float* out, const float* inp, const float* weight, cons
     prof_end(PROF_GEMM, t0);
 }
 
+// matmul_forward_fp32's product in bf16 with layer's weights, on inp16 (N,C): the input as its producer
+// kept it, in bf16. With a residual one parallel region writes bias + residual into out, and the GEMM
+// accumulates on top (DNNL_C_ADD); with a bias only, the GEMM adds it as it writes out (DNNL_C_BIAS, the same
+// sums), to out16 (N,OC) rounded to bf16 instead where the layer was made so (qkv). bias NULL: out is
+// overwritten (the lm head), or with out16 not NULL out16 is, rounded to bf16.
+void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
+                         const float* residual, int N, int C, int OC) {
+    double t0 = prof_begin();
+    // the calls each form was made for: SET no bias or residual (out in fp32, or through fwd16 in bf16); ADD a
+    // bias, with or without a residual (fp32); BIAS a bias, no residual (bf16 exactly where made with DNNL_C_BF16)
+    int f = lin->fwd_form;
+    int fits = f == DNNL_C_SET ? bias == NULL && residual == NULL
+             : f == DNNL_C_ADD ? bias != NULL && out16 == NULL
+                               : bias != NULL && residual == NULL && (out16 != NULL) == ((f & DNNL_C_BF16) != 0);
+    if (!fits) {
+        fatal("bf16: a linear layer's forward run in a form it was not made for (bias %s, residual %s, out in %s)",
+              bias ? "given" : "none", residual ? "given" : "none", out16 ? "bf16" : "fp32");
+    }
+    if (out16 != NULL && f == DNNL_C_SET) {
+        for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
+            dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, layer), out16 + (size_t)r0 * OC);
+        }
+        prof_end(PROF_GEMM, t0);
+        return;
+    }
+    if (f & DNNL_C_BIAS) {
+        for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
+            void* o = out16 != NULL ? (void*)(out16 + (size_t)r0 * OC) : (void*)(out + (size_t)r0 * OC);
+            dnnl_gemm_run_bias(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), bias, o);
+        }
+        prof_end(PROF_GEMM, t0);
+        return;
+    }
+    if (bias != NULL) {
+        #pragma omp parallel
+        {
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            int r0 = (int)((long)N * tid / nth), r1 = (int)((long)N * (tid + 1) / nth);
+            for (int n = r0; n < r1; n++) {
+                float* o = out + (size_t)n * OC;
+                if (residual != NULL) {
+                    const float* r = residual + (size_t)n * OC;
+                    #pragma omp simd
+                    for (int i = 0; i < OC; i++) { o[i] = r[i] + bias[i]; }
+                } else {
+                    #pragma omp simd
+                    for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
+                }
+            }
+        }
+    }
+    for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
+        dnnl_gemm_run(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), out + (size_t)r0 * OC);
+    }
+    prof_end(PROF_GEMM, t0);
+}
+
 // out[c] += sum over rows of in (N,cols) for thread tid's columns; rows are summed in order
 static inline void colsum_part(int tid, int nth, float* out, const float* in, int N, int cols) {
     int c0 = cols * tid / nth, c1 = cols * (tid + 1) / nth;
@@ -275,6 +336,35 @@ void matmul_backward_fp32(float* dinp, float* dweight, float* dbias, const float
         sgemm_part(tid, nth, 0, 0, N, C, OC, 1.0f, dout, OC, weight, C, 0.0f, dinp, C);
         sgemm_part(tid, nth, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
         if (dbias != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
+    }
+    prof_end(PROF_GEMM, t0);
+}
+
+// matmul_backward_fp32's products in bf16 with layer's weights, on inp16 (N,C) kept in bf16 by its producer:
+// dout16 (N,OC) is scratch for dout rounded to bf16, inp_packed (bf16_linear_act_bytes) for inp16 packed;
+// dbias from fp32 dout. dout NULL: dout16 holds it already, dbias done (the lm head's dlogits, from
+// crossentropy_forward, or the fc layer's d(fch) from gelu_backward_bf16).
+void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const bf16* inp16,
+                          Bf16Linear* lin, int layer, int N, int C, int OC, bf16* dout16, void* inp_packed) {
+    double t0 = prof_begin();
+    if (dout != NULL) {
+        #pragma omp parallel
+        {
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            bf16_convert_rows(dout16, dout, N, OC, OC, tid, nth);
+            if (dbias != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
+        }
+    }
+    for (int c = 0; c < lin->nchunks; c++) {
+        dnnl_gemm_run(bf16_chunk_dinp(lin, c), dout16 + (size_t)c * lin->chunk, bf16_linear_w_dinp(lin, layer, c), dinp);
+    }
+    void* packed[2] = {inp_packed, (char*)inp_packed + lin->act_bytes[0]};
+    for (int k = 0; k < 2; k++) {
+        if (lin->act_bytes[k] > 0) { dnnl_gemm_pack_b(&lin->dweight[k], inp16, packed[k]); }
+    }
+    for (int c = 0; c < lin->nchunks; c++) {
+        dnnl_gemm_run(&lin->dweight[bf16_chunk_kind(lin, c)], dout16 + (size_t)c * lin->chunk,
+                      packed[bf16_chunk_kind(lin, c)], dweight + (size_t)c * lin->chunk * C);
     }
     prof_end(PROF_GEMM, t0);
 }
@@ -382,6 +472,84 @@ void attention_forward_fp32(float* out, float* att, const float* qkv, int B, int
     }
 }
 
+// The softmax's passes over one row of a (T, T) square go in chunks of ATT_W floats, one vector register
+// (AVX-512) or two (AVX2), each lane keeping its own maximum and sum until one reduction across lanes at the
+// end of the row; the columns past the diagonal in the last chunk are masked. Rows are short (0..t) and
+// many: a loop of any length would end each row in a scalar remainder, which took most of the time.
+#define ATT_W 16
+
+// the columns the chunks of row t cover: 0..t rounded up to whole chunks, at most T
+static inline int att_row_span(int t, int T) {
+    int n = (t + ATT_W) / ATT_W * ATT_W;
+    return n < T ? n : T;
+}
+
+// p16 (T) = softmax over columns 0..t of s (T) times scale, rounded, and zeros past t; s gets the exps
+static inline void att_softmax_row(bf16* p16, float* s, int t, int T, float scale) {
+    int n = att_row_span(t, T), nv = n / ATT_W * ATT_W;  // nv < n: T is no multiple of ATT_W, a tail
+    float mx[ATT_W], sm[ATT_W];
+    for (int i = 0; i < ATT_W; i++) { mx[i] = -FLT_MAX; sm[i] = 0.0f; }
+    for (int c = 0; c < nv; c += ATT_W) {
+        #pragma omp simd
+        for (int i = 0; i < ATT_W; i++) {
+            float x = c + i <= t ? s[c + i] * scale : -FLT_MAX;
+            s[c + i] = x;
+            mx[i] = x > mx[i] ? x : mx[i];
+        }
+    }
+    for (int t2 = nv; t2 <= t; t2++) { s[t2] *= scale; mx[0] = s[t2] > mx[0] ? s[t2] : mx[0]; }
+    float maxval = -FLT_MAX;
+    for (int i = 0; i < ATT_W; i++) { maxval = mx[i] > maxval ? mx[i] : maxval; }
+    for (int c = 0; c < nv; c += ATT_W) {
+        #pragma omp simd
+        for (int i = 0; i < ATT_W; i++) {
+            float e = c + i <= t ? expf_vec(s[c + i] - maxval) : 0.0f;
+            s[c + i] = e;
+            sm[i] += e;
+        }
+    }
+    for (int t2 = nv; t2 <= t; t2++) { s[t2] = expf_vec(s[t2] - maxval); sm[0] += s[t2]; }
+    float sum = 0.0f;
+    for (int i = 0; i < ATT_W; i++) { sum += sm[i]; }
+    float inv = 1.0f / sum;
+    #pragma omp simd
+    for (int t2 = 0; t2 < n; t2++) { p16[t2] = t2 <= t ? bf16_from_float(s[t2] * inv) : 0; }
+    memset(p16 + n, 0, (size_t)(T - n) * sizeof(bf16));
+}
+
+// attention_forward_fp32 with bf16 products, on qkv (B, T, 3C) in bf16 (as the qkv product wrote it,
+// rounded); out (B, T, C) in bf16 (the next matmul's operand). Kept for attention_backward_bf16: att16 (B, NH,
+// T, T) the probabilities in bf16 (zeros past the diagonal) and qkv16 (3, B, NH, T, hs) q, k, v head by head.
+// qkv16 may share qkv's memory (the trainer keeps them there): qkv is read only before qkv16 is written.
+// scratch (3, B, NH, T, hs) takes q, k, v head by head for the products.
+void attention_forward_bf16(bf16* out, bf16* att16, bf16* qkv16, const bf16* qkv, Bf16Attention* ba,
+                            bf16* scratch, int B, int T, int C, int NH) {
+    int G = ba->group;
+    size_t psz = (size_t)B * T * C;  // one part (q, k or v) of all sequences
+    float scale = 1.0f / sqrtf((float)(C / NH));
+    bf16_to_heads(scratch, NULL, qkv, B, T, C, NH, 3);
+    for (int b0 = 0; b0 < B; b0 += G) {
+        const bf16* q = scratch + (size_t)b0 * T * C;  // (G, NH, T, hs)
+        bf16* a16 = att16 + (size_t)b0 * NH * T * T;   // (G, NH, T, T)
+        dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + psz, ba->s32);
+        #pragma omp parallel for schedule(static)
+        for (int ht = 0; ht < G * NH * T; ht++) {
+            att_softmax_row(a16 + (size_t)ht * T, ba->s32 + (size_t)ht * T, ht % T, T, scale);
+        }
+        dnnl_gemm_run(&ba->prim[ATT_AV], a16, q + 2 * psz, ba->h32);
+        bf16_from_heads(NULL, out, ba->h32, b0, G, T, C, NH, 1, C);
+    }
+    if (qkv16 != scratch) {
+        size_t n = 3 * psz;
+        #pragma omp parallel
+        {
+            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+            size_t i0 = n * tid / nth, i1 = n * (tid + 1) / nth;
+            memcpy(qkv16 + i0, scratch + i0, (i1 - i0) * sizeof(bf16));
+        }
+    }
+}
+
 // dqkv: (B,T,3C) overwritten; dout: (B,T,C); scratch: (threads, T, T) one datt per thread.
 // att holds the probabilities on entry and is overwritten with d(scores), which the last two GEMMs use.
 void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, const float* qkv, float* att,
@@ -435,143 +603,6 @@ void attention_backward_fp32(float* dqkv, float* scratch, const float* dout, con
     }
 }
 
-// ----------------------------------------------------------------------------
-// the bf16 products (--precision bf16): every matmul of the layers above with bf16 operands and fp32
-// accumulation through oneDNN, each made once at start-up for the allocated (B, T) (llmc/cpu_dnnl.h: DnnlGemm,
-// and the layers' Bf16Linear and Bf16Attention).
-// The elementwise work around them (bias, residual, softmax) is the fp32 kernels', in the same order.
-
-// matmul_forward_fp32's product in bf16 with layer's weights, on inp16 (N,C): the input as its producer
-// kept it, in bf16. With a residual one parallel region writes bias + residual into out, and the GEMM
-// accumulates on top (DNNL_C_ADD); with a bias only, the GEMM adds it as it writes out (DNNL_C_BIAS, the same
-// sums), to out16 (N,OC) rounded to bf16 instead where the layer was made so (qkv). bias NULL: out is
-// overwritten (the lm head), or with out16 not NULL out16 is, rounded to bf16.
-void matmul_forward_bf16(float* out, bf16* out16, const bf16* inp16, Bf16Linear* lin, int layer, const float* bias,
-                         const float* residual, int N, int C, int OC) {
-    double t0 = prof_begin();
-    // the calls each form was made for: SET no bias or residual (out in fp32, or through fwd16 in bf16); ADD a
-    // bias, with or without a residual (fp32); BIAS a bias, no residual (bf16 exactly where made with DNNL_C_BF16)
-    int f = lin->fwd_form;
-    int fits = f == DNNL_C_SET ? bias == NULL && residual == NULL
-             : f == DNNL_C_ADD ? bias != NULL && out16 == NULL
-                               : bias != NULL && residual == NULL && (out16 != NULL) == ((f & DNNL_C_BF16) != 0);
-    if (!fits) {
-        fatal("bf16: a linear layer's forward run in a form it was not made for (bias %s, residual %s, out in %s)",
-              bias ? "given" : "none", residual ? "given" : "none", out16 ? "bf16" : "fp32");
-    }
-    if (out16 != NULL && f == DNNL_C_SET) {
-        for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-            dnnl_gemm_run(&lin->fwd16, inp16 + (size_t)r0 * C, bf16_linear_w_fwd16(lin, layer), out16 + (size_t)r0 * OC);
-        }
-        prof_end(PROF_GEMM, t0);
-        return;
-    }
-    if (f & DNNL_C_BIAS) {
-        for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-            void* o = out16 != NULL ? (void*)(out16 + (size_t)r0 * OC) : (void*)(out + (size_t)r0 * OC);
-            dnnl_gemm_run_bias(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), bias, o);
-        }
-        prof_end(PROF_GEMM, t0);
-        return;
-    }
-    if (bias != NULL) {
-        #pragma omp parallel
-        {
-            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-            int r0 = (int)((long)N * tid / nth), r1 = (int)((long)N * (tid + 1) / nth);
-            for (int n = r0; n < r1; n++) {
-                float* o = out + (size_t)n * OC;
-                if (residual != NULL) {
-                    const float* r = residual + (size_t)n * OC;
-                    #pragma omp simd
-                    for (int i = 0; i < OC; i++) { o[i] = r[i] + bias[i]; }
-                } else {
-                    #pragma omp simd
-                    for (int i = 0; i < OC; i++) { o[i] = bias[i]; }
-                }
-            }
-        }
-    }
-    for (int r0 = 0; r0 < N; r0 += lin->fwd_rows) {
-        dnnl_gemm_run(&lin->fwd, inp16 + (size_t)r0 * C, bf16_linear_w_fwd(lin, layer), out + (size_t)r0 * OC);
-    }
-    prof_end(PROF_GEMM, t0);
-}
-
-// matmul_backward_fp32's products in bf16 with layer's weights, on inp16 (N,C) kept in bf16 by its producer:
-// dout16 (N,OC) is scratch for dout rounded to bf16, inp_packed (bf16_linear_act_bytes) for inp16 packed;
-// dbias from fp32 dout. dout NULL: dout16 holds it already, dbias done (the lm head's dlogits, from
-// crossentropy_forward, or the fc layer's d(fch) from gelu_backward_bf16).
-void matmul_backward_bf16(float* dinp, float* dweight, float* dbias, const float* dout, const bf16* inp16,
-                          Bf16Linear* lin, int layer, int N, int C, int OC, bf16* dout16, void* inp_packed) {
-    double t0 = prof_begin();
-    if (dout != NULL) {
-        #pragma omp parallel
-        {
-            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-            bf16_convert_rows(dout16, dout, N, OC, OC, tid, nth);
-            if (dbias != NULL) { colsum_part(tid, nth, dbias, dout, N, OC); }
-        }
-    }
-    for (int c = 0; c < lin->nchunks; c++) {
-        dnnl_gemm_run(bf16_chunk_dinp(lin, c), dout16 + (size_t)c * lin->chunk, bf16_linear_w_dinp(lin, layer, c), dinp);
-    }
-    void* packed[2] = {inp_packed, (char*)inp_packed + lin->act_bytes[0]};
-    for (int k = 0; k < 2; k++) {
-        if (lin->act_bytes[k] > 0) { dnnl_gemm_pack_b(&lin->dweight[k], inp16, packed[k]); }
-    }
-    for (int c = 0; c < lin->nchunks; c++) {
-        dnnl_gemm_run(&lin->dweight[bf16_chunk_kind(lin, c)], dout16 + (size_t)c * lin->chunk,
-                      packed[bf16_chunk_kind(lin, c)], dweight + (size_t)c * lin->chunk * C);
-    }
-    prof_end(PROF_GEMM, t0);
-}
-
-// The softmax's passes over one row of a (T, T) square go in chunks of ATT_W floats, one vector register
-// (AVX-512) or two (AVX2), each lane keeping its own maximum and sum until one reduction across lanes at the
-// end of the row; the columns past the diagonal in the last chunk are masked. Rows are short (0..t) and
-// many: a loop of any length would end each row in a scalar remainder, which took most of the time.
-#define ATT_W 16
-
-// the columns the chunks of row t cover: 0..t rounded up to whole chunks, at most T
-static inline int att_row_span(int t, int T) {
-    int n = (t + ATT_W) / ATT_W * ATT_W;
-    return n < T ? n : T;
-}
-
-// p16 (T) = softmax over columns 0..t of s (T) times scale, rounded, and zeros past t; s gets the exps
-static inline void att_softmax_row(bf16* p16, float* s, int t, int T, float scale) {
-    int n = att_row_span(t, T), nv = n / ATT_W * ATT_W;  // nv < n: T is no multiple of ATT_W, a tail
-    float mx[ATT_W], sm[ATT_W];
-    for (int i = 0; i < ATT_W; i++) { mx[i] = -FLT_MAX; sm[i] = 0.0f; }
-    for (int c = 0; c < nv; c += ATT_W) {
-        #pragma omp simd
-        for (int i = 0; i < ATT_W; i++) {
-            float x = c + i <= t ? s[c + i] * scale : -FLT_MAX;
-            s[c + i] = x;
-            mx[i] = x > mx[i] ? x : mx[i];
-        }
-    }
-    for (int t2 = nv; t2 <= t; t2++) { s[t2] *= scale; mx[0] = s[t2] > mx[0] ? s[t2] : mx[0]; }
-    float maxval = -FLT_MAX;
-    for (int i = 0; i < ATT_W; i++) { maxval = mx[i] > maxval ? mx[i] : maxval; }
-    for (int c = 0; c < nv; c += ATT_W) {
-        #pragma omp simd
-        for (int i = 0; i < ATT_W; i++) {
-            float e = c + i <= t ? expf_vec(s[c + i] - maxval) : 0.0f;
-            s[c + i] = e;
-            sm[i] += e;
-        }
-    }
-    for (int t2 = nv; t2 <= t; t2++) { s[t2] = expf_vec(s[t2] - maxval); sm[0] += s[t2]; }
-    float sum = 0.0f;
-    for (int i = 0; i < ATT_W; i++) { sum += sm[i]; }
-    float inv = 1.0f / sum;
-    #pragma omp simd
-    for (int t2 = 0; t2 < n; t2++) { p16[t2] = t2 <= t ? bf16_from_float(s[t2] * inv) : 0; }
-    memset(p16 + n, 0, (size_t)(T - n) * sizeof(bf16));
-}
-
 // ds16 (T) = d(scores) of row t, rounded, zeros past t: through the softmax from its probabilities p16 (T,
 // zeros past t) and d(probabilities) dp (T), times scale
 static inline void att_softmax_backward_row(bf16* ds16, const bf16* p16, const float* dp, int t, int T, float scale) {
@@ -588,112 +619,6 @@ static inline void att_softmax_backward_row(bf16* ds16, const bf16* p16, const f
     #pragma omp simd
     for (int t2 = 0; t2 < n; t2++) { ds16[t2] = t2 <= t ? bf16_from_float(bf16_to_float(p16[t2]) * (dp[t2] - dsum) * scale) : 0; }
     memset(ds16 + n, 0, (size_t)(T - n) * sizeof(bf16));
-}
-
-// x (B, T, parts*C) rounded into dst (parts, B, NH, T, hs): each part of all sequences head by head; or (x
-// NULL) x16, in bf16 already, copied so
-static void bf16_to_heads(bf16* dst, const float* x, const bf16* x16, int B, int T, int C, int NH, int parts) {
-    int hs = C / NH, w = parts * C;
-    size_t psz = (size_t)B * T * C;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int b = 0; b < B; b++) {
-        for (int t = 0; t < T; t++) {
-            size_t row = ((size_t)b * T + t) * w;
-            for (int j = 0; j < parts * NH; j++) {  // j = part * NH + h
-                bf16* d = dst + (size_t)(j / NH) * psz + (((size_t)b * NH + j % NH) * T + t) * hs;
-                if (x16 != NULL) {
-                    memcpy(d, x16 + row + j * hs, hs * sizeof(bf16));
-                } else {
-                    #pragma omp simd
-                    for (int i = 0; i < hs; i++) { d[i] = bf16_from_float(x[row + j * hs + i]); }
-                }
-            }
-        }
-    }
-}
-
-// h (parts, G, NH, T, hs) put back into sequences b0 .. b0+G-1 of y (B, T, ldy) at columns 0..parts*C, or
-// (y NULL) of y16, rounded to bf16
-static void bf16_from_heads(float* y, bf16* y16, const float* h, int b0, int G, int T, int C, int NH, int parts,
-                            int ldy) {
-    int hs = C / NH;
-    size_t psz = (size_t)G * T * C;
-    #pragma omp parallel for schedule(static)
-    for (int gt = 0; gt < G * T; gt++) {
-        int g = gt / T, t = gt % T;
-        size_t row = ((size_t)(b0 + g) * T + t) * ldy;
-        for (int j = 0; j < parts * NH; j++) {
-            const float* s = h + (size_t)(j / NH) * psz + (((size_t)g * NH + j % NH) * T + t) * hs;
-            if (y16 != NULL) {
-                #pragma omp simd
-                for (int i = 0; i < hs; i++) { y16[row + j * hs + i] = bf16_from_float(s[i]); }
-            } else {
-                #pragma omp simd
-                for (int i = 0; i < hs; i++) { y[row + j * hs + i] = s[i]; }
-            }
-        }
-    }
-}
-
-// h (3, G, NH, T, hs): dq, dk, dv of sequences b0 .. b0+G-1 head by head, into those sequences' rows of dqkv16
-// (B, T, 3C) rounded to bf16, with dbias (3C) += their column sums in fp32: what the qkv layer's bf16 backward
-// does with an fp32 dqkv first, without it. Threads own column ranges and sum rows in order; groups called in
-// order, the sums are colsum_part's over all B*T rows, bit for bit.
-static void bf16_from_heads_dout(bf16* dqkv16, float* dbias, const float* h, int b0, int G, int T, int C, int NH) {
-    int hs = C / NH, W = 3 * C;
-    size_t psz = (size_t)G * T * C;
-    #pragma omp parallel
-    {
-        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-        int c0 = W * tid / nth, c1 = W * (tid + 1) / nth;
-        for (int gt = 0; gt < G * T; gt++) {
-            int g = gt / T, t = gt % T;
-            bf16* y = dqkv16 + ((size_t)(b0 + g) * T + t) * W;
-            for (int c = c0; c < c1;) {  // the part of head j (of 3 NH) in c .. c1
-                int j = c / hs, i0 = c % hs, i1 = c1 - (c - i0) < hs ? c1 - (c - i0) : hs;
-                const float* src = h + (size_t)(j / NH) * psz + (((size_t)g * NH + j % NH) * T + t) * hs;
-                #pragma omp simd
-                for (int i = i0; i < i1; i++) {
-                    y[j * hs + i] = bf16_from_float(src[i]);
-                    dbias[j * hs + i] += src[i];
-                }
-                c += i1 - i0;
-            }
-        }
-    }
-}
-
-// attention_forward_fp32 with bf16 products, on qkv (B, T, 3C) in bf16 (as the qkv product wrote it,
-// rounded); out (B, T, C) in bf16 (the next matmul's operand). Kept for attention_backward_bf16: att16 (B, NH,
-// T, T) the probabilities in bf16 (zeros past the diagonal) and qkv16 (3, B, NH, T, hs) q, k, v head by head.
-// qkv16 may share qkv's memory (the trainer keeps them there): qkv is read only before qkv16 is written.
-// scratch (3, B, NH, T, hs) takes q, k, v head by head for the products.
-void attention_forward_bf16(bf16* out, bf16* att16, bf16* qkv16, const bf16* qkv, Bf16Attention* ba,
-                            bf16* scratch, int B, int T, int C, int NH) {
-    int G = ba->group;
-    size_t psz = (size_t)B * T * C;  // one part (q, k or v) of all sequences
-    float scale = 1.0f / sqrtf((float)(C / NH));
-    bf16_to_heads(scratch, NULL, qkv, B, T, C, NH, 3);
-    for (int b0 = 0; b0 < B; b0 += G) {
-        const bf16* q = scratch + (size_t)b0 * T * C;  // (G, NH, T, hs)
-        bf16* a16 = att16 + (size_t)b0 * NH * T * T;   // (G, NH, T, T)
-        dnnl_gemm_run(&ba->prim[ATT_SCORES], q, q + psz, ba->s32);
-        #pragma omp parallel for schedule(static)
-        for (int ht = 0; ht < G * NH * T; ht++) {
-            att_softmax_row(a16 + (size_t)ht * T, ba->s32 + (size_t)ht * T, ht % T, T, scale);
-        }
-        dnnl_gemm_run(&ba->prim[ATT_AV], a16, q + 2 * psz, ba->h32);
-        bf16_from_heads(NULL, out, ba->h32, b0, G, T, C, NH, 1, C);
-    }
-    if (qkv16 != scratch) {
-        size_t n = 3 * psz;
-        #pragma omp parallel
-        {
-            int tid = omp_get_thread_num(), nth = omp_get_num_threads();
-            size_t i0 = n * tid / nth, i1 = n * (tid + 1) / nth;
-            memcpy(qkv16 + i0, scratch + i0, (i1 - i0) * sizeof(bf16));
-        }
-    }
 }
 
 // attention_backward_fp32 with bf16 products, from what attention_forward_bf16 kept: att16 (B, NH, T, T)

@@ -582,4 +582,80 @@ static inline void bf16_attention_destroy(Bf16Attention* ba) {
     memset(ba, 0, sizeof(*ba));
 }
 
+// the attention's operands and results between the trainer's layout, (B, T, parts*C) row by row, and the
+// products' layout, head by head
+
+// x (B, T, parts*C) rounded into dst (parts, B, NH, T, hs): each part of all sequences head by head; or (x
+// NULL) x16, in bf16 already, copied so
+static inline void bf16_to_heads(bf16* dst, const float* x, const bf16* x16, int B, int T, int C, int NH, int parts) {
+    int hs = C / NH, w = parts * C;
+    size_t psz = (size_t)B * T * C;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < T; t++) {
+            size_t row = ((size_t)b * T + t) * w;
+            for (int j = 0; j < parts * NH; j++) {  // j = part * NH + h
+                bf16* d = dst + (size_t)(j / NH) * psz + (((size_t)b * NH + j % NH) * T + t) * hs;
+                if (x16 != NULL) {
+                    memcpy(d, x16 + row + j * hs, hs * sizeof(bf16));
+                } else {
+                    #pragma omp simd
+                    for (int i = 0; i < hs; i++) { d[i] = bf16_from_float(x[row + j * hs + i]); }
+                }
+            }
+        }
+    }
+}
+
+// h (parts, G, NH, T, hs) put back into sequences b0 .. b0+G-1 of y (B, T, ldy) at columns 0..parts*C, or
+// (y NULL) of y16, rounded to bf16
+static inline void bf16_from_heads(float* y, bf16* y16, const float* h, int b0, int G, int T, int C, int NH, int parts,
+                            int ldy) {
+    int hs = C / NH;
+    size_t psz = (size_t)G * T * C;
+    #pragma omp parallel for schedule(static)
+    for (int gt = 0; gt < G * T; gt++) {
+        int g = gt / T, t = gt % T;
+        size_t row = ((size_t)(b0 + g) * T + t) * ldy;
+        for (int j = 0; j < parts * NH; j++) {
+            const float* s = h + (size_t)(j / NH) * psz + (((size_t)g * NH + j % NH) * T + t) * hs;
+            if (y16 != NULL) {
+                #pragma omp simd
+                for (int i = 0; i < hs; i++) { y16[row + j * hs + i] = bf16_from_float(s[i]); }
+            } else {
+                #pragma omp simd
+                for (int i = 0; i < hs; i++) { y[row + j * hs + i] = s[i]; }
+            }
+        }
+    }
+}
+
+// h (3, G, NH, T, hs): dq, dk, dv of sequences b0 .. b0+G-1 head by head, into those sequences' rows of dqkv16
+// (B, T, 3C) rounded to bf16, with dbias (3C) += their column sums in fp32: what the qkv layer's bf16 backward
+// does with an fp32 dqkv first, without it. Threads own column ranges and sum rows in order; groups called in
+// order, the sums are colsum_part's over all B*T rows, bit for bit.
+static inline void bf16_from_heads_dout(bf16* dqkv16, float* dbias, const float* h, int b0, int G, int T, int C, int NH) {
+    int hs = C / NH, W = 3 * C;
+    size_t psz = (size_t)G * T * C;
+    #pragma omp parallel
+    {
+        int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+        int c0 = W * tid / nth, c1 = W * (tid + 1) / nth;
+        for (int gt = 0; gt < G * T; gt++) {
+            int g = gt / T, t = gt % T;
+            bf16* y = dqkv16 + ((size_t)(b0 + g) * T + t) * W;
+            for (int c = c0; c < c1;) {  // the part of head j (of 3 NH) in c .. c1
+                int j = c / hs, i0 = c % hs, i1 = c1 - (c - i0) < hs ? c1 - (c - i0) : hs;
+                const float* src = h + (size_t)(j / NH) * psz + (((size_t)g * NH + j % NH) * T + t) * hs;
+                #pragma omp simd
+                for (int i = i0; i < i1; i++) {
+                    y[j * hs + i] = bf16_from_float(src[i]);
+                    dbias[j * hs + i] += src[i];
+                }
+                c += i1 - i0;
+            }
+        }
+    }
+}
+
 #endif // LLMC_CPU_DNNL_H
