@@ -695,7 +695,8 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 // dinp: (N,C) = dout (N,OC) @ weight (OC,C) (overwritten); dweight (OC,C) += dout^T @ inp; dbias (OC) +=
-// (dbias NULL: none). In bf16 inp's memory holds it in bf16.
+// (dbias NULL: none). In bf16 inp's memory holds it in bf16, and with bf.dout_ready the call before left dout
+// in bf16 in bf.a and did dbias (gelu_backward, attention_backward, the cross-entropy)
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC, Bf16Op bf) {
     if (bf.lin != NULL) {
@@ -729,6 +730,17 @@ void attention_backward(float* dqkv, float* dqkv_bias, float* scratch, const flo
                                 C, NH);
     } else {
         attention_backward_fp32(dqkv, scratch, dout, qkv, att, B, T, C, NH);
+    }
+}
+
+// d (N,OC) holds dout on entry and, in fp32, dinp on exit; inp: the GELU's input. In bf16 dinp goes to bf.a
+// instead, in bf16, the fc layer's backward operand, and dbias (OC) += its column sums (the fc layer's bias
+// gradient: that backward then reads neither)
+void gelu_backward(float* d, float* dbias, const float* inp, int N, int OC, Bf16Op bf) {
+    if (bf.lin != NULL) {
+        gelu_backward_bf16(bf.a, dbias, d, inp, N, OC);
+    } else {
+        gelu_backward_inplace(d, inp, (size_t)N * OC);
     }
 }
 
@@ -1114,9 +1126,12 @@ static Bf16Op gpt2_bf16(GPT2* model, int on, int which, int layer) {
     op.a = model->bf16_a;
     op.b = model->bf16_b;
     op.packed = model->bf16_b_packed;
-    op.dout_ready = which == LIN_LM;  // crossentropy_forward writes the dlogits in bf16, over the logits
+    // the backward's dout in bf16, its dbias done, from the call before: the lm head's dlogits from
+    // crossentropy_forward (over the logits), the fc layer's d(fch) from gelu_backward, qkv's from the attention's
+    op.dout_ready = which == LIN_LM || which == LIN_FC || which == LIN_QKV;
     op.out16 = which == LIN_QKV;      // q, k, v for the attention in bf16 (the lm head's: set by the forward)
     if (which == LIN_LM) { op.a = (bf16*)model->acts.logits; }
+    if (which == LIN_QKV) { op.a = model->bf16_b; }  // the attention's backward writes dqkv there
     return op;
 }
 
@@ -1273,15 +1288,9 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         // dresidual holds d(residual3[l]) here
         matmul_backward(a.dbuf_4c, g.fcprojw + (size_t)l * C * 4 * C, g.fcprojb + l * C, a.dresidual, x.fch_gelu,
                         p.fcprojw + (size_t)l * C * 4 * C, BT, 4 * C, C, gpt2_bf16(model, lp, LIN_FCPROJ, l));
-        Bf16Op fc16 = gpt2_bf16(model, lp, LIN_FC, l);
-        if (lp) {  // d(fch) straight to the fc backward's bf16 operand, its dbias with it
-            PROF(PROF_GELU, gelu_backward_bf16(fc16.a, g.fcb + l * 4 * C, a.dbuf_4c, x.fch, BT, 4 * C));
-            fc16.dout_ready = 1;
-        } else {
-            PROF(PROF_GELU, gelu_backward_inplace(a.dbuf_4c, x.fch, BT * 4 * C));
-        }
-        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, lp ? NULL : g.fcb + l * 4 * C, a.dbuf_4c, x.ln2,
-                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, fc16);
+        PROF(PROF_GELU, gelu_backward(a.dbuf_4c, g.fcb + l * 4 * C, x.fch, BT, 4 * C, gpt2_bf16(model, lp, LIN_FC, l)));
+        matmul_backward(a.dbuf_c, g.fcw + (size_t)l * 4 * C * C, g.fcb + l * 4 * C, a.dbuf_4c, x.ln2,
+                        p.fcw + (size_t)l * 4 * C * C, BT, C, 4 * C, gpt2_bf16(model, lp, LIN_FC, l));
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbuf_c, x.residual2,
                                                 p.ln2w + l * C, x.ln2_mean, x.ln2_rstd, BT, C));
         // dresidual holds d(residual2[l]) here
@@ -1290,10 +1299,8 @@ void gpt2_backward(GPT2* model, const int* inputs, const int* targets, float dlo
         float* dqkv = a.dbuf_4c;  // (B, T, 3C); in bf16 bf16_b holds it rounded, qkvb's gradient done
         PROF(PROF_ATTENTION, attention_backward(dqkv, g.qkvb + l * 3 * C, a.att_scratch, a.dbuf_c, x.qkv, x.att, B, T,
                                                 C, NH, gpt2_bf16(model, lp, BF16_ATTENTION, l)));
-        Bf16Op qkv16 = gpt2_bf16(model, lp, LIN_QKV, l);
-        if (lp) { qkv16.a = model->bf16_b; qkv16.dout_ready = 1; }
-        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, lp ? NULL : g.qkvb + l * 3 * C, dqkv, x.ln1,
-                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, qkv16);
+        matmul_backward(a.dbuf_c, g.qkvw + (size_t)l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, x.ln1,
+                        p.qkvw + (size_t)l * 3 * C * C, BT, C, 3 * C, gpt2_bf16(model, lp, LIN_QKV, l));
         PROF(PROF_LAYERNORM, layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbuf_c, x.residual,
                                                 p.ln1w + l * C, x.ln1_mean, x.ln1_rstd, BT, C));
     }
