@@ -459,12 +459,13 @@ all: $(PROGRAMS)
 $(BUILD):
 	mkdir -p $(BUILD)
 
-# each runs its tests in order, keeps going, fails if any failed (Criterion prints its summary on stderr)
+# each runs its tests in order, keeps going, fails if any failed (Criterion prints its summary on stderr), and
+# ends with each test's time, slowest first (test/run_tests.sh)
 .PHONY: check
 test: $(TESTS)
-	@fail=0; for t in $(TESTS); do echo "== $$t"; ./$$t || fail=1; done; exit $$fail
+	@test/run_tests.sh $(TESTS)
 check: $(TESTS) $(SLOW_TESTS)
-	@fail=0; for t in $(TESTS) $(SLOW_TESTS); do echo "== $$t"; ./$$t || fail=1; done; exit $$fail
+	@test/run_tests.sh $(TESTS) $(SLOW_TESTS)
 
 clean:
 	rm -rf $(BUILD) $(PROGRAMS)

@@ -2,8 +2,9 @@
 """
 test/test_links.py — the documentation stands on its own: every relative link and image in README.md,
 docs/*.md, data/README.md and configs/studies/README.md points to a file (or folder) that git tracks, every #anchor into a Markdown
-file names one of its headings, and no tracked file points to notes outside the repository (the
-`shared/` folder of the development machines). Prints each problem; exits 1 if there is any.
+file names one of its headings, no tracked file points to notes outside the repository (the
+`shared/` folder of the development machines), and README.md stays at most README_MAX_LINES lines (the
+details live in docs/). Prints each problem; exits 1 if there is any.
 """
 import os
 import re
@@ -12,6 +13,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+README_MAX_LINES = 270
 OUTSIDE = re.compile(r"(?<![\w.-])(\.\./)*shared/[A-Z]+\.md")
 
 
@@ -75,6 +77,9 @@ def main():
         for m in OUTSIDE.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
             problems.append(f"{f}:{line}: refers to '{m.group(0)}', which is not in the repository")
+    readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().count("\n")
+    if readme > README_MAX_LINES:
+        problems.append(f"README.md: {readme} lines, more than {README_MAX_LINES}: move details to docs/")
     for p in problems:
         print(p)
     print(f"test_links: {count} links in {len(pages)} pages, {len(problems)} problems")

@@ -1,56 +1,44 @@
 #!/usr/bin/env bash
-# test/test_quickstart.sh — the README's quick start, as a new user runs it: a fresh clone of this
-# repository, the quick start's own `make` lines there (the code block after the `<!-- quick-start`
-# marker: the build, and the data target if it has one), then its ./train_gpt2 command line with -x 2
-# instead of its step count. Checks that it exits 0, that the
-# checkpoint lands under the command's nested -o directory (which does not exist beforehand), that the
-# run prints decoded sample text, and that scripts/export_hf exports the checkpoint. Exits 1 on any
-# failure. Run from the repository root (make test does).
+# test/test_quickstart.sh — the README's first command, as a new user runs it: in a fresh clone of this
+# repository, scripts/quickstart (what it installs: nothing on a machine that has it all; the build, the data,
+# the quick-start training) with QUICKSTART_STEPS=2 instead of its step count. Checks that the README opens with
+# scripts/quickstart and scripts/test_all, that the trainer command the README shows is the one the script
+# runs, that it exits 0, that the checkpoint lands under the command's nested -o directory (which does not
+# exist beforehand), that the run prints decoded sample text, and that scripts/export_hf exports the
+# checkpoint. Exits 1 on any failure. Run from the repository root (make check does).
 set -euo pipefail
 ROOT=$(pwd)
 fail() { echo "test_quickstart: FAIL: $*" >&2; exit 1; }
 
-# the quick-start block: from the marker to the end of the code block after it
+# the quick-start block: from the marker to the end of the code block after it; it opens with the two commands
 block=$(awk '/<!-- quick-start/ { on = 1; next } on && /^```sh/ { inb = 1; next } inb && /^```/ { exit } inb { print }' README.md)
 [ -n "$block" ] || fail "README.md: no code block after the <!-- quick-start marker"
-# its make lines (comments after # dropped) and its first ./train_gpt2 line
-mapfile -t makes < <(sed -n 's/[[:space:]]*#.*$//; /^make\( \|$\)/p' <<< "$block")
-[ ${#makes[@]} -gt 0 ] || fail "README.md: the quick-start block has no make line"
-cmd=$(grep -m1 '^\./train_gpt2 ' <<< "$block" || true)
-[ -n "$cmd" ] || fail "README.md: no ./train_gpt2 line in the quick-start block"
-# split as the shell would (the README's line may quote a glob: -i 'data/.../train_*.bin')
-eval "argv=($cmd)"
-outdir=""
-shards=""
+mapfile -t firsts < <(sed 's/[[:space:]]*#.*$//' <<< "$block" | grep -v '^$' | head -2)
+[ "${firsts[0]:-}" = "scripts/quickstart" ] && [ "${firsts[1]:-}" = "scripts/test_all" ] \
+    || fail "README.md: the quick-start block does not open with scripts/quickstart and scripts/test_all: $block"
+grep -n 'scripts/test_all' .ci/run > /dev/null || fail ".ci/run does not call scripts/test_all"
+# the trainer command the README shows (its first ./train_gpt2 line) is the script's, as it prints it
+shown=$(grep -m1 '^\./train_gpt2 ' README.md | tr -d "'" || true)
+[ -n "$shown" ] || fail "README.md: no ./train_gpt2 line shows what scripts/quickstart trains"
 steps=2
-for ((i = 1; i < ${#argv[@]}; i++)); do
-    case "${argv[$i]}" in
-        -x) argv[$((i + 1))]=$steps ;;
-        -o) outdir=${argv[$((i + 1))]} ;;
-        -i) shards=${argv[$((i + 1))]} ;;
-    esac
-done
-[ -n "$outdir" ] || fail "the quick-start command has no -o: $cmd"
-case "$outdir" in */*) ;; *) fail "the quick-start -o ($outdir) is not nested" ;; esac
-grep -q -- ' -x ' <<< " ${argv[*]} " || fail "the quick-start command has no -x: $cmd"
+outdir=out/small
+shards=data/small4096/train_*.bin
 
 tmp=$(mktemp -d /tmp/test_quickstart_XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 git clone -q "$ROOT" "$tmp/repo" || fail "git clone of $ROOT failed"
 cd "$tmp/repo"
 [ ! -e "$(dirname "$outdir")" ] || fail "$(dirname "$outdir") exists in a fresh clone: the test proves nothing"
-for m in "${makes[@]}"; do
-    echo "test_quickstart: $m"
-    read -r -a margv <<< "$m"
-    "${margv[@]}" --no-print-directory > "$tmp/build.log" 2>&1 || { tail -20 "$tmp/build.log"; fail "'$m' failed in a fresh clone"; }
-done
-echo "test_quickstart: ${argv[*]}"
+echo "test_quickstart: QUICKSTART_STEPS=$steps scripts/quickstart"
 rc=0
-OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "${argv[@]}" > "$tmp/stdout.log" 2> "$tmp/stderr.log" || rc=$?
+QUICKSTART_STEPS=$steps OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} scripts/quickstart > "$tmp/stdout.log" 2> "$tmp/stderr.log" || rc=$?
 if [ $rc -ne 0 ]; then
     tail -5 "$tmp/stdout.log"; cat "$tmp/stderr.log"
-    fail "the quick-start command exited $rc"
+    fail "scripts/quickstart exited $rc"
 fi
+grep -q 'every package it needs is installed' "$tmp/stdout.log" || fail "scripts/quickstart did not say what it installs"
+ran=$(grep -m1 '^quickstart: \./train_gpt2 ' "$tmp/stdout.log" | sed "s/^quickstart: //; s/ -x $steps / -x 2800 /")
+[ "$ran" = "$shown" ] || fail "the README shows '$shown', scripts/quickstart ran '$ran'"
 model=$(printf '%s/model_%08d.bin' "$outdir" $steps)
 done_marker=$(printf '%s/DONE_%08d' "$outdir" $steps)
 [ -s "$model" ] || fail "no checkpoint $model after the run (ls: $(ls "$outdir" 2>&1 | tr '\n' ' '))"
