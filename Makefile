@@ -81,7 +81,7 @@ $(BUILD)/bench_gpt2: dev/bench_gpt2.c | $(BUILD)
 
 # the benches run on the kernels a user who sets nothing gets: without what overrides the choice
 # (scripts/bench.py's KERNEL_VARS, which says so and measures the override's peaks too)
-BENCH_ENV = env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC -u LLMC_BLAS_TEST_CORE -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA -u LLMC_BF16_TEST_REFERENCE
+BENCH_ENV = env -u OPENBLAS_CORETYPE -u LLMC_BLAS_REEXEC -u LLMC_BLAS_TEST_CORE -u ONEDNN_MAX_CPU_ISA -u DNNL_MAX_CPU_ISA -u LLMC_BF16_TEST_REFERENCE -u LLMC_PRECISION_TEST_PROBE
 
 # tokens/s of generation with and without the KV cache (llmc/kvcache.h), 256 new tokens: the quick start's
 # checkpoint (where it exists) and a random-init d4 at GPT-2's vocabulary
@@ -101,7 +101,7 @@ $(BUILD)/test_cpu_blas: test/test_cpu_blas.c train_gpt2 $(BUILD)/bench_sgemm | $
 # tok/s and MFU of train_gpt2 vs PyTorch vs the SGEMM peak, and where the step goes against each phase's floor
 # (bytes / measured bandwidth, FLOPs / peak) (BENCH_THREADS threads; see scripts/bench.py)
 BENCH_THREADS ?= 2
-bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
+bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2 train_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
 
 # the bf16 tests and the trainer's bf16 runs of test_resume and test_hybrid_train with the products by the
@@ -111,7 +111,7 @@ test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step $(BUILD
 
 # what scripts/bench.py says about the kernels, and its profile's floors (tiny sizes, a few seconds)
 TESTS += test/test_bench.py
-test/test_bench.py: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2
+test/test_bench.py: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2 train_gpt2
 
 # scripts/same_bits.py (two trainers' metrics and checkpoints, byte for byte) finds what differs; about 2 min
 SLOW_TESTS += test/test_same_bits.py

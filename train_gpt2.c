@@ -1385,18 +1385,6 @@ void gpt2_free(GPT2* model) {
     model->params_memory = model->grads_memory = model->m_memory = model->v_memory = model->acts_memory = NULL;
 }
 
-#ifndef TESTING
-// ----------------------------------------------------------------------------
-// the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters), the model and
-// hybrid mode's state
-
-// MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine. `make bench` measures
-// the real peak next to the trainer.
-#define CPU_PEAK_GFLOPS_PER_THREAD 145.0
-// bf16's: oneDNN's bf16 matmul 2048^3 per core on the fastest bf16 CPU at hand (a nominal peak below a
-// CPU's real one prints an MFU above 100%); `make bench` measures the machine's own (build/bench_sgemm
-// 2048 5 bf16)
-#define CPU_BF16_PEAK_GFLOPS_PER_THREAD 320.0
 // --precision auto measures: a step's linear products at this model's shapes in fp32 (the layer calls above)
 // and in bf16 (primitives made as gpt2_set_precision makes the model's; forms, packing and chunks alike): each
 // layer's forward, dinp and dweight on PROBE_ROWS of the step's B*T rows (all where fewer), the lm head on one
@@ -1413,7 +1401,7 @@ typedef struct {
     int measured;
 } PrecisionProbe;
 
-static PrecisionProbe precision_probe(const GPT2Config* c, int B, int T) {
+PrecisionProbe precision_probe(const GPT2Config* c, int B, int T) {
     double start = clock_seconds();
     int C = c->channels, L = c->num_layers, Vp = c->padded_vocab_size, N = B * T;
     int R = N < PROBE_ROWS ? N : PROBE_ROWS, lmw = Vp < BF16_CHUNK ? Vp : BF16_CHUNK, wide = lmw > 4 * C ? lmw : 4 * C;
@@ -1471,15 +1459,28 @@ static PrecisionProbe precision_probe(const GPT2Config* c, int B, int T) {
     return p;
 }
 
+#ifndef TESTING
+// ----------------------------------------------------------------------------
+// the trainer: the run (llmc/run.h: flags, data, schedule, sampler, logs, counters), the model and
+// hybrid mode's state
+
+// MFU reference: OpenBLAS SGEMM (2048^3, fp32) per core on the development machine. `make bench` measures
+// the real peak next to the trainer.
+#define CPU_PEAK_GFLOPS_PER_THREAD 145.0
+// bf16's: oneDNN's bf16 matmul 2048^3 per core on the fastest bf16 CPU at hand (a nominal peak below a
+// CPU's real one prints an MFU above 100%); `make bench` measures the machine's own (build/bench_sgemm
+// 2048 5 bf16)
+#define CPU_BF16_PEAK_GFLOPS_PER_THREAD 320.0
 // --precision's value for this run, with the reason, for the start-up table; exits with one line when
 // bf16 is asked for and cannot be had. auto: fp32 where the CPU has no native bf16 or the build no oneDNN;
 // elsewhere the faster of the two at this model's shapes, measured (precision_probe): a CPU that lists
 // avx512_bf16 may still multiply bf16 slower than OpenBLAS multiplies fp32 (docs/benchmark.md). A resumed
-// run keeps the precision its checkpoint recorded; the test reference (LLMC_BF16_TEST_REFERENCE) is bf16,
-// as LLMC_PRECISION_TEST_PROBE=fp32|bf16 (test-only) forces the probe's answer without measuring. fp32
+// run keeps the precision its checkpoint recorded; the test reference (LLMC_BF16_TEST_REFERENCE) is bf16, as
+// is text alone (-x 0: nothing to measure), and LLMC_PRECISION_TEST_PROBE=fp32|bf16 (test-only) forces the
+// probe's answer without measuring. fp32
 // stays the reference: the PyTorch and gradient checks run in it.
-static int resolve_precision(int flag, const char* recorded, const GPT2* model, int B, int T, PrecisionProbe* probe,
-                             char* why, size_t size) {
+static int resolve_precision(int flag, const char* recorded, const GPT2* model, int B, int T, int training,
+                             PrecisionProbe* probe, char* why, size_t size) {
     int native = cpu_has_native_bf16();
     memset(probe, 0, sizeof(*probe));
     if (flag == PRECISION_BF16) {
@@ -1500,6 +1501,7 @@ static int resolve_precision(int flag, const char* recorded, const GPT2* model, 
     if (!native) { snprintf(why, size, "fp32 (auto: the CPU has no native bf16)"); return PRECISION_FP32; }
     if (!dnnl_available()) { snprintf(why, size, "fp32 (auto: built without oneDNN)"); return PRECISION_FP32; }
     if (bf16_test_reference()) { snprintf(why, size, "bf16 (auto: the test reference)"); return PRECISION_BF16; }
+    if (!training) { snprintf(why, size, "bf16 (auto: native bf16; -x 0, nothing measured)"); return PRECISION_BF16; }
     const char* forced = getenv("LLMC_PRECISION_TEST_PROBE");
     if (forced != NULL && strcmp(forced, "fp32") != 0 && strcmp(forced, "bf16") != 0) {
         fatal("LLMC_PRECISION_TEST_PROBE: '%s' is not fp32 or bf16", forced);
@@ -1695,8 +1697,8 @@ int main(int argc, char** argv) {
     char precision_why[128], recorded[16];
     int kept = resume_step >= 0 && run_state_recorded(run, resume_step, "--precision", recorded, sizeof(recorded));
     PrecisionProbe probe;
-    cfg->precision = resolve_precision(cfg->precision, kept ? recorded : NULL, &tr.model, cfg->B, cfg->T, &probe,
-                                       precision_why, sizeof(precision_why));
+    cfg->precision = resolve_precision(cfg->precision, kept ? recorded : NULL, &tr.model, cfg->B, cfg->T,
+                                       cfg->max_steps != 0, &probe, precision_why, sizeof(precision_why));
     gpt2_set_precision(&tr.model, cfg->precision == PRECISION_BF16);
     if (cfg->sample_tokens > 0) { kvcache_init(&tr.kv, mc, cfg->T); }
 

@@ -36,6 +36,7 @@ usage: scripts/bench.py [--threads 2] [--steps 6] [--warmup 2] [--torch-steps 4]
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -47,7 +48,7 @@ ROOT = os.path.dirname(HERE)
 # reference that replaces oneDNN's products (llmc/cpu_dnnl.h); the Makefile's BENCH_ENV lists the same for
 # the benches it runs itself
 KERNEL_VARS = ["OPENBLAS_CORETYPE", "LLMC_BLAS_REEXEC", "LLMC_BLAS_TEST_CORE", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
-               "LLMC_BF16_TEST_REFERENCE"]
+               "LLMC_BF16_TEST_REFERENCE", "LLMC_PRECISION_TEST_PROBE"]
 PEAK_SPREAD = 1.15  # the probes' max / min above which a run's MFU is flagged as the machine's load, not the code's
 PHASES = ["gemm", "attention", "layernorm", "gelu", "crossentropy", "encoder", "grad_norm",
           "adamw", "other"]
@@ -94,6 +95,20 @@ def local_peak(c, pk):
 def default_env(env):
     """env without the variables that override the kernel choice: the kernels of a user who sets nothing"""
     return {k: v for k, v in env.items() if k not in KERNEL_VARS}
+
+
+def auto_pick(depth, B, T, env):
+    """what ./train_gpt2 --precision auto picks at this config (one step; its start-up table): the precision,
+    and its probe's fp32 and bf16 ms of a step's linear products and the probe's own seconds (None where it
+    did not measure: no native bf16 or no oneDNN)"""
+    r = subprocess.run(["./train_gpt2", "-e", f"d{depth}", "-b", B, "-t", T, "-x", "1", "-v", "0", "-s", "0"], env=env,
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"bench: ./train_gpt2 --precision auto at d{depth} B={B} T={T} failed: {r.stderr.strip()}")
+    pick = re.search(r"^\| precision +\| (\S+) \((.*?)\) *\|", r.stdout, re.M)
+    probe = re.search(r"^\| auto: products +\| fp32 ([\d.]+), bf16 ([\d.]+) ms/step \(probe ([\d.]+) s\)", r.stdout, re.M)
+    return {"precision": pick.group(1), "why": pick.group(2),
+            "probe": tuple(float(x) for x in probe.groups()) if probe else None}
 
 
 def torch_best(model, B, T, steps, threads, env, core, autocast="off"):
@@ -153,7 +168,7 @@ def main():
             print(f"  override: {over16['blas']} {n}^3: {over16['gflops']:.1f} GFLOP/s", flush=True)
     if a.peaks_only:
         return
-    rows, rows16, profiles = [], [], []
+    rows, rows16, profiles, autos = [], [], [], []
     probes, probes16 = [peak], [peak16] if sg16 else []
     probe = lambda: run_json(["build/bench_sgemm", n, "5"], env)["gflops"]
     probe16 = lambda: run_json(["build/bench_sgemm", n, "5", "bf16"], env)["gflops"]
@@ -191,6 +206,9 @@ def main():
             print(f"  {rows16[-1][0]}: train_gpt2 bf16 {c16['tok_s']:.1f} tok/s ({c16['mfu_pct']:.1f}% of the bf16 "
                   f"peak, {c16['tok_s'] / c['tok_s']:.2f}x fp32)" + (f", PyTorch autocast bf16 {pt}" if runs16 else ""),
                   flush=True)
+        autos.append((f"{model} B={B} T={T}", auto_pick(depth, B, T, env), c["tok_s"], c16["tok_s"] if sg16 else None))
+        au = autos[-1][1]
+        print(f"  {autos[-1][0]}: --precision auto picks {au['precision']} ({au['why']})", flush=True)
     # the peak again at the end; the best probe of the run is the peak the summary names
     peak_end = probe()
     probes.append(peak_end)
@@ -238,6 +256,18 @@ def main():
           f"{max(probes):.1f}; {a.threads} threads); medians over {a.steps - a.warmup} steps "
           f"after {a.warmup} warm-up; FLOPs/token = 6N + 6LCT; {sg['blas']}; "
           f"PyTorch with OPENBLAS_CORETYPE={sg.get('core')}")
+    print("\n--precision auto: what the trainer picks at start-up, its probe (a step's linear products at the "
+          "config's shapes, ms in each precision) and the steps measured above:\n")
+    print("| config | auto picks | probe fp32 ms | probe bf16 ms | probe s | fp32 tok/s | bf16 tok/s | auto / the faster |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, au, t32, t16 in autos:
+        pr = au["probe"]
+        cells = [f"{pr[0]:.1f}", f"{pr[1]:.1f}", f"{pr[2]:.2f}"] if pr else ["-", "-", "-"]
+        picked = t16 if au["precision"] == "bf16" else t32
+        best = max(t32, t16) if t16 is not None else t32
+        ratio = f"{picked / best:.3f}" if picked is not None else "-"
+        print(f"| {name} | {au['precision']} ({au['why']}) | {' | '.join(cells)} | {t32:.1f} | "
+              f"{t16 if t16 is None else f'{t16:.1f}'} | {ratio} |".replace("| None |", "| - |"))
     isa = next((c["bf16_isa"] for _, c in profiles if c["precision"] == "bf16"), None)
     print(f"train_gpt2 ran on {profiles[0][1]['blas']}" + (f", its bf16 products on oneDNN ({isa})" if isa else "")
           + ": the trainer's own choice (nothing set)")

@@ -123,6 +123,16 @@ def the_profile_has_a_floor_for_every_phase():
             m = re.fullmatch(r"([0-9.e-]+) / ([0-9.e-]+) \(([0-9.]+)x\)", cell)
             assert m, f"{phase}: {cell!r} in {row}"
             assert float(m.group(2)) > 0, f"{phase} has no floor: {row}"
+    # what --precision auto picks at the config, and both speeds: its probe's (where it measures) and the steps'
+    auto = [s for s in out.splitlines() if s.startswith("| d1 B=2 T=32 |") and "(auto" in s]
+    assert len(auto) == 1, f"no row of --precision auto's pick:\n{out}"
+    cells = [c.strip() for c in auto[0].strip("|").split("|")]
+    assert cells[1].startswith(("fp32 (auto", "bf16 (auto")), auto[0]
+    assert DEFAULT16 or cells[1].startswith("fp32"), auto[0]
+    if DEFAULT16:  # both measured: the probe's two speeds, the steps' two, auto's pick against the faster step
+        probe32, probe16 = float(cells[2]), float(cells[3])
+        assert cells[1].startswith("bf16" if probe16 < probe32 else "fp32"), auto[0]
+        assert float(cells[5]) > 0 and float(cells[6]) > 0 and 0 < float(cells[7]) <= 1.0, auto[0]
 
 
 @test
