@@ -1,16 +1,21 @@
 #!/bin/sh
 # test/run_tests.sh — runs the tests it is given in order (make test, make check), keeps going past a failure,
-# and ends with each test's wall time, slowest first, and the total; exits 1 if any failed.
+# and ends with each test's wall time and CPU time (user + system, its processes together; on a shared machine
+# the steadier of the two), slowest first, and the totals; exits 1 if any failed.
 times=$(mktemp); trap 'rm -f "$times"' EXIT
+tck=$(getconf CLK_TCK)
+cpu() { awk -v t="$tck" '{ printf "%.2f", ($16 + $17) / t }' /proc/$$/stat; }  # this shell's finished children
 fail=0
 start=$(date +%s.%N)
 for t in "$@"; do
     echo "== $t"
-    t0=$(date +%s.%N)
+    t0=$(date +%s.%N); c0=$(cpu)
     if ./"$t"; then r=ok; else r=FAILED; fail=1; fi
-    awk -v a="$t0" -v b="$(date +%s.%N)" -v t="$t" -v r="$r" 'BEGIN { printf "%.1f %s %s\n", b - a, t, r }' >> "$times"
+    awk -v a="$t0" -v b="$(date +%s.%N)" -v c0="$c0" -v c1="$(cpu)" -v t="$t" -v r="$r" \
+        'BEGIN { printf "%.1f %.1f %s %s\n", b - a, c1 - c0, t, r }' >> "$times"
 done
-echo "== times (s)"
-sort -rn "$times" | awk '{ printf "%8.1f  %s%s\n", $1, $2, $3 == "ok" ? "" : "  (FAILED)" }'
-awk -v a="$start" -v b="$(date +%s.%N)" -v n="$#" 'BEGIN { printf "%8.1f  total, %d tests\n", b - a, n }'
+echo "== times: wall s, CPU s, test"
+sort -rn "$times" | awk '{ printf "%8.1f %8.1f  %s%s\n", $1, $2, $3, $4 == "ok" ? "" : "  (FAILED)"; c += $2 }
+                         END { printf "%17.1f  CPU total\n", c }'
+awk -v a="$start" -v b="$(date +%s.%N)" -v n="$#" 'BEGIN { printf "%8.1f  wall total, %d tests\n", b - a, n }'
 exit $fail
