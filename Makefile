@@ -428,14 +428,18 @@ test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize 
 
 # the page (web/): `make web` exports WEB_MODEL with web/site.sh into build/web and serves it on localhost;
 # test_web.mjs (slow tier: Chromium) does the same for HF_TRAINED and types a prompt
+# (without WEB_MODEL's file it says what to run first and builds nothing)
 WEB_MODEL ?= out/small/model_00002800.bin
 WEB_VOCAB ?= data/small4096/vocab
 WEB_PORT ?= 8000
+WEB_SITE ?= build/web
 .PHONY: web
-web: $(NODE_DEPS)
-	web/site.sh build/web $(WEB_MODEL) $(WEB_VOCAB)
-	@echo "web: serving build/web on http://localhost:$(WEB_PORT)/ (Ctrl-C stops)"
-	$(PYTHON) -m http.server $(WEB_PORT) --bind 127.0.0.1 -d build/web
+web:
+	@[ -f "$(WEB_MODEL)" ] || { echo "error: $(WEB_MODEL): no model file; run the README's quick start first (make data-small, then its ./train_gpt2 line), or give WEB_MODEL=FILE WEB_VOCAB=DIR" >&2; exit 1; }
+	@$(MAKE) --no-print-directory $(NODE_DEPS)
+	web/site.sh $(WEB_SITE) $(WEB_MODEL) $(WEB_VOCAB)
+	@echo "web: serving $(WEB_SITE) on http://localhost:$(WEB_PORT)/ (Ctrl-C stops)"
+	$(PYTHON) -m http.server $(WEB_PORT) --bind 127.0.0.1 -d $(WEB_SITE)
 SLOW_TESTS += test/test_web.mjs
 test/test_web.mjs: $(NODE_DEPS) $(HF_TRAINED) train_gpt2
 

@@ -18,7 +18,8 @@ notes beside config.json) is refused with one line naming that file, and kept as
 parent folder that refuses writes (EACCES: root ignores permission bits, so os.mkdir is made to fail as it
 fails for a user), a read-only file system (EROFS, the same way) and a full disk (model.safetensors written
 into /dev/full, which fails every write with ENOSPC) each give one line naming the folder or the file, exit
-1, nothing left behind; a Python without numpy says which interpreter to use.
+1, nothing left behind; a Python without numpy says which interpreter to use. `make web` without its model
+says what to run first and builds nothing.
 """
 import json
 import os
@@ -264,12 +265,23 @@ def test_refusals(work):
     shutil.rmtree(fake)
 
 
+def test_make_web(work):
+    site = os.path.join(work, "site")
+    r = subprocess.run(["make", "-s", "web", f"WEB_MODEL={os.path.join(work, 'none.bin')}", f"WEB_SITE={site}"],
+                       capture_output=True, text=True, cwd=ROOT)
+    first = r.stderr.strip().split("\n")[0]
+    check(r.returncode != 0 and first.startswith("error: ") and "none.bin: no model file; run the README's quick start"
+          in first and not os.path.exists(site), f"make web without a model: exit {r.returncode}, '{first}'"
+          f"{', built ' + site if os.path.exists(site) else ''}")
+
+
 def main():
     work = tempfile.mkdtemp(prefix="test_export_hf_")
     try:
         test_layout(work)
         test_recorded_vocab(work)
         test_refusals(work)
+        test_make_web(work)
     finally:
         shutil.rmtree(work)
     if failures:

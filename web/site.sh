@@ -11,6 +11,9 @@ tjs=$ROOT/node_modules/@huggingface/transformers/dist
 ort=$ROOT/node_modules/onnxruntime-web/dist
 [ -f "$tjs/transformers.min.js" ] && [ -f "$ort/ort-wasm-simd-threaded.asyncify.wasm" ] \
     || { echo "error: $ROOT/node_modules: no transformers.js or onnxruntime-web (run npm ci, or make web)" >&2; exit 1; }
+[ -f "$model" ] || { echo "error: $model: no such model file" >&2; exit 1; }
+# a SITE this run creates goes again if a step fails: never a half-built site
+[ -e "$site" ] || trap 'rm -rf "$site"' ERR
 mkdir -p "$site/lib" "$site/models"
 cp "$ROOT/web/index.html" "$ROOT/web/app.js" "$site/"
 ln -sf "$tjs/transformers.min.js" "$site/lib/"
