@@ -268,7 +268,8 @@ def test_refusals(work):
 def test_make_web(work):
     site = os.path.join(work, "site")
     r = subprocess.run(["make", "-s", "web", f"WEB_MODEL={os.path.join(work, 'none.bin')}", f"WEB_SITE={site}"],
-                       capture_output=True, text=True, cwd=ROOT)
+                       capture_output=True, text=True, cwd=ROOT,  # not make test's jobserver: its own make
+                       env={k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")})
     first = r.stderr.strip().split("\n")[0]
     check(r.returncode != 0 and first.startswith("error: ") and "none.bin: no model file; run the README's quick start"
           in first and not os.path.exists(site), f"make web without a model: exit {r.returncode}, '{first}'"
