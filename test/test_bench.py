@@ -28,7 +28,7 @@ CLEAN = {k: v for k, v in os.environ.items() if k not in KERNEL_VARS}
 CLEAN.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 # a weaker OpenBLAS core any x86-64 runs, and oneDNN capped below its bf16 instructions
 OVERRIDE = {"OPENBLAS_CORETYPE": "Prescott", "ONEDNN_MAX_CPU_ISA": "AVX512_CORE"}
-TINY = ["--threads", "1", "--sgemm-n", "128"]
+TINY = ["--threads", "1", "--sgemm-n", "128", "--bw-mib", "16"]  # the bandwidth probe at 16 MiB, not 4x the cache
 
 
 def bench(args, extra_env=None):
@@ -111,7 +111,7 @@ def timed_runs_use_the_trainers_choice_under_an_override():
 
 @test
 def the_profile_has_a_floor_for_every_phase():
-    out = bench(["--configs", "d1:2:32", "--steps", "2", "--warmup", "1", "--no-torch", "--bw-mib", "16"])
+    out = bench(["--configs", "d1:2:32", "--steps", "2", "--warmup", "1", "--no-torch"])
     assert re.search(r"memory bandwidth \(a \+= s\*b over 2 x 16 MiB, 1 threads\): [0-9.]+ GB/s", out), out
     rows = [s for s in out.splitlines() if s.startswith("| d1 B=2 T=32") and "/" in s and "x)" in s]
     assert len(rows) == (2 if DEFAULT16 else 1), f"expected a floor row per profile:\n{out}"
@@ -162,7 +162,7 @@ def each_rows_mfu_is_against_the_peak_beside_it():
     # two configs: each row names the peak probed right before and after its timed run, and its MFU is
     # tok/s x FLOPs/token / that peak: FLOPs/token recovered from each row of a config must agree (the fp32
     # and the bf16 rows have the same model, and different peaks); the summary's peak is the best probe
-    out = bench(["--configs", "d1:2:32,d2:1:16", "--steps", "2", "--warmup", "1", "--no-torch", "--bw-mib", "16"])
+    out = bench(["--configs", "d1:2:32,d2:1:16", "--steps", "2", "--warmup", "1", "--no-torch"])
     fpt = {}
     for line in out.splitlines():
         m = re.match(r"\| (d\d B=\d+ T=\d+) \| ([0-9.]+) \| (?:[0-9.]+x \| )?([0-9.]+) \| ([0-9.]+)% \|", line)
