@@ -109,8 +109,8 @@ bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2 train_gpt2
 TESTS += test/test_bf16_reference.sh
 test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step $(BUILD)/test_resume $(BUILD)/test_hybrid_train
 
-# what scripts/bench.py says about the kernels, and its profile's floors (tiny sizes, a few seconds)
-TESTS += test/test_bench.py
+# what scripts/bench.py says about the kernels, auto's pick and its profile's floors (tiny sizes; a minute or more)
+SLOW_TESTS += test/test_bench.py
 test/test_bench.py: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2 train_gpt2
 
 # scripts/same_bits.py (two trainers' metrics and checkpoints, byte for byte) finds what differs; about 2 min
