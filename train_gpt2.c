@@ -27,6 +27,7 @@
 #include "llmc/cpu_dnnl.h"     // bf16 matmuls through oneDNN (--precision bf16)
 #include "llmc/cpu_profile.h"  // where a step's time goes (the bench build only)
 #include "llmc/adamw.h"        // one AdamW element (adamw_element)
+#include "llmc/average.h"      // the weights to evaluate and keep: an EMA of the weights (--ema)
 #include "llmc/rand.h"         // the random init's stream
 #include "llmc/config.h"       // the flags
 #include "llmc/run.h"          // data, schedule, sampler, logs, counters
@@ -892,6 +893,8 @@ typedef struct {
     float* grads_memory;
     float* m_memory;
     float* v_memory;
+    WeightAverage* average;   // weights kept apart (llmc/average.h): with an EMA decay, the AdamW pass updates
+                              // it; NULL: none
     ActivationTensors acts;
     size_t act_sizes[NUM_ACTIVATION_TENSORS];
     float* acts_memory;
@@ -927,6 +930,7 @@ static void gpt2_setup_params(GPT2* model) {
     model->grads_memory = NULL;
     model->m_memory = NULL;
     model->v_memory = NULL;
+    model->average = NULL;
     model->acts_memory = NULL;
     model->batch_size = 0;
     model->seq_len = 0;
@@ -1331,11 +1335,17 @@ float gpt2_grad_norm(GPT2* model) {
 // Decoupled weight decay on the 2-D weights only (PARAM_DECAYS). The gradients are left zero: each is set to
 // 0 where it is read, so the next step's backward accumulates into zeros without a pass of its own (that
 // pass read and wrote every gradient again; this one writes lines the update has in cache already).
+// With an EMA of the weights (model->average), the same pass folds each new weight into it (llmc/average.h).
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
     if (model->m_memory == NULL) { fatal("model: gpt2_update before gpt2_allocate"); }
     float bc1 = 1.0f - powf(beta1, (float)t);
     float bc2 = 1.0f - powf(beta2, (float)t);
+    WeightAverage* avg = model->average;
+    int ema = average_on(avg) && avg->ema_decay > 0.0f;
+    if (ema && avg->swapped) { fatal("model: gpt2_update with the kept weights swapped in"); }
+    float ew = 0.0f, ek = 0.0f;  // the EMA's weights of the new weights and of the average
+    if (ema) { average_ema_coefs(avg->ema_decay, t, &ew, &ek); }
     size_t offset = 0;
     for (int k = 0; k < NUM_PARAMETER_TENSORS; k++) {
         float wd = PARAM_DECAYS[k] ? weight_decay : 0.0f;
@@ -1344,7 +1354,17 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         float* m = model->m_memory + offset;
         float* v = model->v_memory + offset;
         size_t n = model->param_sizes[k];
-        if (model->params_bf16 != NULL) {  // the same update, and the bf16 copy rounded in the same pass
+        if (ema) {  // the same update, the EMA, and the bf16 copy (if any) rounded in the same pass
+            float* e = avg->weights + offset;
+            bf16* p16 = model->params_bf16 != NULL ? model->params_bf16 + offset : NULL;
+            #pragma omp parallel for simd schedule(static)
+            for (size_t i = 0; i < n; i++) {
+                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
+                e[i] = average_ema_element(e[i], p[i], ew, ek);
+                if (p16 != NULL) { p16[i] = bf16_from_float(p[i]); }
+                g[i] = 0.0f;
+            }
+        } else if (model->params_bf16 != NULL) {  // the same update, and the bf16 copy rounded in the same pass
             bf16* p16 = model->params_bf16 + offset;
             #pragma omp parallel for simd schedule(static)
             for (size_t i = 0; i < n; i++) {
@@ -1521,6 +1541,7 @@ typedef struct {
     GPT2 model;
     HybridState hybrid;       // hybrid mode (hybrid/hybrid.h); zeroed without --hybrid
     float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
+    WeightAverage avg;        // the weights to evaluate and keep where they are not the trained ones (--ema)
     int grads_zero;           // the last step's update left the gradients zero, and nothing wrote them since
     KVCache kv;               // the samples' keys and values, -t positions (with -g > 0)
 } Trainer;
@@ -1621,7 +1642,17 @@ static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
 
 
 // ----------------------------------------------------------------------------
-// evaluation, text, checkpoints
+// evaluation, text, checkpoints: val loss at the trained weights and at the kept ones; samples and the model
+// file at the kept ones
+
+// the parameters hold the weights to evaluate and keep (in = 1) or the trained ones (in = 0): an exact swap
+// with the set kept apart (llmc/average.h), where the run keeps one; the bf16 copy is rounded again from
+// whichever the parameters hold at the next forward
+static void use_kept_weights(Trainer* tr, int in) {
+    if (!average_on(&tr->avg) || tr->avg.swapped == in) { return; }
+    average_swap(&tr->avg, tr->model.params_memory);
+    tr->model.bf16_fresh = 0;
+}
 
 // mean val loss over the run's val batches (the same batches every time)
 static float evaluate(Trainer* tr) {
@@ -1636,6 +1667,16 @@ static float evaluate(Trainer* tr) {
     return (float)(sum / n);
 }
 
+// val loss at the kept weights; NAN where the run keeps none apart, or before its first update (they are the
+// trained ones then)
+static float evaluate_kept(Trainer* tr) {
+    if (!average_on(&tr->avg) || tr->run.adam_steps == 0) { return NAN; }
+    use_kept_weights(tr, 1);
+    float loss = evaluate(tr);
+    use_kept_weights(tr, 0);
+    return loss;
+}
+
 // the prompt, then -g tokens. While the context fits in T, each token is one new position through the KV
 // cache (fp32); past T the window slides, every position moves, and each token is a forward over the last
 // T tokens at (1, T) on the same arena, as in llm.c
@@ -1643,6 +1684,7 @@ static void generate(Trainer* tr) {
     GPT2* model = &tr->model;
     Sampler* s = &tr->run.sampler;
     int V = model->config.vocab_size, Vp = model->config.padded_vocab_size, T = tr->run.cfg.T;
+    use_kept_weights(tr, 1);
     sampler_begin(s, &tr->run.tokenizer);
     kvcache_reset(&tr->kv);
     for (int t = s->prompt_len; t < s->end; t++) {
@@ -1656,15 +1698,20 @@ static void generate(Trainer* tr) {
         sampler_push(s, t, logits, V, &tr->run.tokenizer);
     }
     sampler_end();
+    use_kept_weights(tr, 0);
 }
 
 // model, state and (hybrid mode) hybrid state of this step, then the DONE marker; the gradient buffer
-// holds the rollback point of an open Predict run
+// holds the rollback point of an open Predict run. The model file holds the weights to keep; where those
+// are not the trained ones, the state carries the trained ones (swapped out of the parameters meanwhile).
 static void checkpoint(Trainer* tr) {
     char path[4096];
     checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
+    use_kept_weights(tr, 1);
     model_write(path, &tr->model.config, tr->model.params_memory, tr->model.num_parameters);
-    run_state_write(&tr->run, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory);
+    run_state_write(&tr->run, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory,
+                    average_on(&tr->avg) ? tr->avg.weights : NULL);
+    use_kept_weights(tr, 0);
     if (hybrid_enabled(&tr->hybrid)) { hybrid_checkpoint_write(&tr->hybrid, &tr->run, tr->drift, tr->model.grads_memory); }
     run_state_commit(&tr->run);
 }
@@ -1716,8 +1763,20 @@ int main(int argc, char** argv) {
         hybrid_set_bf16_copy(&tr.hybrid, tr.model.params_bf16);
         tr.drift = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
     }
+    if (cfg->ema > 0.0f) {  // the EMA: one buffer, a copy of the weights until the first update folds in
+        if (hybrid_flags.enabled) {
+            fatal("flag --ema: not with --hybrid (its Predict steps and fused pass move the weights outside the AdamW pass that averages them)");
+        }
+        average_init_ema(&tr.avg, tr.model.params_memory, tr.model.num_parameters, cfg->ema);
+        tr.model.average = &tr.avg;
+        run->kept_label = tr.avg.label;
+    }
     if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
-        run_state_load(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory);
+        run_state_load(run, resume_step, tr.model.num_parameters, tr.model.m_memory, tr.model.v_memory,
+                       average_on(&tr.avg) ? tr.avg.weights : NULL);
+        // with an average, the model file held the kept weights and the state the trained ones: swap them
+        tr.avg.swapped = average_on(&tr.avg);
+        use_kept_weights(&tr, 0);
         if (hybrid_enabled(&tr.hybrid)) { hybrid_checkpoint_load(&tr.hybrid, run, resume_step, tr.drift, tr.model.grads_memory); }
     }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
@@ -1752,7 +1811,9 @@ int main(int argc, char** argv) {
         hybrid_report(&tr.hybrid, run, &r);                        // all of hybrid/'s bookkeeping happens in there
         run_step_end(run, &r);
         run_print_step(run, &r, lr);
-        run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
+        int val = run_val_due(run);
+        float val_loss = val ? evaluate(&tr) : NAN;
+        run_log_step(run, &r, lr, val_loss, val ? evaluate_kept(&tr) : NAN);  // at the trained and kept weights
         if (run_sample_due(run)) { generate(&tr); }
         int stop = signals_stop_requested();
         if (run_checkpoint_due(run, stop)) { checkpoint(&tr); }
@@ -1774,6 +1835,7 @@ int main(int argc, char** argv) {
     report_summary(run, extra);
 
     free(tr.drift);
+    average_free(&tr.avg);
     kvcache_free(&tr.kv);
     hybrid_free(&tr.hybrid);
     run_free(run);

@@ -935,7 +935,7 @@ static void checkpoint(Trainer* tr) {
         char path[4096];
         checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
         model_write(path, &model->config, tr->host_params, model->num_parameters);
-        run_state_write(&tr->run, model->num_parameters, tr->host_m, tr->host_v);
+        run_state_write(&tr->run, model->num_parameters, tr->host_m, tr->host_v, NULL);
         if (hybrid) { hybrid_device_checkpoint_write(&tr->hybrid_dev, &tr->hybrid, &tr->run); }
         run_state_commit(&tr->run);
     }
@@ -961,6 +961,7 @@ int main(int argc, char** argv) {
     config_parse(cfg, argc, argv, &CLI);
     run->cli = &CLI;
     check_gpu_args(cfg);
+    if (cfg->ema > 0.0f) { fatal("flag --ema: not in the GPU trainer yet"); }
     tr.multi_gpu = multi_gpu_config_init(cfg->num_processes, cfg->process_rank, cfg->gpus_per_node,
                                          cfg->init_method, cfg->fs_path, cfg->server_ip, cfg->zero_stage);
     run->rank0 = tr.multi_gpu.process_rank == 0;
@@ -1009,7 +1010,7 @@ int main(int argc, char** argv) {
         HybridBuffers hb = hybrid_buffers(&tr.model);
         if (hybrid_enabled(&tr.hybrid)) { hybrid_device_init(&tr.hybrid_dev, &tr.hybrid, &hb); }
         if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
-            run_state_load(run, resume_step, P, tr.host_m, tr.host_v);
+            run_state_load(run, resume_step, P, tr.host_m, tr.host_v, NULL);
             gpt2_optimizer_from_host(&tr.model, tr.host_m, tr.host_v);
             if (hybrid_enabled(&tr.hybrid)) { hybrid_device_load(&tr.hybrid_dev, &tr.hybrid, run, resume_step, &hb); }
             // the floatX copy as this step left it: the resumed run continues bit-exactly
@@ -1045,7 +1046,7 @@ int main(int argc, char** argv) {
             run_step_end(run, &r);
             log_device_memory_after_step(&tr);
             run_print_step(run, &r, lr);
-            run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN);
+            run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN, NAN);
             if (run_sample_due(run)) { generate(&tr); }
             // Predict steps communicate nothing, so the decision waits for the next measured step
             int stop = signals_stop_requested();

@@ -14,9 +14,12 @@
  * [50..51] init seed, [52..53] AdamW updates applied (its bias-correction step), [60] 2 when the record of
  * the flags fixed on resume follows the blob (1: an older file, the flags in slots 61..101), [102..105]
  * the gradient noise scale's two sums (doubles), [106] the steps in them, [107] 1 when 102..106 are set,
- * [108] the record's bytes. After the header: m (P fp32), v (P fp32), loader blob (llmc/dataloader.h),
- * the record (text, one "flag value" line per flag: llmc/config.h; then "--vocab DIR", the vocabulary the
- * run trained with, when it knew it: llmc/vocab.h).
+ * [108] the record's bytes, [109] 1 when the trained weights follow the record (0: older files, and runs
+ * whose model file holds the weights they train). After the header: m (P fp32), v (P fp32), loader blob
+ * (llmc/dataloader.h), the record (text, one "flag value" line per flag: llmc/config.h; then "--vocab DIR",
+ * the vocabulary the run trained with, when it knew it: llmc/vocab.h), then with slot 109 the trained
+ * weights (P fp32): the model file of such a checkpoint holds other weights to keep (an average,
+ * llmc/average.h), and training continues from these.
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -188,6 +191,8 @@ typedef struct {
     char run_flags[STATE_RECORD_MAX];
     double gns_s_sum, gns_g2_sum; // the gradient noise scale's sums over the run so far (slots 102-107;
     int gns_steps;                // files without them: 0, so a resumed summary covers the steps since)
+    const float* weights;     // state_write: (P) the trained weights, where the model file keeps others (NULL: none)
+    int has_weights;          // state_read: the file carries them (slot 109); state_read_weights reads them
 } TrainState;
 
 static inline void put_u64(int* h, int slot, uint64_t v) { memcpy(h + slot, &v, 8); }
@@ -237,6 +242,7 @@ static inline void state_write(const char* path, const TrainState* s, const floa
     memcpy(header + 104, &s->gns_g2_sum, 8);
     header[106] = s->gns_steps;
     header[107] = 1;
+    header[109] = s->weights != NULL;
     AtomicFile af;
     atomic_open(&af, path);
     atomic_write(&af, header, sizeof(int), 256);
@@ -244,6 +250,7 @@ static inline void state_write(const char* path, const TrainState* s, const floa
     atomic_write(&af, v, sizeof(float), s->num_parameters);
     atomic_write(&af, blob, 1, blob_bytes);
     atomic_write(&af, s->run_flags, 1, record);
+    if (s->weights != NULL) { atomic_write(&af, s->weights, sizeof(float), s->num_parameters); }
     atomic_commit(&af);
 }
 
@@ -292,12 +299,15 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
                   s->gns_g2_sum, s->gns_steps);
         }
     }
+    if (header[109] != 0 && header[109] != 1) { fatal("%s: corrupt state (slot 109 is %d, not 0 or 1)", path, header[109]); }
+    s->has_weights = header[109];
     if (s->num_parameters != num_parameters) {
         fatal("%s: state is for %zu parameters, the model has %zu", path, s->num_parameters, num_parameters);
     }
-    if (s->step < 0 || nb > (1u << 30) || bytes != sizeof(header) + 2 * num_parameters * sizeof(float) + nb + record) {
+    size_t floats = (2 + (size_t)s->has_weights) * num_parameters;  // m, v and the trained weights if any
+    if (s->step < 0 || nb > (1u << 30) || bytes != sizeof(header) + floats * sizeof(float) + nb + record) {
         fatal("%s: state file is %zu bytes, its header implies %zu (truncated or corrupt)", path, bytes,
-              sizeof(header) + 2 * num_parameters * sizeof(float) + nb + record);
+              sizeof(header) + floats * sizeof(float) + nb + record);
     }
     // AdamW's bias correction divides by 1 - beta^t: a count that is not in [0, step] would put
     // Inf/NaN into the first update (skipped steps do not count, so adam_steps <= step always)
@@ -320,8 +330,9 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
     }
 }
 
-// the record of the run's flags in the state file at path, alone (it is the file's last header[108] bytes),
-// into out; 0 when there is none: no such file, not a state file, or one from before the record was text
+// the record of the run's flags in the state file at path, alone (the file's last header[108] bytes, before
+// the trained weights where slot 109 says they follow), into out; 0 when there is none: no such file, not a
+// state file, or one from before the record was text
 static inline int state_read_record(const char* path, char* out, size_t size) {
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { return 0; }
@@ -329,14 +340,32 @@ static inline int state_read_record(const char* path, char* out, size_t size) {
     size_t bytes = file_size_check(fp, path);
     int ok = bytes >= sizeof(header) && fread(header, sizeof(int), 256, fp) == 256 && header[0] == STATE_MAGIC &&
              header[60] == 2 && header[108] >= 0 && header[108] < STATE_RECORD_MAX &&
-             (size_t)header[108] < size && bytes >= sizeof(header) + (size_t)header[108];
+             (size_t)header[108] < size && (header[109] == 0 || (header[109] == 1 && get_u64(header, 40) < bytes));
+    size_t tail = ok ? (size_t)header[108] + (header[109] == 1 ? get_u64(header, 40) * sizeof(float) : 0) : 0;
+    ok = ok && bytes >= sizeof(header) + tail;
     if (ok) {
         size_t record = (size_t)header[108];
-        ok = fseek(fp, (long)(bytes - record), SEEK_SET) == 0 && fread(out, 1, record, fp) == record;
+        ok = fseek(fp, (long)(bytes - tail), SEEK_SET) == 0 && fread(out, 1, record, fp) == record;
         out[ok ? record : 0] = '\0';
     }
     fclose(fp);
     return ok;
+}
+
+// the trained weights (P floats) of a state file that carries them (state_read said so: has_weights), into
+// weights; rejects NaN/Inf as model_read_params does
+static inline void state_read_weights(const char* path, size_t num_parameters, float* weights) {
+    FILE* fp = fopenCheck(path, "rb");
+    int header[256];
+    freadCheck(header, sizeof(int), 256, fp, path);
+    if (header[109] != 1) { fatal("%s: the state file carries no trained weights (slot 109)", path); }
+    long offset = (long)(sizeof(header) + 2 * num_parameters * sizeof(float) + get_u64(header, 42) + (size_t)header[108]);
+    fseekCheck(fp, offset, SEEK_SET, path);
+    freadCheck(weights, sizeof(float), num_parameters, fp, path);
+    fcloseCheck(fp, path);
+    for (size_t i = 0; i < num_parameters; i++) {
+        if (!isfinite(weights[i])) { fatal("%s: trained weight %zu is %f (NaN/Inf)", path, i, weights[i]); }
+    }
 }
 
 // ----------------------------------------------------------------------------

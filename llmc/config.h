@@ -45,6 +45,7 @@ typedef struct {
     float beta1;               // --beta1 AdamW
     float beta2;               // --beta2
     float grad_clip;           // --grad-clip: the gradients' global norm is clipped to this
+    float ema;                 // --ema: decay of the weights' EMA, evaluated and kept (0: off; llmc/average.h)
     int val_every;             // -v (0: off)
     int val_batches;           // -m (-1: all)
     int sample_every;          // -s (0: off)
@@ -128,6 +129,7 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG_FIXED("--beta1", ARG_FLOAT, TrainConfig, beta1, 0, 0.99999, 0, "AdamW beta1 (first-moment decay)"),
     ARG_FIXED("--beta2", ARG_FLOAT, TrainConfig, beta2, 0, 0.99999, 0, "AdamW beta2 (second-moment decay)"),
     ARG_FIXED("--grad-clip", ARG_FLOAT, TrainConfig, grad_clip, 1e-6, 1e9, 0, "clip the gradients' global norm to this"),
+    ARG_FIXED("--ema", ARG_FLOAT, TrainConfig, ema, 0, 0.99999, 0, "keep an EMA of the weights with this decay per update (bias-corrected): val loss at it beside the weights', and it is the model written (0: off)"),
     ARG("-v", ARG_INT, TrainConfig, val_every, 0, 1 << 30, 0, "val loss every N steps (0: off)"),
     ARG("-m", ARG_INT, TrainConfig, val_batches, 1, 1 << 30, 1, "val batches per evaluation (-1: all)"),
     ARG("-s", ARG_INT, TrainConfig, sample_every, 0, 1 << 30, 0, "sample text every N steps and after the last (0: off)"),

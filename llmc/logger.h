@@ -26,6 +26,8 @@ typedef struct {
     const char* phase;      // "full", "warmup", "predict", "correct"
     int has_loss;  double loss;
     int has_val;   double val_loss, val_bpb; // val_bpb: NAN when unknown
+    const char* kept_label; double val_loss_kept, val_bpb_kept; // at the kept weights (llmc/average.h) as
+                            // val_loss_<label>, val_bpb_<label>; kept_label NULL: not evaluated
     double lr;
     int has_norm;  double grad_norm;
     int has_gns;   double grad_norm_micro1, gns; // first micro batch's gradient norm, noise scale (tokens)
@@ -130,6 +132,13 @@ static inline void logger_log_step(Logger* logger, const StepMetrics* m) {
     if (m->has_loss) { json_number(fp, "loss", m->loss); } else { fprintf(fp, ", \"loss\": null"); }
     if (m->has_val) { json_number(fp, "val_loss", m->val_loss); }
     if (m->has_val && isfinite(m->val_bpb)) { json_number(fp, "val_bpb", m->val_bpb); }
+    if (m->kept_label != NULL) {
+        char key[64];
+        snprintf(key, sizeof(key), "val_loss_%s", m->kept_label);
+        json_number(fp, key, m->val_loss_kept);
+        snprintf(key, sizeof(key), "val_bpb_%s", m->kept_label);
+        if (isfinite(m->val_bpb_kept)) { json_number(fp, key, m->val_bpb_kept); }
+    }
     json_number(fp, "lr", m->lr);
     if (m->has_norm) { json_number(fp, "grad_norm", m->grad_norm); } else { fprintf(fp, ", \"grad_norm\": null"); }
     if (m->has_gns) { json_number(fp, "grad_norm_micro1", m->grad_norm_micro1); json_number(fp, "gns", m->gns); }

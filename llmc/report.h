@@ -69,6 +69,15 @@ static inline void report_summary(TrainRun* run, const char* extra) {
         snprintf(bpb, sizeof(bpb), "%.9g", run_val_bpb(run, run->last_val_loss));
     }
     if (isfinite(run_gns(run))) { snprintf(gns, sizeof(gns), "%.6g", run_gns(run)); }
+    char kept[256] = "";  // the kept weights' final numbers, where a run keeps them apart (llmc/average.h)
+    if (run->kept_label != NULL) {
+        char kv[64] = "null", kb[64] = "null";
+        if (run->last_val_kept >= 0.0f) { snprintf(kv, sizeof(kv), "%.9g", run->last_val_kept); }
+        if (run->last_val_kept >= 0.0f && isfinite(run_val_bpb(run, run->last_val_kept))) {
+            snprintf(kb, sizeof(kb), "%.9g", run_val_bpb(run, run->last_val_kept));
+        }
+        snprintf(kept, sizeof(kept), ", \"val_loss_%s\": %s, \"val_bpb_%s\": %s", run->kept_label, kv, run->kept_label, kb);
+    }
     char vocab[1024] = "null";  // the vocabulary it trained with (llmc/vocab.h), a JSON string
     if (run->cfg.vocab_dir != NULL) {
         size_t k = 0;
@@ -81,9 +90,9 @@ static inline void report_summary(TrainRun* run, const char* extra) {
         vocab[k] = '\0';
     }
     snprintf(body, sizeof(body),
-             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"val_bpb\": %s, \"train_loss\": %.9g, "
+             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"val_bpb\": %s%s, \"train_loss\": %.9g, "
              "\"backward\": %llu, \"tokens\": %llu, \"gradient_noise_scale\": %s, \"vocab\": %s%s",
-             run->step, run->train_time_s, val, bpb, run->last_train_loss, (unsigned long long)run->backward,
+             run->step, run->train_time_s, val, bpb, kept, run->last_train_loss, (unsigned long long)run->backward,
              (unsigned long long)run->tokens, gns, vocab, extra);
     logger_write_summary(&run->logger, body);
     printf("done: %d steps, %.2f s training time, %llu backward passes\n", run->step, run->train_time_s,

@@ -46,6 +46,9 @@ typedef struct {
     double train_time_s;      // cumulative training seconds (saved)
     int faults;               // consecutive non-finite steps
     float last_val_loss;      // -1 until computed
+    const char* kept_label;   // a run that keeps other weights than it trains (llmc/average.h): their name in the
+                              // logs, val_loss_<label> (NULL: none)
+    float last_val_kept;      // val loss at the kept weights; -1 until computed
     float last_train_loss;
     unsigned char* loader_blob; // (dataloader_state_max_size) scratch for checkpoints
     double flops_per_token;
@@ -102,6 +105,7 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
     TrainConfig* c = &run->cfg;
     int np = run->num_processes;
     run->last_val_loss = -1.0f;
+    run->last_val_kept = -1.0f;
     // the model's vocabulary (llmc/vocab.h): the model file is the checkpoint resumed from, or -e's file
     char model[4096];
     int depth;
@@ -248,13 +252,17 @@ static inline size_t run_val_begin(TrainRun* run) {
          ? val->total_batches : (size_t)run->cfg.val_batches;
 }
 
-// "val loss X" and, where known, its bits per byte
-static inline void run_print_val(const TrainRun* run, float val_loss) {
+// "val loss X" and, where known, its bits per byte; named: the kept weights' label, or NULL
+static inline void run_print_val_named(const TrainRun* run, const char* name, float val_loss) {
     if (!run->rank0) { return; }
     double bpb = run_val_bpb(run, val_loss);
-    if (isfinite(bpb)) { printf("val loss %.6f | %.4f bits per byte\n", val_loss, bpb); }
-    else { printf("val loss %.6f\n", val_loss); }
+    const char* sp = name != NULL ? " " : "";
+    name = name != NULL ? name : "";
+    if (isfinite(bpb)) { printf("%s%sval loss %.6f | %.4f bits per byte\n", name, sp, val_loss, bpb); }
+    else { printf("%s%sval loss %.6f\n", name, sp, val_loss); }
 }
+
+static inline void run_print_val(const TrainRun* run, float val_loss) { run_print_val_named(run, NULL, val_loss); }
 
 static inline void run_log_init_val(TrainRun* run, float val_loss) {
     run->last_val_loss = val_loss;
@@ -262,9 +270,10 @@ static inline void run_log_init_val(TrainRun* run, float val_loss) {
     logger_log_init_val(&run->logger, val_loss, run_val_bpb(run, val_loss));
 }
 
-// the step's metrics line (val_loss: NAN when not evaluated at this step), then the fault count: a
-// non-finite step was skipped by the trainer; MAX_FAULTS of them in a row stop the run
-static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, float val_loss) {
+// the step's metrics line (val_loss: NAN when not evaluated at this step; val_kept: at the kept weights, NAN
+// when not evaluated or none are kept), then the fault count: a non-finite step was skipped by the trainer;
+// MAX_FAULTS of them in a row stop the run
+static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, float val_loss, float val_kept) {
     StepMetrics m;
     memset(&m, 0, sizeof(m));
     m.step = run->step;
@@ -290,6 +299,13 @@ static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, fl
         m.has_val = 1;
         m.val_loss = val_loss;
         m.val_bpb = run_val_bpb(run, val_loss);
+    }
+    if (!isnan(val_kept) && run->kept_label != NULL) {
+        run->last_val_kept = val_kept;
+        run_print_val_named(run, run->kept_label, val_kept);
+        m.kept_label = run->kept_label;
+        m.val_loss_kept = val_kept;
+        m.val_bpb_kept = run_val_bpb(run, val_kept);
     }
     logger_log_step(&run->logger, &m);
     if (!r->skipped) { run->faults = 0; return; }

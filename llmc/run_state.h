@@ -101,8 +101,10 @@ static inline int run_state_recorded(const TrainRun* run, int step, const char* 
 }
 
 // reads the state file of checkpoint `step` into s (m, v into the given buffers), checks it against
-// the flags and restores the counters and data position
-static inline void run_state_load(TrainRun* run, int step, size_t num_parameters, float* m, float* v) {
+// the flags and restores the counters and data position. weights: (P) for the trained weights of a run whose
+// model file keeps others (llmc/average.h), NULL for a run that trains the weights it keeps; a file must
+// match, or the resume would continue from the other set
+static inline void run_state_load(TrainRun* run, int step, size_t num_parameters, float* m, float* v, float* weights) {
     char path[4096];
     checkpoint_path(path, sizeof(path), run->cfg.output_dir, "state", step);
     TrainState s;
@@ -111,6 +113,13 @@ static inline void run_state_load(TrainRun* run, int step, size_t num_parameters
     state_read(path, &s, num_parameters, m, v, &blob, &blob_bytes);
     if (s.step != step) { fatal("%s: state is for step %d, expected %d", path, s.step, step); }
     run_state_check_flags(run, &s, path);
+    if (s.has_weights && weights == NULL) {
+        fatal("%s: the model file keeps an average, the state the trained weights; resume with the run's --ema", path);
+    }
+    if (!s.has_weights && weights != NULL) {
+        fatal("%s: the checkpoint keeps no average (a run without --ema); resume without --ema", path);
+    }
+    if (weights != NULL) { state_read_weights(path, num_parameters, weights); }
     dataloader_state_load(&run->train_loader, blob, blob_bytes, path);
     free(blob);
     run->step = s.step;
@@ -124,11 +133,14 @@ static inline void run_state_load(TrainRun* run, int step, size_t num_parameters
     run->gns_steps = s.gns_steps;
 }
 
-// the standard state file (rank 0): counters, m, v, loader position
-static inline void run_state_write(TrainRun* run, size_t num_parameters, const float* m, const float* v) {
+// the standard state file (rank 0): counters, m, v, loader position; weights: (P) the trained weights where
+// the model file keeps others, else NULL
+static inline void run_state_write(TrainRun* run, size_t num_parameters, const float* m, const float* v,
+                                   const float* weights) {
     char path[4096];
     TrainState s;
     run_state_fill(run, &s, num_parameters);
+    s.weights = weights;
     dataloader_state_save(&run->train_loader, run->loader_blob);
     checkpoint_path(path, sizeof(path), run->cfg.output_dir, "state", run->step);
     state_write(path, &s, m, v, run->loader_blob, dataloader_state_size(&run->train_loader));

@@ -2,6 +2,7 @@
 // a run resumed from a checkpoint logs the same losses, grad norms and val losses, bit for bit, and ends
 // with the same weights as an uninterrupted run; -nk prunes; loss falls; changed flags are refused;
 // the look-ahead resumes inside its window; the gradient noise scale's inputs are what they claim.
+#include <float.h>
 #include <math.h>
 #include "trainer_test_util.h"
 
@@ -316,4 +317,127 @@ Test(resume, gradient_noise_scale_survives_a_resume) {
     cr_assert(fabs(all - want) > 1e-3 * fabs(want), "the test cannot tell: whole run %.9g, half %.9g", all, want);
     free(sa);
     free(sb);
+}
+
+// ----------------------------------------------------------------------------
+// --ema: the weights' EMA (llmc/average.h), evaluated beside the weights and written as the model
+
+// a checkpoint's model file (P floats after the 1024-byte header) into a malloc'd array; *n = P
+static float* read_model_weights(const char* out_dir, int step, size_t* n) {
+    char path[700];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", out_dir, step);
+    FILE* fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "no %s", path);
+    fseek(fp, 0, SEEK_END);
+    *n = ((size_t)ftell(fp) - 1024) / sizeof(float);
+    float* w = malloc(*n * sizeof(float));
+    fseek(fp, 1024, SEEK_SET);
+    cr_assert_eq(fread(w, sizeof(float), *n, fp), *n);
+    fclose(fp);
+    return w;
+}
+
+// the trained weights a state file carries after its record (slot 109: llmc/checkpoint.h)
+static float* read_state_weights(const char* out_dir, int step, size_t n) {
+    char path[700];
+    snprintf(path, sizeof(path), "%s/state_%08d_00000.bin", out_dir, step);
+    FILE* fp = fopen(path, "rb");
+    cr_assert_not_null(fp, "no %s", path);
+    int h[256];
+    cr_assert_eq(fread(h, sizeof(int), 256, fp), 256);
+    cr_assert_eq(h[109], 1, "%s: slot 109 announces the trained weights", path);
+    uint64_t P, blob;
+    memcpy(&P, h + 40, 8);
+    memcpy(&blob, h + 42, 8);
+    cr_assert_eq(P, n);
+    float* w = malloc(n * sizeof(float));
+    fseek(fp, (long)(1024 + 8 * n + blob + (size_t)h[108]), SEEK_SET);
+    cr_assert_eq(fread(w, sizeof(float), n, fp), n);
+    cr_assert_eq(fgetc(fp), EOF, "%s: the trained weights end the file", path);
+    fclose(fp);
+    return w;
+}
+
+// The kept model after update t is the bias-corrected EMA of the trained weights after every update so far,
+// sum_s beta^(t-s) (1 - beta) p_s / (1 - beta^t), computed here in double from the trained weights each
+// step's state file carries; after the first update it is those weights exactly
+Test(resume, ema_is_the_bias_corrected_average_of_the_trained_weights) {
+    char a[512];
+    join_path(a, sizeof(a), dir, "ema_ref");
+    const int steps = 6;
+    const double beta = 0.7;
+    train("-x 6 -n 1 -v 0 --ema 0.7", a);
+    size_t n;
+    float* p[6];
+    for (int s = 0; s < steps; s++) {
+        float* e = read_model_weights(a, s + 1, &n);
+        p[s] = read_state_weights(a, s + 1, n);
+        if (s == 0) { cr_assert_arr_eq(e, p[0], n * sizeof(float), "the first update's weights start the average"); }
+        double norm = (1.0 - beta) / (1.0 - pow(beta, s + 1)), worst = 0.0, apart = 0.0;
+        for (size_t i = 0; i < n; i++) {
+            double ref = 0.0, big = 0.0;  // big: the largest weight averaged, the scale of the rounding
+            for (int r = 0; r <= s; r++) { ref += pow(beta, s - r) * p[r][i]; big = fmax(big, fabs(p[r][i])); }
+            ref *= norm;
+            worst = fmax(worst, fabs(e[i] - ref) / (1e-30 + big));  // in units of that scale
+            apart = fmax(apart, fabs(e[i] - p[s][i]));
+        }
+        cr_assert_lt(worst, 4 * FLT_EPSILON, "step %d: the kept model is %.3g of its weights' scale from the closed form", s + 1, worst);
+        if (s > 0) { cr_assert_gt(apart, 1e-5, "step %d: the average is not the trained weights", s + 1); }
+        free(e);
+    }
+    for (int s = 0; s < steps; s++) { free(p[s]); }
+}
+
+// resumed from a middle checkpoint, a run with --ema logs the same numbers (val_loss_ema included) and
+// writes the same model (the average) and state (the trained weights: every byte but the training seconds)
+Test(resume, ema_resume_is_bit_exact) {
+    char a[512], b[512], path[700], pa[700], pb[700];
+    join_path(a, sizeof(a), dir, "ema_straight");
+    join_path(b, sizeof(b), dir, "ema_resumed");
+    train("-x 12 -n 6 --ema 0.8", a);
+    train("-x 12 -n 6 --ema 0.8", b);
+    join_path(path, sizeof(path), b, "DONE_00000012");
+    cr_assert_eq(unlink(path), 0);
+    train("-x 12 -n 6 --ema 0.8 -y 1", b);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb);
+    cr_assert(isfinite(metric_at(a, 12, "val_loss_ema")) && isfinite(metric_at(a, 12, "val_bpb_ema")) == 0,
+              "val_loss_ema at the last step (no tokenizer for these shards: no bits per byte)");
+    cr_assert(metric_at(a, 12, "val_loss_ema") != metric_at(a, 12, "val_loss"));
+    join_path(pa, sizeof(pa), a, "model_00000012.bin");
+    join_path(pb, sizeof(pb), b, "model_00000012.bin");
+    assert_same_file(pa, pb);
+    size_t n;
+    float* wa = read_state_weights(a, 12, (free(read_model_weights(a, 12, &n)), n));
+    float* wb = read_state_weights(b, 12, n);
+    cr_assert_arr_eq(wa, wb, n * sizeof(float), "the trained weights survive the resume");
+    join_path(path, sizeof(path), a, "summary.json");
+    char* sa = read_text(path);
+    cr_assert_not_null(strstr(sa, "\"val_loss_ema\": "), "summary.json has the average's val loss: %s", sa);
+    free(ma); free(mb); free(wa); free(wb); free(sa);
+}
+
+// the model a run with --ema writes is an llm.c model file, and it is what val_loss_ema measured: a run
+// from it (-e) sees that val loss at step 0, to the last bit
+Test(resume, ema_model_loads_as_an_llmc_model_and_is_what_val_loss_ema_measured) {
+    char a[512], b[512], cmd[4096], log[700];
+    join_path(a, sizeof(a), dir, "ema_kept");
+    join_path(b, sizeof(b), dir, "ema_loaded");
+    train("-x 6 -n 6 -v 6 --ema 0.8", a);
+    snprintf(cmd, sizeof(cmd), "%s -x 1 -v 1 -e %s/model_00000006.bin -o %s", flags, a, b);
+    snprintf(log, sizeof(log), "%s.stdout", b);
+    RunResult r = run_cmd(cmd, log);
+    cr_assert(r.exited && r.status == 0, "%s failed (%d): %s", cmd, r.status, r.err);
+    double kept = metric_at(a, 6, "val_loss_ema"), loaded = metric_at(b, 0, "val_loss");
+    cr_assert(isfinite(kept) && kept == loaded, "val_loss_ema %.9g, the model file's val loss %.9g", kept, loaded);
+    cr_assert(metric_at(a, 6, "val_loss") != kept, "the model file is the average, not the trained weights");
+}
+
+Test(resume, ema_changed_refused_and_not_with_hybrid) {
+    expect_resume_refused("-x 4 -n 2 --ema 0.9", "-x 4 --ema 0.95 -y 1", "refuse_ema", "flag --ema: 0.95 differs from the checkpoint's 0.9");
+    char cmd[4096];
+    snprintf(cmd, sizeof(cmd), "%s -x 2 --ema 0.9 --hybrid 1", flags);
+    RunResult r = run_cmd(cmd, NULL);
+    assert_one_line_error(&r, "flag --ema: not with --hybrid");
 }
