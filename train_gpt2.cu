@@ -30,6 +30,7 @@
 #endif
 #include "llmc/fused_classifier.cuh"
 #include "llmc/adamw.cuh"
+#include "llmc/average.h"      // the weights to evaluate and keep: an EMA of the weights (--ema)
 #include "llmc/reduce.cuh"
 #include "llmc/zero.cuh"
 #include "hybrid/run.h"        // hybrid mode: its flags, its plan before a step and its report after it
@@ -121,6 +122,8 @@ typedef struct {
     float* grads_memory;          // (Ppad) device fp32
     float* m_memory;              // (shard) device fp32 AdamW first moment
     float* v_memory;              // (shard) device fp32 AdamW second moment
+    WeightAverage* average;       // weights kept apart (llmc/average.h; device, Ppad): with an EMA decay the AdamW
+                                  // kernel updates this rank's shard of it; NULL: none
     size_t shard_offset, shard_size;  // this rank's range of the flat parameters
     ActivationTensors acts;
     int batch_size, seq_len;      // what acts were allocated for
@@ -601,6 +604,9 @@ void gpt2_sync_floatX(GPT2* model, int step) {
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t, int step) {
     uint32_t seed = gpt2_step_seed(model, step);
+    WeightAverage* avg = model->average;  // the EMA of the master weights, in the same kernel (llmc/average.h)
+    int ema = average_on(avg) && avg->ema_decay > 0.0f;
+    if (ema && avg->swapped) { fatal("model: gpt2_update with the kept weights swapped in"); }
     size_t lo = model->shard_offset, hi = model->shard_offset + model->shard_size, start = 0;
     for (int i = 0; i <= NUM_PARAMETER_TENSORS; i++) {
         // the padding after the last tensor is one more range (zero gradients: it stays zero)
@@ -608,9 +614,10 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         size_t a = start > lo ? start : lo, b = end < hi ? end : hi;
         if (a < b) {
             float wd = i < NUM_PARAMETER_TENSORS && PARAM_DECAYS[i] ? weight_decay : 0.0f;
-            adamw_update(model->master_weights + a, model->params_memory + a, model->grads_memory + a,
-                         model->m_memory + (a - lo), model->v_memory + (a - lo), b - a, a, lr, beta1, beta2, t,
-                         eps, wd, grad_scale, seed, model->stream);
+            adamw_update_averaged(model->master_weights + a, model->params_memory + a, model->grads_memory + a,
+                                  model->m_memory + (a - lo), model->v_memory + (a - lo), b - a, a, lr, beta1, beta2,
+                                  t, eps, wd, grad_scale, seed, ema ? avg->weights + a : NULL,
+                                  ema ? avg->ema_decay : 0.0f, model->stream);
         }
         start = end;
     }
@@ -751,6 +758,9 @@ typedef struct {
     float* host_params;       // (P) checkpoint staging
     float* host_m;            // (P)
     float* host_v;            // (P)
+    float* host_trained;      // (P) checkpoint staging of the trained weights, where the model file keeps others
+    WeightAverage avg;        // the weights to evaluate and keep where they are not the trained ones (--ema):
+                              // device memory (Ppad)
     int* gen_batch;           // (B*T) sampling input: the context window, padded
     floatX* gen_row;          // (Vp) host, one row of logits
     float* gen_logits;        // (V) host, that row in fp32 for the sampler
@@ -884,7 +894,22 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
 
 
 // ----------------------------------------------------------------------------
-// evaluation, text, checkpoints
+// evaluation, text, checkpoints: val loss at the trained weights and at the kept ones; samples and the model
+// file at the kept ones
+
+// the master weights hold the weights to evaluate and keep (in = 1) or the trained ones (in = 0): an exact
+// swap of this rank's shard with the set kept apart (llmc/average.h), where the run keeps one; the floatX copy
+// is rounded again with this step's seed (so after swapping back it is as the step left it) and gathered.
+// Every rank calls it.
+static void use_kept_weights(Trainer* tr, int in) {
+    WeightAverage* a = &tr->avg;
+    GPT2* model = &tr->model;
+    if (!average_on(a) || a->swapped == in) { return; }
+    size_t lo = model->shard_offset;
+    average_swap_device(model->master_weights + lo, a->weights + lo, model->shard_size, model->stream);
+    a->swapped = in;
+    gpt2_sync_floatX(model, tr->run.step);
+}
 
 // mean val loss over the run's val batches (the same batches every time), split over the processes
 static float evaluate(Trainer* tr) {
@@ -901,6 +926,16 @@ static float evaluate(Trainer* tr) {
     }
     if (np > 1) { sum = gpt2_sum_over_ranks(&tr->model, (float)sum); }
     return (float)(sum / n);
+}
+
+// val loss at the kept weights; NAN where the run keeps none apart, or before its first update (they are the
+// trained ones then)
+static float evaluate_kept(Trainer* tr) {
+    if (!average_on(&tr->avg) || tr->run.adam_steps == 0) { return NAN; }
+    use_kept_weights(tr, 1);
+    float loss = evaluate(tr);
+    use_kept_weights(tr, 0);
+    return loss;
 }
 
 // the prompt, then -g tokens (rank 0). Each forward runs on the full allocated (B,T) batch with the
@@ -923,19 +958,30 @@ static void generate(Trainer* tr) {
 
 // model (fp32 master weights), state (AdamW m and v gathered to one llm.c-layout file, so a run can
 // resume on another number of GPUs). Every rank takes part in the gathers; rank 0 writes.
+// The model file holds the weights to keep; where those are not the trained ones, the state carries the
+// trained ones (swapped out of the master weights meanwhile, gathered like them).
 static void checkpoint(Trainer* tr) {
     GPT2* model = &tr->model;
     HybridBuffers hb = hybrid_buffers(model);
     int hybrid = hybrid_enabled(&tr->hybrid);
     if (hybrid) { hybrid_device_checkpoint_stage(&tr->hybrid_dev, &tr->hybrid, &hb); }
+    use_kept_weights(tr, 1);
     gpt2_params_to_host(model, tr->host_params);
+    if (average_on(&tr->avg)) {
+        multi_gpu_all_gather(tr->avg.weights, model->num_parameters_padded, sizeof(float), model->multi_gpu, model->stream);
+        cudaCheck(cudaMemcpyAsync(tr->host_trained, tr->avg.weights, model->num_parameters * sizeof(float),
+                                  cudaMemcpyDeviceToHost, model->stream));
+        cudaCheck(cudaStreamSynchronize(model->stream));
+    }
+    use_kept_weights(tr, 0);
     gpt2_optimizer_to_host(model, tr->host_m, tr->host_v);
     if (hybrid) { hybrid_device_checkpoint_done(&tr->hybrid_dev, &tr->hybrid, &hb); }
     if (tr->run.rank0) {
         char path[4096];
         checkpoint_path(path, sizeof(path), tr->run.cfg.output_dir, "model", tr->run.step);
         model_write(path, &model->config, tr->host_params, model->num_parameters);
-        run_state_write(&tr->run, model->num_parameters, tr->host_m, tr->host_v, NULL);
+        run_state_write(&tr->run, model->num_parameters, tr->host_m, tr->host_v,
+                        average_on(&tr->avg) ? tr->host_trained : NULL);
         if (hybrid) { hybrid_device_checkpoint_write(&tr->hybrid_dev, &tr->hybrid, &tr->run); }
         run_state_commit(&tr->run);
     }
@@ -961,7 +1007,6 @@ int main(int argc, char** argv) {
     config_parse(cfg, argc, argv, &CLI);
     run->cli = &CLI;
     check_gpu_args(cfg);
-    if (cfg->ema > 0.0f) { fatal("flag --ema: not in the GPU trainer yet"); }
     tr.multi_gpu = multi_gpu_config_init(cfg->num_processes, cfg->process_rank, cfg->gpus_per_node,
                                          cfg->init_method, cfg->fs_path, cfg->server_ip, cfg->zero_stage);
     run->rank0 = tr.multi_gpu.process_rank == 0;
@@ -1009,9 +1054,28 @@ int main(int argc, char** argv) {
         hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS);
         HybridBuffers hb = hybrid_buffers(&tr.model);
         if (hybrid_enabled(&tr.hybrid)) { hybrid_device_init(&tr.hybrid_dev, &tr.hybrid, &hb); }
+        size_t Ppad = tr.model.num_parameters_padded;
+        if (cfg->ema > 0.0f) {  // the EMA: one device buffer, a copy of the weights until the first update folds in
+            if (hybrid_flags.enabled) {
+                fatal("flag --ema: not with --hybrid (its Predict steps and fused pass move the weights outside the AdamW pass that averages them)");
+            }
+            tr.avg.weights = (float*)cudaMallocCheck(Ppad * sizeof(float));
+            cudaCheck(cudaMemcpy(tr.avg.weights, tr.model.master_weights, Ppad * sizeof(float), cudaMemcpyDeviceToDevice));
+            tr.avg.n = Ppad;
+            tr.avg.ema_decay = cfg->ema;
+            tr.avg.label = "ema";
+            tr.model.average = &tr.avg;
+            run->kept_label = tr.avg.label;
+            cudaCheck(cudaMallocHost((void**)&tr.host_trained, P * sizeof(float)));
+        }
         if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
-            run_state_load(run, resume_step, P, tr.host_m, tr.host_v, NULL);
+            run_state_load(run, resume_step, P, tr.host_m, tr.host_v, average_on(&tr.avg) ? tr.host_trained : NULL);
             gpt2_optimizer_from_host(&tr.model, tr.host_m, tr.host_v);
+            if (average_on(&tr.avg)) {  // the model file held the kept weights, the state the trained ones: swap
+                cudaCheck(cudaMemcpy(tr.avg.weights, tr.host_trained, P * sizeof(float), cudaMemcpyHostToDevice));
+                tr.avg.swapped = 1;
+                use_kept_weights(&tr, 0);
+            }
             if (hybrid_enabled(&tr.hybrid)) { hybrid_device_load(&tr.hybrid_dev, &tr.hybrid, run, resume_step, &hb); }
             // the floatX copy as this step left it: the resumed run continues bit-exactly
             gpt2_sync_floatX(&tr.model, run->step);
@@ -1046,8 +1110,14 @@ int main(int argc, char** argv) {
             run_step_end(run, &r);
             log_device_memory_after_step(&tr);
             run_print_step(run, &r, lr);
-            run_log_step(run, &r, lr, run_val_due(run) ? evaluate(&tr) : NAN, NAN);
-            if (run_sample_due(run)) { generate(&tr); }
+            int val = run_val_due(run);
+            float val_loss = val ? evaluate(&tr) : NAN;
+            run_log_step(run, &r, lr, val_loss, val ? evaluate_kept(&tr) : NAN);  // at the trained and kept weights
+            if (run_sample_step(run)) {  // at the kept weights: every rank swaps, rank 0 samples
+                use_kept_weights(&tr, 1);
+                if (run->rank0) { generate(&tr); }
+                use_kept_weights(&tr, 0);
+            }
             // Predict steps communicate nothing, so the decision waits for the next measured step
             int stop = signals_stop_requested();
             if (np > 1) {
@@ -1071,6 +1141,10 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFreeHost(tr.host_params));
         cudaCheck(cudaFreeHost(tr.host_m));
         cudaCheck(cudaFreeHost(tr.host_v));
+        if (average_on(&tr.avg)) {
+            cudaCheck(cudaFreeHost(tr.host_trained));
+            cudaCheck(cudaFree(tr.avg.weights));
+        }
     }
 
     cudaCheck(cudaStreamSynchronize(tr.model.stream));

@@ -3,17 +3,19 @@
  * The element is llmc/adamw.h's, the CPU trainer's (bias-corrected moments, decoupled weight decay).
  * Works on any contiguous range [offset, offset+n) of the flat parameters (ZeRO-1 shards); `idx_base`
  * is the global index of the first element, so the rounding noise does not depend on the sharding.
+ * With an EMA of the weights (llmc/average.h) the same kernel folds each new master weight into it.
  */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
 
 #include "llmc/cuda_common.cuh"
 #include "llmc/adamw.h"  // adamw_element, the one definition of the update
+#include "llmc/average.h"  // average_ema_element, the EMA's
 
 __global__ void adamw_kernel(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem,
                              size_t n, size_t idx_base, float lr, float beta1, float beta2,
                              float beta1_correction, float beta2_correction, float eps, float weight_decay,
-                             float grad_scale, uint32_t seed) {
+                             float grad_scale, uint32_t seed, float* avg, float avg_w, float avg_k) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
     float m = m_mem[i], v = v_mem[i];
@@ -23,17 +25,40 @@ __global__ void adamw_kernel(float* master, floatX* params, const float* grads, 
     v_mem[i] = v;
     master[i] = p;
     params[i] = round_to_floatX(p, idx_base + i, seed);
+    if (avg != NULL) { avg[i] = average_ema_element(avg[i], p, avg_w, avg_k); }  // the same in every thread
+}
+
+// avg: (n) the same slice of the EMA of the master weights, with beta avg_decay (NULL: none)
+void adamw_update_averaged(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem, size_t n,
+                           size_t idx_base, float lr, float beta1, float beta2, int t, float eps, float weight_decay,
+                           float grad_scale, uint32_t seed, float* avg, float avg_decay, cudaStream_t stream) {
+    // master/params/grads/m/v: (n) slices of the flat parameter buffers; t: 1-based step
+    float beta1_correction = 1.0f - powf(beta1, (float)t);
+    float beta2_correction = 1.0f - powf(beta2, (float)t);
+    float avg_w = 0.0f, avg_k = 0.0f;
+    if (avg != NULL) { average_ema_coefs(avg_decay, t, &avg_w, &avg_k); }
+    const int block = 512;
+    adamw_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(master, params, grads, m_mem, v_mem, n, idx_base,
+        lr, beta1, beta2, beta1_correction, beta2_correction, eps, weight_decay, grad_scale, seed, avg, avg_w, avg_k);
+    cudaCheck(cudaGetLastError());
 }
 
 void adamw_update(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem, size_t n,
                   size_t idx_base, float lr, float beta1, float beta2, int t, float eps, float weight_decay,
                   float grad_scale, uint32_t seed, cudaStream_t stream) {
-    // master/params/grads/m/v: (n) slices of the flat parameter buffers; t: 1-based step
-    float beta1_correction = 1.0f - powf(beta1, (float)t);
-    float beta2_correction = 1.0f - powf(beta2, (float)t);
+    adamw_update_averaged(master, params, grads, m_mem, v_mem, n, idx_base, lr, beta1, beta2, t, eps, weight_decay,
+                          grad_scale, seed, NULL, 0.0f, stream);
+}
+
+// exchanges a (n) and b (n) in place, element by element: the weights to keep in and out of the master weights
+__global__ void average_swap_kernel(float* a, float* b, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { float x = a[i]; a[i] = b[i]; b[i] = x; }
+}
+
+void average_swap_device(float* a, float* b, size_t n, cudaStream_t stream) {
     const int block = 512;
-    adamw_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(master, params, grads, m_mem, v_mem, n, idx_base,
-        lr, beta1, beta2, beta1_correction, beta2_correction, eps, weight_decay, grad_scale, seed);
+    average_swap_kernel<<<ceil_div((long)n, block), block, 0, stream>>>(a, b, n);
     cudaCheck(cudaGetLastError());
 }
 

@@ -323,11 +323,13 @@ static inline void run_log_step(TrainRun* run, const StepResult* r, float lr, fl
 
 static inline int run_last_step(const TrainRun* run) { return run->step == run->total_steps; }
 
-// samples every -s steps and after the last one, so that a run ends with text
-static inline int run_sample_due(const TrainRun* run) {
+// samples every -s steps and after the last one, so that a run ends with text (run_sample_step: on every
+// process, for what they must do together around it; run_sample_due: the one that samples)
+static inline int run_sample_step(const TrainRun* run) {
     const TrainConfig* c = &run->cfg;
-    return c->sample_every > 0 && (run->step % c->sample_every == 0 || run_last_step(run)) && run->rank0;
+    return c->sample_every > 0 && (run->step % c->sample_every == 0 || run_last_step(run));
 }
+static inline int run_sample_due(const TrainRun* run) { return run_sample_step(run) && run->rank0; }
 
 // checkpoints every -n steps, after the last one, and when stopped by a signal (needs -o)
 static inline int run_checkpoint_due(const TrainRun* run, int stop) {

@@ -14,6 +14,9 @@
 #   recompute    -r 0, 1 and 2 log the same losses bit for bit (20 steps)
 #   resume       20 steps, then the same run resumed from its step-10 checkpoint logs the same steps 11..20
 #                bit for bit, baseline and hybrid
+#   ema          --ema: resumed as above (val_loss_ema too) with the same model file (the average) at step 20,
+#                and over 6 steps with a checkpoint each, every model file is the bias-corrected EMA of the
+#                trained weights the state files carry (llmc/average.h), computed in numpy
 #   cpu-vs-gpu   the largest |loss difference| to the CPU trainer over 20 steps, same flags (< 0.1), and the
 #                largest relative difference of the gradient norm and the first micro batch's (< 0.1)
 # The cuDNN round also runs the host-only graph check and says whether cuDNN found an engine (if not, the
@@ -107,6 +110,39 @@ run_resume() {  # extra flags...
     timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "$@" -o "$out.r" -y 1 > "$out.r.out" 2>&1 || { tail -n 5 "$out.r.out"; return 1; }
     same_losses "$out" "$out.r" 10
 }
+run_ema() {
+    run_resume --ema 0.9 || return 1
+    grep -q '"val_loss_ema"' "$W/resume/metrics.jsonl" || { echo "no val_loss_ema in $W/resume/metrics.jsonl"; return 1; }
+    cmp "$W/resume/model_00000020.bin" "$W/resume.r/model_00000020.bin" || return 1
+    local out=$W/ema_ref
+    rm -rf "$out"
+    timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -x 6 -n 1 -v 0 --ema 0.7 -o "$out" > "$out.out" 2>&1 || { tail -n 5 "$out.out"; return 1; }
+    "$PY" - "$out" 6 0.7 <<'PYEOF'
+import sys
+import numpy as np
+d, steps, beta = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+def trained(s):  # the trained weights after the state file's record (slot 109)
+    raw = open(f"{d}/state_{s:08d}_00000.bin", "rb").read()
+    h = np.frombuffer(raw[:1024], dtype=np.int32)
+    P, blob = int(h[40:42].view(np.uint64)[0]), int(h[42:44].view(np.uint64)[0])
+    assert h[109] == 1, "slot 109 does not announce the trained weights"
+    off = 1024 + 8 * P + blob + int(h[108])
+    assert len(raw) == off + 4 * P, "the trained weights do not end the state file"
+    return np.frombuffer(raw[off:], dtype=np.float32).astype(np.float64)
+p, ok = [], True
+for s in range(1, steps + 1):
+    p.append(trained(s))
+    kept = np.fromfile(f"{d}/model_{s:08d}.bin", dtype=np.float32, offset=1024).astype(np.float64)
+    ref = sum(beta ** (s - r) * p[r - 1] for r in range(1, s + 1)) * (1 - beta) / (1 - beta ** s)
+    big = np.max(np.abs(np.stack(p)), axis=0) + 1e-30
+    worst = float(np.max(np.abs(kept - ref) / big)) / np.finfo(np.float32).eps
+    apart = float(np.max(np.abs(kept - p[-1])))
+    print(f"step {s}: the model file is {worst:.2f} eps of its weights' scale from the closed form; "
+          f"{apart:.3g} from the trained weights")
+    ok &= worst < 4 and (s == 1 and apart == 0 or s > 1 and apart > 1e-5)
+raise SystemExit(0 if ok else 1)
+PYEOF
+}
 run_hybrid_alone() {  # --hybrid with nothing on (the defaults) trains as the baseline, bit for bit
     local d
     for d in base alone; do
@@ -191,7 +227,7 @@ round() {  # TAG USE_CUDNN
     echo "############ round $tag (USE_CUDNN=$cudnn)"
     if [ "$cudnn" = 1 ] && ! "${mk[@]}" -n -B train_gpt2cu 2>/dev/null | grep -q -- -DENABLE_CUDNN; then
         for k in "graph check" "build" "${KERNELS[@]}" "cudnn engine" "pytorch" "recompute" "resume baseline" \
-                 "resume hybrid" "cpu-vs-gpu"; do
+                 "resume hybrid" "ema" "cpu-vs-gpu"; do
             result "[$tag] $k" skipped "the Makefile finds no cuDNN (cudnn.h and libcudnn.so)"
         done
         return
@@ -216,7 +252,7 @@ round() {  # TAG USE_CUDNN
         check "[$tag] $k" timeout "$TMO" "./dev/cuda/$k"
     done
     if [ -n "$why" ]; then
-        for k in "cudnn engine" "pytorch" "recompute" "resume baseline" "resume hybrid" "cpu-vs-gpu"; do
+        for k in "cudnn engine" "pytorch" "recompute" "resume baseline" "resume hybrid" "ema" "cpu-vs-gpu"; do
             if [ "$cudnn" = 0 ] && [ "$k" = "cudnn engine" ]; then continue; fi
             result "[$tag] $k" skipped "$why"
         done
@@ -248,6 +284,7 @@ round() {  # TAG USE_CUDNN
     check "[$tag] recompute" run_recompute
     check "[$tag] resume baseline" run_resume --hybrid 0
     check "[$tag] resume hybrid" run_resume "${HYBRID[@]}"
+    check "[$tag] ema" run_ema
     check "[$tag] hybrid alone is the baseline" run_hybrid_alone
     if [ $CPU_OK = 1 ]; then
         check "[$tag] cpu-vs-gpu" run_cpu_vs_gpu
