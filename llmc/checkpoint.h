@@ -14,12 +14,12 @@
  * [50..51] init seed, [52..53] AdamW updates applied (its bias-correction step), [60] 2 when the record of
  * the flags fixed on resume follows the blob (1: an older file, the flags in slots 61..101), [102..105]
  * the gradient noise scale's two sums (doubles), [106] the steps in them, [107] 1 when 102..106 are set,
- * [108] the record's bytes, [109] 1 when the trained weights follow the record (0: older files, and runs
- * whose model file holds the weights they train). After the header: m (P fp32), v (P fp32), loader blob
- * (llmc/dataloader.h), the record (text, one "flag value" line per flag: llmc/config.h; then "--vocab DIR",
- * the vocabulary the run trained with, when it knew it: llmc/vocab.h), then with slot 109 the trained
- * weights (P fp32): the model file of such a checkpoint holds other weights to keep (an average,
- * llmc/average.h), and training continues from these.
+ * [108] the record's bytes, [109] 1 when the trained weights follow the loader blob (0: older files, and
+ * runs whose model file holds the weights they train). After the header: m (P fp32), v (P fp32), loader
+ * blob (llmc/dataloader.h), with slot 109 the trained weights (P fp32: the model file of such a checkpoint
+ * holds other weights to keep, an average (llmc/average.h), and training continues from these), then the
+ * record, always the file's last bytes (text, one "flag value" line per flag: llmc/config.h; then
+ * "--vocab DIR", the vocabulary the run trained with, when it knew it: llmc/vocab.h).
  */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -249,8 +249,8 @@ static inline void state_write(const char* path, const TrainState* s, const floa
     atomic_write(&af, m, sizeof(float), s->num_parameters);
     atomic_write(&af, v, sizeof(float), s->num_parameters);
     atomic_write(&af, blob, 1, blob_bytes);
-    atomic_write(&af, s->run_flags, 1, record);
     if (s->weights != NULL) { atomic_write(&af, s->weights, sizeof(float), s->num_parameters); }
+    atomic_write(&af, s->run_flags, 1, record);
     atomic_commit(&af);
 }
 
@@ -319,6 +319,7 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
     *blob = (unsigned char*)mallocCheck(nb > 0 ? nb : 1);
     if (nb > 0) { freadCheck(*blob, 1, nb, fp, path); }
     *blob_bytes = nb;
+    if (s->has_weights) { fseekCheck(fp, (long)(num_parameters * sizeof(float)), SEEK_CUR, path); }  // state_read_weights'
     char tail[STATE_RECORD_MAX];
     if (record > 0) { freadCheck(tail, 1, record, fp, path); }
     if (header[60] == 2) { memcpy(s->run_flags, tail, record); s->run_flags[record] = '\0'; }
@@ -330,9 +331,8 @@ static inline void state_read(const char* path, TrainState* s, size_t num_parame
     }
 }
 
-// the record of the run's flags in the state file at path, alone (the file's last header[108] bytes, before
-// the trained weights where slot 109 says they follow), into out; 0 when there is none: no such file, not a
-// state file, or one from before the record was text
+// the record of the run's flags in the state file at path, alone (it is the file's last header[108] bytes),
+// into out; 0 when there is none: no such file, not a state file, or one from before the record was text
 static inline int state_read_record(const char* path, char* out, size_t size) {
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { return 0; }
@@ -340,12 +340,10 @@ static inline int state_read_record(const char* path, char* out, size_t size) {
     size_t bytes = file_size_check(fp, path);
     int ok = bytes >= sizeof(header) && fread(header, sizeof(int), 256, fp) == 256 && header[0] == STATE_MAGIC &&
              header[60] == 2 && header[108] >= 0 && header[108] < STATE_RECORD_MAX &&
-             (size_t)header[108] < size && (header[109] == 0 || (header[109] == 1 && get_u64(header, 40) < bytes));
-    size_t tail = ok ? (size_t)header[108] + (header[109] == 1 ? get_u64(header, 40) * sizeof(float) : 0) : 0;
-    ok = ok && bytes >= sizeof(header) + tail;
+             (size_t)header[108] < size && bytes >= sizeof(header) + (size_t)header[108];
     if (ok) {
         size_t record = (size_t)header[108];
-        ok = fseek(fp, (long)(bytes - tail), SEEK_SET) == 0 && fread(out, 1, record, fp) == record;
+        ok = fseek(fp, (long)(bytes - record), SEEK_SET) == 0 && fread(out, 1, record, fp) == record;
         out[ok ? record : 0] = '\0';
     }
     fclose(fp);
@@ -359,7 +357,7 @@ static inline void state_read_weights(const char* path, size_t num_parameters, f
     int header[256];
     freadCheck(header, sizeof(int), 256, fp, path);
     if (header[109] != 1) { fatal("%s: the state file carries no trained weights (slot 109)", path); }
-    long offset = (long)(sizeof(header) + 2 * num_parameters * sizeof(float) + get_u64(header, 42) + (size_t)header[108]);
+    long offset = (long)(sizeof(header) + 2 * num_parameters * sizeof(float) + get_u64(header, 42));  // after the blob
     fseekCheck(fp, offset, SEEK_SET, path);
     freadCheck(weights, sizeof(float), num_parameters, fp, path);
     fcloseCheck(fp, path);

@@ -81,6 +81,41 @@ Test(checkpoint, state_round_trip_is_exact) {
     free(m); free(v); free(m2); free(v2); free(blob2);
 }
 
+// a run that keeps an average (--ema) writes its trained weights into the state (slot 109): they come back
+// exactly, and the record stays the file's last bytes, where state_read_record (and scripts/export_hf) find it
+Test(checkpoint, state_with_trained_weights_round_trip_and_the_record_stays_last) {
+    size_t n = 1000;
+    float* m = random_params(n, 4);
+    float* v = random_params(n, 5);
+    float* w = random_params(n, 6);
+    for (size_t i = 0; i < n; i++) { v[i] = fabsf(v[i]); }
+    unsigned char blob[33];
+    for (int i = 0; i < 33; i++) { blob[i] = (unsigned char)(i * 7); }
+    TrainState s = {.step = 7, .shuffle = 1, .num_parameters = n, .adam_steps = 7, .has_run_flags = 1, .weights = w};
+    snprintf(s.run_flags, sizeof(s.run_flags), "-x 10\n--ema 0.95\n");
+    char path[512], record[STATE_RECORD_MAX];
+    join_path(path, sizeof(path), dir, "state_w.bin");
+    state_write(path, &s, m, v, blob, sizeof(blob));
+    TrainState r;
+    float* m2 = calloc(n, sizeof(float));
+    float* v2 = calloc(n, sizeof(float));
+    float* w2 = calloc(n, sizeof(float));
+    unsigned char* blob2;
+    size_t nb;
+    state_read(path, &r, n, m2, v2, &blob2, &nb);
+    cr_assert_eq(r.has_weights, 1);
+    cr_assert_arr_eq(m, m2, n * sizeof(float));
+    cr_assert_arr_eq(v, v2, n * sizeof(float));
+    cr_assert_eq(nb, sizeof(blob));
+    cr_assert_arr_eq(blob, blob2, nb);
+    cr_assert_str_eq(r.run_flags, s.run_flags);
+    state_read_weights(path, n, w2);
+    cr_assert_arr_eq(w, w2, n * sizeof(float));
+    cr_assert(state_read_record(path, record, sizeof(record)));
+    cr_assert_str_eq(record, s.run_flags);
+    free(m); free(v); free(w); free(m2); free(v2); free(w2); free(blob2);
+}
+
 static void touch(const char* name) {
     char path[512];
     join_path(path, sizeof(path), dir, name);

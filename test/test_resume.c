@@ -337,7 +337,7 @@ static float* read_model_weights(const char* out_dir, int step, size_t* n) {
     return w;
 }
 
-// the trained weights a state file carries after its record (slot 109: llmc/checkpoint.h)
+// the trained weights a state file carries after its loader blob (slot 109: llmc/checkpoint.h)
 static float* read_state_weights(const char* out_dir, int step, size_t n) {
     char path[700];
     snprintf(path, sizeof(path), "%s/state_%08d_00000.bin", out_dir, step);
@@ -351,9 +351,11 @@ static float* read_state_weights(const char* out_dir, int step, size_t n) {
     memcpy(&blob, h + 42, 8);
     cr_assert_eq(P, n);
     float* w = malloc(n * sizeof(float));
-    fseek(fp, (long)(1024 + 8 * n + blob + (size_t)h[108]), SEEK_SET);
+    fseek(fp, (long)(1024 + 8 * n + blob), SEEK_SET);
     cr_assert_eq(fread(w, sizeof(float), n, fp), n);
-    cr_assert_eq(fgetc(fp), EOF, "%s: the trained weights end the file", path);
+    long at = ftell(fp);
+    fseek(fp, 0, SEEK_END);
+    cr_assert_eq(ftell(fp) - at, h[108], "%s: the record follows the trained weights and ends the file", path);
     fclose(fp);
     return w;
 }

@@ -121,14 +121,14 @@ run_ema() {
 import sys
 import numpy as np
 d, steps, beta = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
-def trained(s):  # the trained weights after the state file's record (slot 109)
+def trained(s):  # the trained weights after the state file's loader blob (slot 109)
     raw = open(f"{d}/state_{s:08d}_00000.bin", "rb").read()
     h = np.frombuffer(raw[:1024], dtype=np.int32)
     P, blob = int(h[40:42].view(np.uint64)[0]), int(h[42:44].view(np.uint64)[0])
     assert h[109] == 1, "slot 109 does not announce the trained weights"
-    off = 1024 + 8 * P + blob + int(h[108])
-    assert len(raw) == off + 4 * P, "the trained weights do not end the state file"
-    return np.frombuffer(raw[off:], dtype=np.float32).astype(np.float64)
+    off = 1024 + 8 * P + blob
+    assert len(raw) == off + 4 * P + int(h[108]), "the record does not follow the trained weights"
+    return np.frombuffer(raw[off:off + 4 * P], dtype=np.float32).astype(np.float64)
 p, ok = [], True
 for s in range(1, steps + 1):
     p.append(trained(s))
