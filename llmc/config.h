@@ -24,6 +24,7 @@
 #define TRAIN_MAX_BT (1 << 24)       // B*T per micro batch: int token offsets stay far from overflow
 #define TRAIN_MAX_B 65535            // B: the CUDA kernels' grid dimension y
 enum { PRECISION_AUTO, PRECISION_FP32, PRECISION_BF16 };  // --precision's choices, in this order
+enum { ROWS_CONTIGUOUS, ROWS_RANDOM };                     // --rows' choices, in this order
 
 // ----------------------------------------------------------------------------
 // configuration: one field per flag; the GPU-only fields are simply not in the CPU trainer's table
@@ -36,6 +37,7 @@ typedef struct {
     int B;                     // -b (per process)
     int T;                     // -t
     int total_batch;           // -d tokens per step over all processes (-1: B*T*processes)
+    int rows;                  // --rows: ROWS_CONTIGUOUS (llm.c's layout) or ROWS_RANDOM
     int max_steps;             // -x (-1: one epoch, 0: no training, generate only)
     float lr;                  // -l peak learning rate
     int warmup;                // -u
@@ -84,6 +86,7 @@ static inline TrainConfig config_default(void) {
     c.B = 4;
     c.T = 64;
     c.total_batch = -1;
+    c.rows = ROWS_CONTIGUOUS;
     c.max_steps = -1;
     c.lr = 3e-4f;
     c.beta1 = ADAM_BETA1;
@@ -120,6 +123,9 @@ static const ArgSpec TRAIN_ARGS[] = {
     ARG("-b", ARG_INT, TrainConfig, B, 1, TRAIN_MAX_B, 0, "micro batch size B (per process)"),
     ARG("-t", ARG_INT, TrainConfig, T, 1, 1 << 20, 0, "sequence length T (at most the model's max, 1024 for dN)"),
     ARG("-d", ARG_INT, TrainConfig, total_batch, 1, 1 << 30, 1, "total batch in tokens per step, all processes (multiple of B*T*processes; -1: B*T*processes)"),
+    {"--rows", ARG_CHOICE, offsetof(TrainConfig, rows), 0, 0, 0,
+     "a micro batch's rows: random = each row (T+1 tokens) from its own place, a permutation of all of them per "
+     "epoch; contiguous = llm.c's B*T consecutive tokens", "contiguous|random", NULL, 1},
     ARG_FIXED("-x", ARG_INT, TrainConfig, max_steps, 0, 1 << 30, 1, "number of steps (-1: one epoch of the train data; 0: no training, generate -g tokens)"),
     ARG_FIXED("-l", ARG_FLOAT, TrainConfig, lr, 0, 1e3, 0, "peak learning rate"),
     ARG_FIXED("-u", ARG_INT, TrainConfig, warmup, 0, 1 << 30, 0, "warm-up steps"),

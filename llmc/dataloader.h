@@ -1,19 +1,29 @@
 /*
  * llmc/dataloader.h — batches of (B, T) tokens from llm.c token shards (magic 20240520).
- * A shard is int32 header[256] then num_tokens uint16 tokens. Batch k of a shard is the B*T+1 tokens
- * starting at k*B*T: the first B*T are the inputs, the last B*T (shifted by one) the targets.
- * The train loader shuffles (docs/formats.md): at the start of every epoch it permutes the shard order, and when
- * it enters a shard it permutes that shard's batch order, both with one xorshift* stream. The val loader
- * reads shards and batches in order and is reset before every evaluation.
- * Every shard is validated when the loader opens: magic, version, length, at least one batch, and every
- * token below the model's vocab size, so bad data stops the run at start-up, not hours later.
+ * A shard is int32 header[256] then num_tokens uint16 tokens. Two ways to cut a micro batch out of them
+ * (docs/formats.md), chosen by the trainers' --rows flag:
+ *   LOADER_ROWS (random, the default): a window is T+1 tokens starting at a multiple of T in one shard;
+ *     every epoch permutes all windows of all shards, and each of a micro batch's B rows is the next
+ *     window of that permutation. The rows of a step come from all over the data, as in nanoGPT, so a
+ *     small text's step is not one stretch of it.
+ *   LOADER_CHUNKS (contiguous, llm.c's layout): batch k of a shard is the B*T+1 tokens starting at k*B*T,
+ *     so a micro batch's rows are neighbours in the text. Every epoch permutes the shard order, and
+ *     entering a shard permutes its batch order.
+ * Both draw from one xorshift* stream; the val loader (LOADER_IN_ORDER) reads shards and batches in order
+ * and is reset before every evaluation, so val sees the same tokens whatever --rows says.
+ * Every shard is validated when the loader opens: magic, version, length, at least one batch (one window
+ * for rows), and every token below the model's vocab size, so bad data stops the run at start-up.
  * Allocates in dataloader_init only; its position is a small blob that checkpoints save and restore.
  */
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
 
+#include <errno.h>
+#include <fcntl.h>
 #include <glob.h>
 #include <stdint.h>
+#include <string.h>
+#include <unistd.h>
 #include "llmc/rand.h"
 #include "llmc/utils.h"
 
@@ -23,14 +33,17 @@
 #define GPT2_EOT 50256
 #define GPT2_VOCAB 50257
 
+// the loader's order: the val loader's, and the two train layouts (--rows contiguous | random)
+enum { LOADER_IN_ORDER, LOADER_CHUNKS, LOADER_ROWS };
+
 typedef struct {
     int B, T;
-    int shuffle;
+    int order;              // LOADER_IN_ORDER, LOADER_CHUNKS or LOADER_ROWS
     // shards: glob results, sorted
     glob_t glob_result;
     int num_shards;
     size_t* shard_batches;  // (num_shards) batches per shard
-    size_t total_batches;   // over all shards: one epoch
+    size_t total_batches;   // micro batches in one epoch (rows: the windows over B, rounded down)
     // position
     uint64_t rng;           // data-order stream (train loader only)
     int epoch;              // 0-based
@@ -41,6 +54,12 @@ typedef struct {
     // current shard
     FILE* fp;
     int open_shard;         // shard index whose file is open, -1 if none
+    // LOADER_ROWS: every window of every shard, permuted once per epoch
+    int* shard_fds;         // (num_shards) open for the whole run: a row may come from any shard
+    size_t* window_base;    // (num_shards + 1) index of each shard's first window; [num_shards] = all
+    int* window_order;      // (windows) this epoch's permutation
+    size_t window_pos;      // index into window_order of the next row
+    uint64_t epoch_rng;     // the stream as this epoch's permutation started: a resume replays it
     // output of dataloader_next_batch
     uint16_t* buffer;       // (B*T+1)
     int* inputs;            // (B, T)
@@ -118,13 +137,23 @@ static inline void dataloader_enter_shard(DataLoader* loader) {
     int shard = loader->shard_order[loader->shard_pos];
     size_t nb = loader->shard_batches[shard];
     for (size_t i = 0; i < nb; i++) { loader->batch_order[i] = (int)i; }
-    if (loader->shuffle) { random_permute(loader->batch_order, nb, &loader->rng); }
+    if (loader->order == LOADER_CHUNKS) { random_permute(loader->batch_order, nb, &loader->rng); }
     loader->batch_pos = 0;
 }
 
+// the permutation of every window, from the stream as it stands; a resume calls this with the saved epoch_rng
+static inline void dataloader_permute_windows(DataLoader* loader) {
+    size_t n = loader->window_base[loader->num_shards];
+    loader->epoch_rng = loader->rng;
+    for (size_t i = 0; i < n; i++) { loader->window_order[i] = (int)i; }
+    random_permute(loader->window_order, n, &loader->rng);
+    loader->window_pos = 0;
+}
+
 static inline void dataloader_start_epoch(DataLoader* loader) {
+    if (loader->order == LOADER_ROWS) { dataloader_permute_windows(loader); return; }
     for (int i = 0; i < loader->num_shards; i++) { loader->shard_order[i] = i; }
-    if (loader->shuffle) { random_permute(loader->shard_order, (size_t)loader->num_shards, &loader->rng); }
+    if (loader->order == LOADER_CHUNKS) { random_permute(loader->shard_order, (size_t)loader->num_shards, &loader->rng); }
     loader->shard_pos = 0;
     dataloader_enter_shard(loader);
 }
@@ -136,32 +165,52 @@ static inline void dataloader_reset(DataLoader* loader, uint64_t seed) {
     dataloader_start_epoch(loader);
 }
 
-// pattern: glob of shards; vocab_size: the model's (tokens must be below it); seed: --seed
+// pattern: glob of shards; vocab_size: the model's (tokens must be below it); order: LOADER_*; seed: --seed
 static inline void dataloader_init(DataLoader* loader, const char* pattern, int B, int T, int vocab_size,
-                                   int shuffle, uint64_t seed) {
+                                   int order, uint64_t seed) {
     memset(loader, 0, sizeof(*loader));
     loader->B = B;
     loader->T = T;
-    loader->shuffle = shuffle;
-    shard_glob(&loader->glob_result, pattern, shuffle ? "train" : "val");
+    loader->order = order;
+    shard_glob(&loader->glob_result, pattern, order != LOADER_IN_ORDER ? "train" : "val");
     loader->num_shards = (int)loader->glob_result.gl_pathc;
     loader->shard_batches = (size_t*)mallocCheck(loader->num_shards * sizeof(size_t));
+    loader->window_base = (size_t*)mallocCheck((loader->num_shards + 1) * sizeof(size_t));
     size_t bt = (size_t)B * T, max_batches = 0;
+    size_t need = order == LOADER_ROWS ? (size_t)T + 1 : bt + 1;  // a shard too short to give anything is bad data
+    loader->window_base[0] = 0;
     for (int s = 0; s < loader->num_shards; s++) {
         const char* path = loader->glob_result.gl_pathv[s];
         FILE* fp = fopenCheck(path, "rb");
         size_t ntok = shard_read_header(fp, path, NULL);
-        if (ntok < bt + 1) {
-            fatal("%s: %zu tokens, fewer than one batch needs (B*T+1 = %zu)", path, ntok, bt + 1);
+        if (ntok < need) {
+            fatal("%s: %zu tokens, fewer than one %s needs (%s = %zu)", path, ntok,
+                  order == LOADER_ROWS ? "row" : "batch", order == LOADER_ROWS ? "T+1" : "B*T+1", need);
         }
         shard_check_tokens(fp, path, ntok, vocab_size);
         fcloseCheck(fp, path);
         loader->shard_batches[s] = (ntok - 1) / bt;
+        loader->window_base[s + 1] = loader->window_base[s] + (ntok - 1) / (size_t)T;
         loader->total_batches += loader->shard_batches[s];
         if (loader->shard_batches[s] > max_batches) { max_batches = loader->shard_batches[s]; }
     }
     loader->shard_order = (int*)mallocCheck(loader->num_shards * sizeof(int));
-    loader->batch_order = (int*)mallocCheck(max_batches * sizeof(int));
+    loader->batch_order = (int*)mallocCheck((max_batches > 0 ? max_batches : 1) * sizeof(int));
+    if (order == LOADER_ROWS) {
+        size_t windows = loader->window_base[loader->num_shards];
+        if (windows > (size_t)INT32_MAX) {
+            fatal("%s: %zu windows of T+1 tokens, more than --rows random can permute (%d); use a longer -t or "
+                  "--rows contiguous", pattern, windows, INT32_MAX);
+        }
+        loader->total_batches = windows / (size_t)B;
+        loader->window_order = (int*)mallocCheck(windows * sizeof(int));
+        loader->shard_fds = (int*)mallocCheck(loader->num_shards * sizeof(int));
+        for (int s = 0; s < loader->num_shards; s++) {
+            const char* path = loader->glob_result.gl_pathv[s];
+            loader->shard_fds[s] = open(path, O_RDONLY);
+            if (loader->shard_fds[s] < 0) { fatal("%s: cannot open token shard (%s)", path, strerror(errno)); }
+        }
+    }
     loader->buffer = (uint16_t*)mallocCheck((bt + 1) * sizeof(uint16_t));
     loader->inputs = (int*)mallocCheck(bt * sizeof(int));
     loader->targets = (int*)mallocCheck(bt * sizeof(int));
@@ -169,8 +218,44 @@ static inline void dataloader_init(DataLoader* loader, const char* pattern, int 
     dataloader_reset(loader, seed);
 }
 
+// the shard holding window w: the last s with window_base[s] <= w
+static inline int dataloader_window_shard(const DataLoader* loader, size_t w) {
+    int lo = 0, hi = loader->num_shards - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (loader->window_base[mid] <= w) { lo = mid; } else { hi = mid - 1; }
+    }
+    return lo;
+}
+
+// LOADER_ROWS: each row is the next window of the permutation (T+1 tokens read straight from its shard)
+static inline void dataloader_next_rows(DataLoader* loader) {
+    size_t T = (size_t)loader->T, windows = loader->window_base[loader->num_shards];
+    for (int b = 0; b < loader->B; b++) {
+        size_t w = (size_t)loader->window_order[loader->window_pos];
+        int s = dataloader_window_shard(loader, w);
+        const char* path = loader->glob_result.gl_pathv[s];
+        off_t at = (off_t)(SHARD_HEADER_INTS * sizeof(int) + (w - loader->window_base[s]) * T * sizeof(uint16_t));
+        size_t want = (T + 1) * sizeof(uint16_t);
+        ssize_t got = pread(loader->shard_fds[s], loader->buffer, want, at);
+        if (got != (ssize_t)want) {
+            fatal("%s: read of %zu bytes at offset %lld failed (%s)", path, want, (long long)at,
+                  got < 0 ? strerror(errno) : "the file shrank since the run started");
+        }
+        for (size_t t = 0; t < T; t++) {
+            loader->inputs[b * T + t] = loader->buffer[t];
+            loader->targets[b * T + t] = loader->buffer[t + 1];
+        }
+        if (++loader->window_pos == windows) {
+            loader->epoch++;
+            dataloader_permute_windows(loader);
+        }
+    }
+}
+
 // loads the next batch into inputs/targets and advances; crosses shards and epochs as needed
 static inline void dataloader_next_batch(DataLoader* loader) {
+    if (loader->order == LOADER_ROWS) { dataloader_next_rows(loader); return; }
     int shard = loader->shard_order[loader->shard_pos];
     const char* path = loader->glob_result.gl_pathv[shard];
     if (loader->open_shard != shard) {
@@ -199,18 +284,27 @@ static inline void dataloader_next_batch(DataLoader* loader) {
 }
 
 // ----------------------------------------------------------------------------
-// position blob for checkpoints. Layout (all little-endian, as in memory):
-//   uint64 rng, int32 epoch, int32 shard_pos, uint64 batch_pos, int32 num_shards, int32 max_batches,
+// position blob for checkpoints (all little-endian, as in memory).
+// LOADER_CHUNKS:
+//   uint64 rng, int32 epoch, int32 shard_pos (>= 0), uint64 batch_pos, int32 num_shards, int32 max_batches,
 //   int32 shard_order[num_shards], int32 batch_order[shard_batches of the current shard]
-// The permutations are stored, not replayed, so a resume needs nothing but this blob.
+//   The permutations are stored, not replayed.
+// LOADER_ROWS (32 bytes):
+//   uint64 epoch_rng, int32 epoch, int32 -1 (marks this layout), uint64 window_pos, uint64 windows
+//   The epoch's permutation is replayed from epoch_rng: the stream is used for nothing else.
+
+#define DATALOADER_ROWS_MARK (-1)
+#define DATALOADER_ROWS_STATE 32
 
 static inline size_t dataloader_state_size(const DataLoader* loader) {
+    if (loader->order == LOADER_ROWS) { return DATALOADER_ROWS_STATE; }
     size_t nb = loader->shard_batches[loader->shard_order[loader->shard_pos]];
     return 8 + 4 + 4 + 8 + 4 + 4 + 4 * (size_t)loader->num_shards + 4 * nb;
 }
 
 // the largest blob any position can need: a buffer of this size is allocated once at start-up
 static inline size_t dataloader_state_max_size(const DataLoader* loader) {
+    if (loader->order == LOADER_ROWS) { return DATALOADER_ROWS_STATE; }
     size_t max_batches = 0;
     for (int s = 0; s < loader->num_shards; s++) {
         if (loader->shard_batches[s] > max_batches) { max_batches = loader->shard_batches[s]; }
@@ -218,11 +312,31 @@ static inline size_t dataloader_state_max_size(const DataLoader* loader) {
     return 32 + 4 * (size_t)loader->num_shards + 4 * max_batches;
 }
 
-// the index (in glob order) of the current shard and of the next batch in it, for the state header
-static inline size_t dataloader_shard_index(const DataLoader* l) { return (size_t)l->shard_order[l->shard_pos]; }
-static inline size_t dataloader_batch_index(const DataLoader* l) { return (size_t)l->batch_order[l->batch_pos]; }
+// for the state header's llm.c slots: the shard (in glob order) of the next batch and that batch's index in
+// it (rows: the next row's shard and window)
+static inline size_t dataloader_shard_index(const DataLoader* l) {
+    if (l->order == LOADER_ROWS) { return (size_t)dataloader_window_shard(l, (size_t)l->window_order[l->window_pos]); }
+    return (size_t)l->shard_order[l->shard_pos];
+}
+static inline size_t dataloader_batch_index(const DataLoader* l) {
+    if (l->order == LOADER_ROWS) {
+        size_t w = (size_t)l->window_order[l->window_pos];
+        return w - l->window_base[dataloader_window_shard(l, w)];
+    }
+    return (size_t)l->batch_order[l->batch_pos];
+}
 
 static inline void dataloader_state_save(const DataLoader* loader, unsigned char* out) {
+    if (loader->order == LOADER_ROWS) {
+        int32_t mark = DATALOADER_ROWS_MARK;
+        uint64_t pos = loader->window_pos, windows = loader->window_base[loader->num_shards];
+        memcpy(out, &loader->epoch_rng, 8);
+        memcpy(out + 8, &loader->epoch, 4);
+        memcpy(out + 12, &mark, 4);
+        memcpy(out + 16, &pos, 8);
+        memcpy(out + 24, &windows, 8);
+        return;
+    }
     size_t nb = loader->shard_batches[loader->shard_order[loader->shard_pos]];
     int32_t ns = loader->num_shards, nbi = (int32_t)nb;
     uint64_t bp = loader->batch_pos;
@@ -248,7 +362,7 @@ static inline int is_permutation(const int32_t* a, int n) {
     return ok;
 }
 
-// restores a position saved by dataloader_state_save over the same shards and (B, T);
+// restores a position saved by dataloader_state_save over the same shards, (B, T) and --rows;
 // `source` names the checkpoint file for error messages
 static inline void dataloader_state_load(DataLoader* loader, const unsigned char* in, size_t size,
                                          const char* source) {
@@ -257,6 +371,26 @@ static inline void dataloader_state_load(DataLoader* loader, const unsigned char
     int32_t epoch, shard_pos, ns, nb;
     memcpy(&rng, in, 8); memcpy(&epoch, in + 8, 4); memcpy(&shard_pos, in + 12, 4);
     memcpy(&bp, in + 16, 8); memcpy(&ns, in + 24, 4); memcpy(&nb, in + 28, 4);
+    int saved_rows = shard_pos == DATALOADER_ROWS_MARK;
+    if (saved_rows != (loader->order == LOADER_ROWS)) {
+        fatal("%s: the checkpoint's data position is for --rows %s, this run reads --rows %s (resume with the "
+              "run's --rows)", source, saved_rows ? "random" : "contiguous",
+              loader->order == LOADER_ROWS ? "random" : "contiguous");
+    }
+    if (saved_rows) {
+        uint64_t windows;
+        memcpy(&windows, in + 24, 8);
+        if (size != DATALOADER_ROWS_STATE) { fatal("%s: data loader state has the wrong size", source); }
+        if (windows != loader->window_base[loader->num_shards] || bp >= windows || epoch < 0) {
+            fatal("%s: data loader state does not match the data (%llu windows saved, the data has %zu: "
+                  "different shards or -t?)", source, (unsigned long long)windows, loader->window_base[loader->num_shards]);
+        }
+        loader->rng = rng;
+        loader->epoch = epoch;
+        dataloader_permute_windows(loader);
+        loader->window_pos = (size_t)bp;
+        return;
+    }
     if (ns != loader->num_shards || shard_pos < 0 || shard_pos >= ns) {
         fatal("%s: data loader state is for %d shards, the data has %d (same -i pattern needed to resume)",
               source, ns, loader->num_shards);
@@ -281,8 +415,14 @@ static inline void dataloader_state_load(DataLoader* loader, const unsigned char
 
 static inline void dataloader_free(DataLoader* loader) {
     if (loader->fp != NULL) { fclose(loader->fp); }
+    if (loader->shard_fds != NULL) {
+        for (int s = 0; s < loader->num_shards; s++) { close(loader->shard_fds[s]); }
+    }
     globfree(&loader->glob_result);
     free(loader->shard_batches);
+    free(loader->window_base);
+    free(loader->window_order);
+    free(loader->shard_fds);
     free(loader->shard_order);
     free(loader->batch_order);
     free(loader->buffer);

@@ -136,7 +136,8 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
     sampler_init(&run->sampler, c->prompt, c->vocab_dir, vocab_size - 1, vocab_size, c->sample_tokens,
                  c->temperature, c->top_k, (uint64_t)c->seed);
     if (c->max_steps == 0) { return; }  // generation only: no data
-    dataloader_init(&run->train_loader, c->train_pattern, c->B, c->T, vocab_size, 1, (uint64_t)c->seed);
+    dataloader_init(&run->train_loader, c->train_pattern, c->B, c->T, vocab_size,
+                    c->rows == ROWS_RANDOM ? LOADER_ROWS : LOADER_CHUNKS, (uint64_t)c->seed);
     char val_buf[4096];
     const char* val_pattern = config_val_pattern(c, val_buf, sizeof(val_buf));
     run->has_val = c->val_every > 0 && val_pattern != NULL;
@@ -144,7 +145,7 @@ static inline void run_setup(TrainRun* run, int vocab_size, int resume_step) {
         printf("note: no val shards beside %s (and no -j): val is off\n", c->train_pattern);
     }
     if (run->has_val) {
-        dataloader_init(&run->val_loader, val_pattern, c->B, c->T, vocab_size, 0, (uint64_t)c->seed);
+        dataloader_init(&run->val_loader, val_pattern, c->B, c->T, vocab_size, LOADER_IN_ORDER, (uint64_t)c->seed);
         run_count_val_bytes(run, vocab_size);
     }
     run->grad_accum = c->total_batch == -1 ? 1 : c->total_batch / (c->B * c->T * np);

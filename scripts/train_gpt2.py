@@ -313,22 +313,32 @@ def read_shard(path, vocab):
 
 
 class DataLoader:
-    """train (shuffle=True): each epoch permutes the shard order, each shard entered permutes its batch
-    order (one rng, seed ^ 0xD1B54A32D192ED03). val (shuffle=False): shards and batches in order."""
+    """order "random" (--rows random): every window of T+1 tokens starting at a multiple of T in a shard,
+    over all shards, permuted once per epoch (Fisher-Yates); a batch's B rows are the next B windows.
+    order "contiguous" (--rows contiguous, llm.c's layout): batch k of a shard is tokens [k*B*T, k*B*T+B*T];
+    each epoch permutes the shard order, each shard entered permutes its batch order.
+    order "in-order" (val): shards and batches in order. One rng, seed ^ 0xD1B54A32D192ED03 (llmc/dataloader.h)."""
 
-    def __init__(self, pattern, B, T, vocab, shuffle, seed):
+    def __init__(self, pattern, B, T, vocab, order, seed):
         self.files = sorted(glob.glob(pattern))
         if not self.files:
             fail(f"no files match '{pattern}'")
-        self.B, self.T, self.vocab, self.shuffle = B, T, vocab, shuffle
+        self.B, self.T, self.vocab, self.order = B, T, vocab, order
         self.seed = seed
-        self.nbatches = []
+        self.nbatches, self.windows = [], []
         for path in self.files:  # validate every shard up front, like the C loader
-            n = (len(read_shard(path, vocab)) - 1) // (B * T)
-            if n < 1:
-                fail(f"{path}: shard smaller than one batch ({B}*{T}+1 tokens)")
-            self.nbatches.append(n)
-        self.total_batches = sum(self.nbatches)
+            ntok = len(read_shard(path, vocab))
+            need = T + 1 if order == "random" else B * T + 1
+            if ntok < need:
+                fail(f"{path}: shard smaller than one {'row' if order == 'random' else 'batch'} ({need} tokens)")
+            self.nbatches.append((ntok - 1) // (B * T))
+            self.windows.append((ntok - 1) // T)
+        if order == "random":
+            self.shards = [read_shard(path, vocab) for path in self.files]
+            self.window_base = np.cumsum([0] + self.windows)
+            self.total_batches = int(self.window_base[-1]) // B
+        else:
+            self.total_batches = sum(self.nbatches)
         self.rewind()
 
     def rewind(self):
@@ -340,8 +350,12 @@ class DataLoader:
 
     def reset(self):
         self.epoch += 1
+        if self.order == "random":
+            self.window_order = self.rng.permutation(int(self.window_base[-1]))
+            self.window_pos = 0
+            return
         n = len(self.files)
-        self.shard_order = self.rng.permutation(n) if self.shuffle else list(range(n))
+        self.shard_order = self.rng.permutation(n) if self.order == "contiguous" else list(range(n))
         self.shard_pos = 0
         self.enter_shard()
 
@@ -349,10 +363,25 @@ class DataLoader:
         s = self.shard_order[self.shard_pos]
         self.tokens = read_shard(self.files[s], self.vocab)
         nb = self.nbatches[s]
-        self.batch_order = self.rng.permutation(nb) if self.shuffle else list(range(nb))
+        self.batch_order = self.rng.permutation(nb) if self.order == "contiguous" else list(range(nb))
         self.batch_pos = 0
 
+    def next_rows(self):
+        T, rows = self.T, []
+        for _ in range(self.B):
+            w = self.window_order[self.window_pos]
+            s = int(np.searchsorted(self.window_base, w, side="right")) - 1
+            at = (w - int(self.window_base[s])) * T
+            rows.append(self.shards[s][at:at + T + 1])
+            self.window_pos += 1
+            if self.window_pos == len(self.window_order):
+                self.reset()
+        buf = torch.from_numpy(np.stack(rows))
+        return buf[:, :-1].contiguous(), buf[:, 1:].contiguous()
+
     def next_batch(self):
+        if self.order == "random":
+            return self.next_rows()
         if self.batch_pos == len(self.batch_order):
             self.shard_pos += 1
             if self.shard_pos == len(self.files):
@@ -423,8 +452,8 @@ def cmd_train(a):
     if d % (B * T):
         fail(f"flag -d: {d} is not a multiple of B*T = {B * T}")
     accum = d // (B * T)
-    train = DataLoader(a.i, B, T, cfg["V"], True, a.seed)
-    val = DataLoader(a.j, B, T, cfg["V"], False, a.seed) if a.j and a.v > 0 else None
+    train = DataLoader(a.i, B, T, cfg["V"], a.rows, a.seed)
+    val = DataLoader(a.j, B, T, cfg["V"], "in-order", a.seed) if a.j and a.v > 0 else None
     steps = a.x if a.x > 0 else train.total_batches // accum
     opt = AdamW(model)
     out = None
@@ -471,7 +500,7 @@ def cmd_write_debug_state(a):
     model = GPT2(cfg, params, dtype)
     B, T, V = a.b, a.t, cfg["V"]
     if a.i:
-        x, y = DataLoader(a.i, B, T, V, True, a.seed).next_batch()
+        x, y = DataLoader(a.i, B, T, V, a.rows, a.seed).next_batch()
     else:
         g = torch.Generator().manual_seed(a.seed)
         buf = torch.randint(0, V, (B * T + 1,), generator=g)
@@ -505,7 +534,7 @@ def cmd_write_debug_state(a):
 def cmd_dump_batches(a):
     """the first N (inputs, targets) of the train loader, int32, for checking the C loader's order"""
     n, path = int(a.dump_batches[0]), a.dump_batches[1]
-    loader = DataLoader(a.i or "data/default/train_*.bin", a.b, a.t, a.vocab, True, a.seed)
+    loader = DataLoader(a.i or "data/default/train_*.bin", a.b, a.t, a.vocab, a.rows, a.seed)
     with open(path, "wb") as f:
         for _ in range(n):
             x, y = loader.next_batch()
@@ -544,6 +573,8 @@ def main():
     p.add_argument("-b", type=int, default=4, help="micro batch size B")
     p.add_argument("-t", type=int, default=64, help="sequence length T")
     p.add_argument("-d", type=int, default=-1, help="total batch tokens (grad accumulation), -1 = B*T")
+    p.add_argument("--rows", default="contiguous", choices=["contiguous", "random"],
+                   help="a micro batch's rows: random = each from its own place; contiguous = llm.c's layout")
     p.add_argument("-x", type=int, default=-1, help="max steps, -1 = one epoch")
     p.add_argument("-l", type=float, default=3e-4, help="peak learning rate")
     p.add_argument("-u", type=int, default=0, help="warmup steps")

@@ -1,5 +1,5 @@
-// Tests of llmc/dataloader.h: the batch order of docs/formats.md, epochs, the val loader, the checkpoint
-// blob, and every kind of bad shard (one-line error naming the file, exit 1).
+// Tests of llmc/dataloader.h: both train layouts' order (docs/formats.md), epochs, the val loader, the
+// checkpoint blob, and every kind of bad shard (one-line error naming the file, exit 1).
 #include "llmc/dataloader.h"
 #include "trainer_test_util.h"
 
@@ -35,7 +35,7 @@ TestSuite(dataloader, .init = setup_shards, .fini = teardown_shards);
 Test(dataloader, train_order_follows_contract_over_three_epochs) {
     uint64_t seed = 1337;
     DataLoader loader;
-    dataloader_init(&loader, pattern, B, T, 5000, 1, seed);
+    dataloader_init(&loader, pattern, B, T, 5000, LOADER_CHUNKS, seed);
     cr_assert_eq(loader.total_batches, 12);
     uint64_t rng = seed ^ 0xD1B54A32D192ED03ull;
     for (int epoch = 0; epoch < 3; epoch++) {
@@ -63,8 +63,8 @@ Test(dataloader, train_order_follows_contract_over_three_epochs) {
 
 Test(dataloader, different_seeds_give_different_orders) {
     DataLoader a, b;
-    dataloader_init(&a, pattern, B, T, 5000, 1, 1);
-    dataloader_init(&b, pattern, B, T, 5000, 1, 2);
+    dataloader_init(&a, pattern, B, T, 5000, LOADER_CHUNKS, 1);
+    dataloader_init(&b, pattern, B, T, 5000, LOADER_CHUNKS, 2);
     int differ = 0;
     for (int i = 0; i < 12; i++) {
         dataloader_next_batch(&a);
@@ -78,7 +78,7 @@ Test(dataloader, different_seeds_give_different_orders) {
 
 Test(dataloader, val_loader_reads_in_order_and_resets) {
     DataLoader val;
-    dataloader_init(&val, pattern, B, T, 5000, 0, 99);
+    dataloader_init(&val, pattern, B, T, 5000, LOADER_IN_ORDER, 99);
     for (int round = 0; round < 2; round++) {
         dataloader_reset(&val, 99);
         for (int s = 0; s < 3; s++) {
@@ -95,12 +95,12 @@ Test(dataloader, val_loader_reads_in_order_and_resets) {
 
 Test(dataloader, state_blob_restores_the_position) {
     DataLoader a, b;
-    dataloader_init(&a, pattern, B, T, 5000, 1, 7);
+    dataloader_init(&a, pattern, B, T, 5000, LOADER_CHUNKS, 7);
     for (int i = 0; i < 17; i++) { dataloader_next_batch(&a); }  // into the second epoch
     unsigned char blob[1024];
     cr_assert_leq(dataloader_state_size(&a), dataloader_state_max_size(&a));
     dataloader_state_save(&a, blob);
-    dataloader_init(&b, pattern, B, T, 5000, 1, 12345);  // another seed: everything must come from the blob
+    dataloader_init(&b, pattern, B, T, 5000, LOADER_CHUNKS, 12345);  // another seed: everything must come from the blob
     dataloader_state_load(&b, blob, dataloader_state_size(&a), "blob");
     for (int i = 0; i < 30; i++) {
         dataloader_next_batch(&a);
@@ -109,6 +109,166 @@ Test(dataloader, state_blob_restores_the_position) {
     }
     dataloader_free(&a);
     dataloader_free(&b);
+}
+
+// ---- --rows random: every window of T+1 tokens of every shard, permuted per epoch, B of them per batch
+
+// windows per shard: (tokens - 1) / T
+static size_t shard_windows(int s) { return (shard_tokens[s] - 1) / T; }
+static size_t all_windows(void) { return shard_windows(0) + shard_windows(1) + shard_windows(2); }
+
+// the first token of window w of the numbered shards (window w: shard s, offset (w - base_s) * T)
+static int window_first_token(size_t w) {
+    for (int s = 0; s < 3; s++) {
+        if (w < shard_windows(s)) { return s * 1000 + (int)(w * T); }
+        w -= shard_windows(s);
+    }
+    return -1;
+}
+
+// replays the contract independently: one Fisher-Yates permutation of all windows per epoch, rows in its order
+Test(dataloader, rows_follow_one_permutation_of_all_windows_per_epoch) {
+    uint64_t seed = 1337;
+    DataLoader loader;
+    dataloader_init(&loader, pattern, B, T, 5000, LOADER_ROWS, seed);
+    size_t W = all_windows();  // 10 + 6 + 8 = 24
+    cr_assert_eq(loader.window_base[3], W);
+    cr_assert_eq(loader.total_batches, W / B);
+    uint64_t rng = seed ^ 0xD1B54A32D192ED03ull;
+    int order[64];
+    int row = 0;
+    for (int epoch = 0; epoch < 3; epoch++) {
+        for (size_t i = 0; i < W; i++) { order[i] = (int)i; }
+        for (size_t i = W - 1; i > 0; i--) { size_t j = random_u32(&rng) % (i + 1); int t = order[i]; order[i] = order[j]; order[j] = t; }
+        for (size_t k = 0; k < W; k++, row++) {
+            if (row % B == 0) { dataloader_next_batch(&loader); }
+            int base = window_first_token((size_t)order[k]);
+            int b = row % B;
+            for (int t = 0; t < T; t++) {
+                cr_assert_eq(loader.inputs[b * T + t], base + t, "epoch %d row %zu pos %d", epoch, k, t);
+                cr_assert_eq(loader.targets[b * T + t], base + t + 1);
+            }
+        }
+    }
+    cr_assert_eq(loader.epoch, 3);
+    dataloader_free(&loader);
+}
+
+// every window once per epoch, and no row of a batch next to another in the text for most batches
+Test(dataloader, rows_cover_every_window_once_per_epoch) {
+    DataLoader loader;
+    dataloader_init(&loader, pattern, B, T, 5000, LOADER_ROWS, 42);
+    size_t W = all_windows();
+    int seen[64] = {0}, adjacent = 0;
+    for (size_t k = 0; k < W / B; k++) {
+        dataloader_next_batch(&loader);
+        for (int b = 0; b < B; b++) {
+            int first = loader.inputs[b * T];
+            size_t w = 0;
+            while (window_first_token(w) != first) { w++; cr_assert_lt(w, W, "row starts at %d: no window", first); }
+            seen[w]++;
+        }
+        adjacent += loader.inputs[T] == loader.inputs[0] + T;  // llm.c's layout: always
+    }
+    for (size_t w = 0; w < W; w++) { cr_assert_eq(seen[w], 1, "window %zu read %d times in one epoch", w, seen[w]); }
+    cr_assert_lt(adjacent, (int)(W / B) / 2, "%d of %zu batches have neighbouring rows", adjacent, W / B);
+    dataloader_free(&loader);
+}
+
+// a batch that crosses an epoch's end takes its last rows from the next permutation
+Test(dataloader, rows_cross_an_epoch_inside_a_batch) {
+    DataLoader loader;
+    dataloader_init(&loader, pattern, 5, T, 5000, LOADER_ROWS, 3);  // 24 windows: 4 batches, then 4 + 1
+    for (int k = 0; k < 5; k++) { dataloader_next_batch(&loader); }
+    cr_assert_eq(loader.epoch, 1);
+    cr_assert_eq(loader.window_pos, 1, "the 5th batch took 4 rows of epoch 0 and 1 of epoch 1");
+    dataloader_free(&loader);
+}
+
+Test(dataloader, rows_state_blob_restores_the_position) {
+    for (int n = 0; n < 40; n += 13) {  // at the start, inside epoch 0, inside epoch 1
+        DataLoader a, b;
+        dataloader_init(&a, pattern, B, T, 5000, LOADER_ROWS, 7);
+        for (int i = 0; i < n; i++) { dataloader_next_batch(&a); }
+        unsigned char blob[1024];
+        cr_assert_eq(dataloader_state_size(&a), dataloader_state_max_size(&a));
+        dataloader_state_save(&a, blob);
+        dataloader_init(&b, pattern, B, T, 5000, LOADER_ROWS, 12345);  // another seed: all from the blob
+        dataloader_state_load(&b, blob, dataloader_state_size(&a), "blob");
+        cr_assert_eq(dataloader_shard_index(&a), dataloader_shard_index(&b));
+        cr_assert_eq(dataloader_batch_index(&a), dataloader_batch_index(&b));
+        for (int i = 0; i < 60; i++) {
+            dataloader_next_batch(&a);
+            dataloader_next_batch(&b);
+            cr_assert_arr_eq(a.inputs, b.inputs, BT * sizeof(int), "batch %d after a restore at %d", i, n);
+        }
+        cr_assert_eq(a.epoch, b.epoch);
+        dataloader_free(&a);
+        dataloader_free(&b);
+    }
+}
+
+// a position saved by one layout, loaded by the other: one line naming the checkpoint and the flag
+static unsigned char mixed_blob[1024];
+static size_t mixed_size;
+static int mixed_order;
+static void load_mixed(void* arg) {
+    (void)arg;
+    DataLoader l;
+    dataloader_init(&l, pattern, B, T, 5000, mixed_order, 1);
+    dataloader_state_load(&l, mixed_blob, mixed_size, "state_x.bin");
+}
+
+Test(dataloader, a_position_of_the_other_layout_is_refused) {
+    int orders[2] = {LOADER_ROWS, LOADER_CHUNKS};
+    for (int k = 0; k < 2; k++) {
+        DataLoader a;
+        dataloader_init(&a, pattern, B, T, 5000, orders[k], 1);
+        dataloader_next_batch(&a);
+        mixed_size = dataloader_state_size(&a);
+        dataloader_state_save(&a, mixed_blob);
+        dataloader_free(&a);
+        mixed_order = orders[1 - k];
+        RunResult r = run_fn(load_mixed, NULL);
+        assert_one_line_error(&r, "state_x.bin");
+        assert_one_line_error(&r, k == 0 ? "is for --rows random" : "is for --rows contiguous");
+    }
+}
+
+// a rows position saved over other data (another -t): refused, not a silent jump
+static void load_other_t(void* arg) {
+    (void)arg;
+    DataLoader l;
+    dataloader_init(&l, pattern, B, T + 1, 5000, LOADER_ROWS, 1);
+    dataloader_state_load(&l, mixed_blob, mixed_size, "state_t.bin");
+}
+Test(dataloader, a_rows_position_over_other_windows_is_refused) {
+    DataLoader a;
+    dataloader_init(&a, pattern, B, T, 5000, LOADER_ROWS, 1);
+    mixed_size = dataloader_state_size(&a);
+    dataloader_state_save(&a, mixed_blob);
+    dataloader_free(&a);
+    RunResult r = run_fn(load_other_t, NULL);
+    assert_one_line_error(&r, "state_t.bin");
+    assert_one_line_error(&r, "does not match the data");
+}
+
+// rows need T+1 tokens per shard, not B*T+1: a short shard still gives its windows
+Test(dataloader, rows_accept_a_shard_shorter_than_a_batch) {
+    char d2[256], p2[512], path[512];
+    make_temp_dir(d2, sizeof(d2));
+    snprintf(path, sizeof(path), "%s/train_000000.bin", d2);
+    write_numbered_shard(path, 0, 2 * T + 1);  // 2 windows
+    snprintf(path, sizeof(path), "%s/train_000001.bin", d2);
+    write_numbered_shard(path, 1, T + 1);      // 1 window: too short for a contiguous batch
+    snprintf(p2, sizeof(p2), "%s/train_*.bin", d2);
+    DataLoader l;
+    dataloader_init(&l, p2, B, T, 5000, LOADER_ROWS, 5);
+    cr_assert_eq(l.window_base[2], 3);
+    for (int k = 0; k < 6; k++) { dataloader_next_batch(&l); }  // 12 rows: 4 epochs of 3 windows
+    cr_assert_eq(l.epoch, 4);
+    dataloader_free(&l);
+    rm_rf(d2);
 }
 
 Test(dataloader, vocab_size_comes_from_the_header) {
@@ -128,7 +288,7 @@ static char bad_path[512];
 static void open_bad(void* arg) {
     (void)arg;
     DataLoader l;
-    dataloader_init(&l, bad_path, B, T, 300, 1, 1);
+    dataloader_init(&l, bad_path, B, T, 300, LOADER_CHUNKS, 1);
 }
 
 static void expect_bad(const char* needle) {

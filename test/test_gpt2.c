@@ -215,28 +215,36 @@ static void write_shard(const char* path, int ntok, uint64_t* rng) {
     free(tok);
 }
 
-Test(dataloader, order_matches_pytorch_reference, .timeout = 60) {
+// both layouts: the reference's --dump-batches against the C loader, batch by batch
+static void check_order_against_reference(const char* rows, int order) {
     const int B = 2, T = 4, BT = B * T;
-    cr_assert_eq(system("mkdir -p " LOADER_DIR), 0);
-    uint64_t rng = 99;
-    write_shard(LOADER_DIR "/train_000000.bin", 5 * BT + 1, &rng);
-    write_shard(LOADER_DIR "/train_000001.bin", 3 * BT + 5, &rng);   // trailing tokens that make no batch
-    write_shard(LOADER_DIR "/train_000002.bin", 7 * BT + 1, &rng);
-    int rc = system("/usr/bin/python3 scripts/train_gpt2.py --dump-batches 40 " LOADER_DIR "/order.bin"
-                    " -i '" LOADER_DIR "/train_*.bin' -b 2 -t 4 --seed 7 --vocab 50257");
-    cr_assert_eq(rc, 0, "scripts/train_gpt2.py --dump-batches failed");
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd), "/usr/bin/python3 scripts/train_gpt2.py --dump-batches 40 " LOADER_DIR "/order.bin"
+             " -i '" LOADER_DIR "/train_*.bin' -b 2 -t 4 --seed 7 --vocab 50257 --rows %s", rows);
+    cr_assert_eq(system(cmd), 0, "scripts/train_gpt2.py --dump-batches failed");
     int* ref_xy = (int*)mallocCheck(LOADER_BATCHES * 2 * BT * sizeof(int));
     FILE* fp = fopenCheck(LOADER_DIR "/order.bin", "rb");
     freadCheck(ref_xy, sizeof(int), LOADER_BATCHES * 2 * BT, fp, LOADER_DIR "/order.bin");
     fcloseCheck(fp, LOADER_DIR "/order.bin");
     DataLoader loader;
-    dataloader_init(&loader, LOADER_DIR "/train_*.bin", B, T, 50257, 1, 7);
+    dataloader_init(&loader, LOADER_DIR "/train_*.bin", B, T, 50257, order, 7);
     for (int k = 0; k < LOADER_BATCHES; k++) {
         dataloader_next_batch(&loader);
         const int* rx = ref_xy + k * 2 * BT;
-        cr_assert_arr_eq(loader.inputs, rx, BT * sizeof(int), "batch %d: inputs differ from the reference", k);
-        cr_assert_arr_eq(loader.targets, rx + BT, BT * sizeof(int), "batch %d: targets differ from the reference", k);
+        cr_assert_arr_eq(loader.inputs, rx, BT * sizeof(int), "--rows %s batch %d: inputs differ from the reference", rows, k);
+        cr_assert_arr_eq(loader.targets, rx + BT, BT * sizeof(int), "--rows %s batch %d: targets differ from the reference", rows, k);
     }
     dataloader_free(&loader);
     free(ref_xy);
+}
+
+Test(dataloader, order_matches_pytorch_reference, .timeout = 60) {
+    const int BT = 2 * 4;
+    cr_assert_eq(system("mkdir -p " LOADER_DIR), 0);
+    uint64_t rng = 99;
+    write_shard(LOADER_DIR "/train_000000.bin", 5 * BT + 1, &rng);
+    write_shard(LOADER_DIR "/train_000001.bin", 3 * BT + 5, &rng);   // trailing tokens that make no batch
+    write_shard(LOADER_DIR "/train_000002.bin", 7 * BT + 1, &rng);
+    check_order_against_reference("contiguous", LOADER_CHUNKS);
+    check_order_against_reference("random", LOADER_ROWS);  // 61 windows: 40 batches cross an epoch
 }

@@ -45,6 +45,32 @@ static void assert_same_file(const char* a, const char* b) {
     free(y);
 }
 
+// compares the data loader blobs of two state files (header slots 40..43: parameters, blob bytes; the blob
+// follows m and v): 0 when equal
+static int state_blob_cmp(const char* a, const char* b) {
+    unsigned char* blobs[2] = {NULL, NULL};
+    long long sizes[2] = {0, 0};
+    const char* paths[2] = {a, b};
+    for (int k = 0; k < 2; k++) {
+        FILE* f = fopen(paths[k], "rb");
+        cr_assert_not_null(f, "missing %s", paths[k]);
+        int header[256];
+        cr_assert_eq(fread(header, sizeof(int), 256, f), 256);
+        long long P, n;
+        memcpy(&P, &header[40], 8);
+        memcpy(&n, &header[42], 8);
+        cr_assert(n > 0 && n < 1 << 20, "%s: blob of %lld bytes", paths[k], n);
+        blobs[k] = malloc((size_t)n);
+        cr_assert_eq(fseek(f, 1024 + 8 * P, SEEK_SET), 0);
+        cr_assert_eq(fread(blobs[k], 1, (size_t)n, f), (size_t)n);
+        sizes[k] = n;
+        fclose(f);
+    }
+    int diff = sizes[0] != sizes[1] || memcmp(blobs[0], blobs[1], (size_t)sizes[0]) != 0;
+    free(blobs[0]); free(blobs[1]);
+    return diff;
+}
+
 Test(resume, resume_from_a_middle_checkpoint_is_bit_exact) {
     char a[512], b[512], path[700], pa[700], pb[700];
     join_path(a, sizeof(a), dir, "straight");
@@ -66,6 +92,53 @@ Test(resume, resume_from_a_middle_checkpoint_is_bit_exact) {
     char* out = read_text(pb);
     cr_assert_not_null(strstr(out, "resumed from step"), "the config table names the resumed step");
     free(ma); free(mb); free(out);
+}
+
+// --rows random: the resume replays the epoch's permutation from the record and continues bit for bit
+Test(resume, rows_random_resume_from_a_middle_checkpoint_is_bit_exact) {
+    char a[512], b[512], path[700], pa[700], pb[700];
+    join_path(a, sizeof(a), dir, "rows_straight");
+    join_path(b, sizeof(b), dir, "rows_resumed");
+    train("-x 12 -n 5 --rows random", a);
+    train("-x 12 -n 5 --rows random", b);
+    join_path(path, sizeof(path), b, "DONE_00000012");
+    cr_assert_eq(unlink(path), 0);
+    join_path(path, sizeof(path), b, "DONE_00000010");
+    cr_assert_eq(unlink(path), 0);
+    train("-x 12 -n 5 --rows random -y 1", b);  // from step 5
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb);
+    join_path(pa, sizeof(pa), a, "model_00000012.bin");
+    join_path(pb, sizeof(pb), b, "model_00000012.bin");
+    assert_same_file(pa, pb);
+    join_path(pa, sizeof(pa), a, "state_00000012_00000.bin");
+    join_path(pb, sizeof(pb), b, "state_00000012_00000.bin");
+    cr_assert_eq(state_blob_cmp(pa, pb), 0, "the data position at step 12");
+    // and it is another run than llm.c's layout
+    join_path(path, sizeof(path), dir, "rows_contiguous");
+    train("-x 12 -n 12", path);
+    char* mc = metrics_without_times(path);
+    cr_assert_str_neq(ma, mc);
+    free(ma); free(mb); free(mc);
+}
+
+// the data order is the loader's alone: after 6 steps at 1 and at 2 threads, the same position
+Test(resume, rows_random_position_is_the_same_at_one_and_two_threads) {
+    char a[512], b[512], pa[700], pb[700];
+    join_path(a, sizeof(a), dir, "rows_t1");
+    join_path(b, sizeof(b), dir, "rows_t2");
+    const char* old = getenv("OMP_NUM_THREADS");
+    char saved[64];
+    snprintf(saved, sizeof(saved), "%s", old != NULL ? old : "");
+    setenv("OMP_NUM_THREADS", "1", 1);
+    train("-x 7 -n 7 --rows random", a);
+    setenv("OMP_NUM_THREADS", "2", 1);
+    train("-x 7 -n 7 --rows random", b);
+    if (old != NULL) { setenv("OMP_NUM_THREADS", saved, 1); } else { unsetenv("OMP_NUM_THREADS"); }
+    join_path(pa, sizeof(pa), a, "state_00000007_00000.bin");
+    join_path(pb, sizeof(pb), b, "state_00000007_00000.bin");
+    cr_assert_eq(state_blob_cmp(pa, pb), 0);
 }
 
 Test(resume, ten_steps_then_ten_more_equal_twenty) {
@@ -166,6 +239,9 @@ Test(resume, changed_init_refused) {
 Test(resume, changed_adam_betas_refused) {
     expect_resume_refused("-x 4 -n 2 --beta1 0.8", "-x 4 --beta1 0.9 -y 1", "refuse_b1", "flag --beta1: 0.9 differs from the checkpoint's 0.8");
     expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.99 -y 1", "refuse_b2", "flag --beta2: 0.99 differs from the checkpoint's 0.95");
+}
+Test(resume, changed_rows_refused) {
+    expect_resume_refused("-x 4 -n 2", "-x 4 --rows random -y 1", "refuse_rows", "flag --rows: random differs from the checkpoint's contiguous");
 }
 Test(resume, changed_grad_clip_refused) {
     expect_resume_refused("-x 4 -n 2", "-x 4 --grad-clip 0.5 -y 1", "refuse_clip", "flag --grad-clip: 0.5 differs from the checkpoint's 1");

@@ -3,13 +3,14 @@
  * loader position it carries (dataloader_state_load) on hostile files, as a resume reads them.
  * The input is a state file. The model size it is checked against is the header's own claim when the
  * file is long enough to hold it, and a mismatching size otherwise, so both paths are exercised.
- * The position is restored into a loader over two fixed shards (3 and 5 batches of B=1, T=4).
+ * The position is restored into loaders over two fixed shards (3 and 5 batches of B=1, T=4), one of each
+ * train layout (--rows contiguous, --rows random).
  */
 #include "test/fuzz/fuzz.h"
 #include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 
-static DataLoader loader;
+static DataLoader loader, rows_loader;
 
 static void make_shards(void) {
     char pattern[256], path[256];
@@ -24,7 +25,8 @@ static void make_shards(void) {
         fwrite(tokens, sizeof(uint16_t), (size_t)header[2], fp);
         fclose(fp);
     }
-    dataloader_init(&loader, pattern, 1, 4, 256, 1, 1337);
+    dataloader_init(&loader, pattern, 1, 4, 256, LOADER_CHUNKS, 1337);
+    dataloader_init(&rows_loader, pattern, 1, 4, 256, LOADER_ROWS, 1337);
     for (int s = 0; s < 2; s++) {  // the loader read them at init and keeps only the names
         snprintf(path, sizeof(path), "/tmp/llmc_fuzz_state_%d_%d.bin", (int)getpid(), s);
         unlink(path);
@@ -45,7 +47,11 @@ int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         unsigned char* blob;
         size_t blob_bytes;
         state_read(path, &state, P, m, v, &blob, &blob_bytes);
-        dataloader_state_load(&loader, blob, blob_bytes, path);
+        if (blob_bytes >= 16 && (int32_t)(blob[12] | blob[13] << 8 | blob[14] << 16 | (uint32_t)blob[15] << 24) == -1) {
+            dataloader_state_load(&rows_loader, blob, blob_bytes, path);  // the rows layout's mark
+        } else {
+            dataloader_state_load(&loader, blob, blob_bytes, path);
+        }
         free(blob);
     }
     fuzz_end();
