@@ -6,7 +6,8 @@ worktrees, as scripts/bench_commits.py does), or takes two trainer binaries, run
 each, and compares
   - metrics.jsonl, every field but the timings (ms, train_time_s), line by line, and
   - every checkpoint: the weights (model_*.bin) byte for byte, the optimizer state (state_*.bin) byte for byte
-    past its 1024-byte header (which holds the run's clock).
+    past its 1024-byte header (which holds the run's clock) up to the record of the run's flags, and that
+    record flag by flag (a flag only one trainer has, a new one, is left out).
 The logged losses alone are not enough: an ulp in one weight can leave every printed number the same for
 many steps. The runs (d2 on the shipped data/default shards, B=4 T=64, a checkpoint every 4 steps): fp32,
 8 steps; fp32 with gradient accumulation (2 micro batches), 8 steps; bf16, 8 steps; hybrid mode (2 micro
@@ -27,6 +28,7 @@ import argparse
 import contextlib
 import glob
 import json
+import struct
 import os
 import shutil
 import subprocess
@@ -82,6 +84,26 @@ def first_byte_diff(a, b, skip=0):
     return None
 
 
+def state_diff(a, b):
+    """None when two state files agree past the header: the bytes up to the record of the run's flags, then
+    every flag both records hold (header slot 108: the record's bytes, at the end of the file)"""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        da, db = fa.read(), fb.read()
+    ra, rb = (struct.unpack_from("<i", d, 108 * 4)[0] if len(d) >= 1024 else 0 for d in (da, db))
+    body_a, body_b = da[1024:len(da) - ra], db[1024:len(db) - rb]
+    if len(body_a) != len(body_b):
+        return f"sizes {len(da)} and {len(db)} (records of {ra} and {rb} bytes)"
+    for i, (x, y) in enumerate(zip(body_a, body_b)):
+        if x != y:
+            return f"byte {1024 + i}"
+    flags_a, flags_b = (dict(line.split(" ", 1) for line in d[len(d) - r:].decode().splitlines() if " " in line)
+                        for d, r in ((da, ra), (db, rb)))
+    for flag in sorted(set(flags_a) & set(flags_b)):
+        if flags_a[flag] != flags_b[flag]:
+            return f"the record's {flag}: {flags_a[flag]} and {flags_b[flag]}"
+    return None
+
+
 def compare(dir_a, dir_b):
     """None when the two run folders hold the same numbers, else what differs first"""
     ma, mb = metrics(os.path.join(dir_a, "metrics.jsonl")), metrics(os.path.join(dir_b, "metrics.jsonl"))
@@ -97,12 +119,11 @@ def compare(dir_a, dir_b):
     checked = 0
     for name in names:
         if name.startswith("model_"):
-            skip = 0
+            d = first_byte_diff(os.path.join(dir_a, name), os.path.join(dir_b, name))
         elif name.startswith("state_"):
-            skip = 1024
+            d = state_diff(os.path.join(dir_a, name), os.path.join(dir_b, name))
         else:
             continue  # hybrid_*.bin: hybrid mode's state, with its timings
-        d = first_byte_diff(os.path.join(dir_a, name), os.path.join(dir_b, name), skip)
         if d:
             return f"{name}: {d}"
         checked += 1

@@ -84,5 +84,34 @@ def the_state_header_is_not_compared():
     assert rc == 0 and "same bits" in out, out
 
 
+# the state past its header up to the record byte for byte, then the record flag by flag: a new flag in one
+# trainer's record only is left out, a flag both have with other values differs
+RECORD = ('python3 -c "import struct,sys; p=sys.argv[1]; b=bytearray(open(p,\'rb\').read()); '
+          'n=struct.unpack_from(\'<i\', b, 432)[0]; %s; open(p,\'wb\').write(b)" "$out/state_00000008_00000.bin"')
+
+
+@test
+def a_flipped_moment_differs_in_the_state():
+    need_trainer()
+    rc, out = same_bits(TRAINER, wrapper("moment", after=FLIP % (3000, "state_00000008_00000.bin")), "--only", "fp32")
+    assert rc == 1 and "fp32: DIFFERS: state_00000008_00000.bin: byte 3000" in out, out
+
+
+@test
+def a_new_flag_in_one_record_is_left_out():
+    need_trainer()
+    add = "b += b\'--a-new-flag 1\\n\'; struct.pack_into(\'<i\', b, 432, n + 17)"
+    rc, out = same_bits(TRAINER, wrapper("newflag", after=RECORD % add), "--only", "fp32")
+    assert rc == 0 and "same bits" in out, out
+
+
+@test
+def another_value_in_the_record_differs():
+    need_trainer()
+    change = "i = b.rindex(b\'\\n-x \'); b[i + 4] = ord(\'9\')"
+    rc, out = same_bits(TRAINER, wrapper("recval", after=RECORD % change), "--only", "fp32")
+    assert rc == 1 and "the record's -x" in out, out
+
+
 if __name__ == "__main__":
     run_tests(TESTS, TMP)
