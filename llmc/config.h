@@ -86,7 +86,7 @@ static inline TrainConfig config_default(void) {
     c.B = 4;
     c.T = 64;
     c.total_batch = -1;
-    c.rows = ROWS_CONTIGUOUS;
+    c.rows = ROWS_RANDOM;
     c.max_steps = -1;
     c.lr = 3e-4f;
     c.beta1 = ADAM_BETA1;

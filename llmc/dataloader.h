@@ -373,9 +373,9 @@ static inline void dataloader_state_load(DataLoader* loader, const unsigned char
     memcpy(&bp, in + 16, 8); memcpy(&ns, in + 24, 4); memcpy(&nb, in + 28, 4);
     int saved_rows = shard_pos == DATALOADER_ROWS_MARK;
     if (saved_rows != (loader->order == LOADER_ROWS)) {
-        fatal("%s: the checkpoint's data position is for --rows %s, this run reads --rows %s (resume with the "
-              "run's --rows)", source, saved_rows ? "random" : "contiguous",
-              loader->order == LOADER_ROWS ? "random" : "contiguous");
+        const char* saved = saved_rows ? "random" : "contiguous";
+        fatal("%s: the checkpoint's data position is for --rows %s, this run reads --rows %s (resume with --rows %s)",
+              source, saved, loader->order == LOADER_ROWS ? "random" : "contiguous", saved);
     }
     if (saved_rows) {
         uint64_t windows;

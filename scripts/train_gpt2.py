@@ -573,7 +573,7 @@ def main():
     p.add_argument("-b", type=int, default=4, help="micro batch size B")
     p.add_argument("-t", type=int, default=64, help="sequence length T")
     p.add_argument("-d", type=int, default=-1, help="total batch tokens (grad accumulation), -1 = B*T")
-    p.add_argument("--rows", default="contiguous", choices=["contiguous", "random"],
+    p.add_argument("--rows", default="random", choices=["contiguous", "random"],
                    help="a micro batch's rows: random = each from its own place; contiguous = llm.c's layout")
     p.add_argument("-x", type=int, default=-1, help="max steps, -1 = one epoch")
     p.add_argument("-l", type=float, default=3e-4, help="peak learning rate")

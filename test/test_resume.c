@@ -117,7 +117,7 @@ Test(resume, rows_random_resume_from_a_middle_checkpoint_is_bit_exact) {
     cr_assert_eq(state_blob_cmp(pa, pb), 0, "the data position at step 12");
     // and it is another run than llm.c's layout
     join_path(path, sizeof(path), dir, "rows_contiguous");
-    train("-x 12 -n 12", path);
+    train("-x 12 -n 12 --rows contiguous", path);
     char* mc = metrics_without_times(path);
     cr_assert_str_neq(ma, mc);
     free(ma); free(mb); free(mc);
@@ -241,7 +241,7 @@ Test(resume, changed_adam_betas_refused) {
     expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.99 -y 1", "refuse_b2", "flag --beta2: 0.99 differs from the checkpoint's 0.95");
 }
 Test(resume, changed_rows_refused) {
-    expect_resume_refused("-x 4 -n 2", "-x 4 --rows random -y 1", "refuse_rows", "flag --rows: random differs from the checkpoint's contiguous");
+    expect_resume_refused("-x 4 -n 2 --rows contiguous", "-x 4 -y 1", "refuse_rows", "flag --rows: random differs from the checkpoint's contiguous");
 }
 Test(resume, changed_grad_clip_refused) {
     expect_resume_refused("-x 4 -n 2", "-x 4 --grad-clip 0.5 -y 1", "refuse_clip", "flag --grad-clip: 0.5 differs from the checkpoint's 1");
