@@ -113,7 +113,16 @@ static GPT2Config tiny(int vocab) {
     return c;
 }
 
-Test(cli, shard_smaller_than_one_batch) { expect_error("-b 16 -t 256", train); }
+Test(cli, shard_smaller_than_one_batch) { expect_error("--rows contiguous -b 16 -t 256", train); }
+
+// --rows random needs one row (T+1 tokens) per shard, not a batch
+Test(cli, shard_smaller_than_one_row) {
+    char tiny[600], extra[1024];
+    join_path(tiny, sizeof(tiny), dir, "tiny_train.bin");
+    write_learnable_shard(tiny, 100, 256, 3);
+    snprintf(extra, sizeof(extra), "-i %s -t 128", tiny);
+    expect_error(extra, "fewer than one row needs (T+1 = 129)");
+}
 
 Test(cli, train_pattern_without_match) {
     char extra[1024];
