@@ -37,7 +37,7 @@ cp "$D/train_000000.bin" "$S"; mkf set-int32 "$S" 2 6001; shard_case "token coun
 cp "$D/train_000000.bin" "$S"; truncate -s -10 "$S"; shard_case "truncated tokens"
 cp "$D/train_000000.bin" "$S"; printf 'xyz' >> "$S"; shard_case "trailing bytes"
 cp "$D/train_000000.bin" "$S"; mkf set-int32 "$S" 3 70000; shard_case "vocab size above uint16"
-mkf shard "$S" 40 8192 1; shard_case "fewer tokens than one batch"
+mkf shard "$S" 20 8192 1; shard_case "fewer tokens than one row (T+1)"
 mkf shard "$S" 6000 8192 1; mkf set-int32 "$S" 300 $((9000 + 9000 * 65536)); shard_case "token 9000 >= vocab 8192"
 rm -f "$S"; mkdir "$S"; shard_case "a directory"; rmdir "$S"
 cp "$D/val_000000.bin" "$WORK/bad/val_000000.bin"; mkf set-int32 "$WORK/bad/val_000000.bin" 0 1
@@ -80,14 +80,24 @@ fresh; mkf set-int32 "$ST" 1 9; resume_case "state version 9" "$ST"
 fresh; truncate -s -1 "$ST"; resume_case "state truncated" "$ST"
 fresh; mkf set-int32 "$ST" 40 12345; resume_case "state for another model size" "$ST"
 fresh; mkf set-f32 "$ST" 2000 nan; resume_case "NaN in AdamW m" "$ST"
-fresh; mkf set-f32 "$ST" $(( $(stat -c %s "$ST") - 200 )) -1; resume_case "corrupt loader position" "$ST"
 fresh; mkf set-int32 "$ST" 52 -1; resume_case "more AdamW steps than steps (bias correction 1/0)" "$ST"
 fresh; mkf set-int32 "$ST" 106 5; resume_case "noise-scale sums over more steps than run" "$ST"
 fresh; mkf set-int32 "$ST" 103 2146959360; resume_case "NaN noise-scale sum (high word 0x7ff80000)" "$ST"
+# the loader position (--rows random, 32 bytes: epoch stream, epoch, -1, window position, windows)
 fresh; B0=$($PY "$HERE/mkfiles.py" blob-index "$ST")
-mkf set-int32 "$ST" $((B0 + 9)) 0; mkf set-int32 "$ST" $((B0 + 8)) 0; resume_case "shard order not a permutation" "$ST"
-fresh; mkf set-int32 "$ST" $((B0 + 10)) 5; mkf set-int32 "$ST" $((B0 + 11)) 5; resume_case "batch order not a permutation" "$ST"
+mkf set-int32 "$ST" $((B0 + 4)) 2000000000; resume_case "window position past the data's windows" "$ST"
+fresh; mkf set-int32 "$ST" $((B0 + 6)) 7; resume_case "position over another number of windows" "$ST"
+fresh; mkf set-int32 "$ST" $((B0 + 3)) 0; resume_case "position of the other layout (mark cleared)" "$ST"
 fresh; mkf set-int32 "$ST" $((B0 + 2)) -3; resume_case "negative epoch" "$ST"
+# --rows contiguous (llm.c's layout: the shard and batch permutations are stored)
+$TRAINER -i "$D/train_*.bin" -e d1 $ARGS --rows contiguous -o "$C.cgood" -n 1 > "$WORK/out" 2>&1 || { cat "$WORK/out"; fail "contiguous checkpoint run failed"; }
+cfresh() { rm -rf "$C"; cp -r "$C.cgood" "$C"; }
+cresume_case() { bad "resume: $1" "$2" $TRAINER -i "$D/train_*.bin" -e d1 $ARGS --rows contiguous -o "$C" -y 1 -x 2 --allow-changed 1; }
+cfresh; B0=$($PY "$HERE/mkfiles.py" blob-index "$ST")
+mkf set-int32 "$ST" $((B0 + 9)) 0; mkf set-int32 "$ST" $((B0 + 8)) 0; cresume_case "shard order not a permutation" "$ST"
+cfresh; mkf set-int32 "$ST" $((B0 + 10)) 5; mkf set-int32 "$ST" $((B0 + 11)) 5; cresume_case "batch order not a permutation" "$ST"
+cfresh; mkf set-int32 "$ST" $((B0 + 2)) -3; cresume_case "negative epoch (contiguous)" "$ST"
+cfresh; mkf set-int32 "$ST" $((B0 + 3)) -1; cresume_case "position of the other layout (mark set)" "$ST"
 fresh; rm "$MO"; resume_case "model file missing" "$MO"
 fresh; truncate -s 2000 "$MO"; resume_case "model truncated" "$MO"
 fresh; mkf set-f32 "$MO" 4096 inf; resume_case "Inf weight in the checkpoint" "$MO"
