@@ -93,6 +93,14 @@ bench-generate: $(BUILD)/bench_generate
 $(BUILD)/bench_generate: dev/bench_generate.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
 
+# the data loader's cost per micro batch, --rows random against contiguous, at make bench's shapes
+.PHONY: bench-loader
+bench: bench-loader
+bench-loader: $(BUILD)/bench_loader
+	./$(BUILD)/bench_loader
+$(BUILD)/bench_loader: dev/bench_loader.c | $(BUILD)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
+
 # llmc/cpu_blas.h: the OpenBLAS core and wait policy chosen before main (runs ./train_gpt2 and bench_sgemm)
 TESTS += $(BUILD)/test_cpu_blas
 $(BUILD)/test_cpu_blas: test/test_cpu_blas.c train_gpt2 $(BUILD)/bench_sgemm | $(BUILD)
