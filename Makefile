@@ -186,9 +186,10 @@ TESTS += $(HYBRID_TESTS)
 $(HYBRID_TESTS): $(BUILD)/test_hybrid_%: test/test_hybrid_%.c | $(BUILD)
 	$(CC) $(CFLAGS) $(DEPFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS)
 
-# the CPU trainer compiles hybrid/ in (--hybrid); test_hybrid_train includes it and drives the binary
-TESTS += $(BUILD)/test_hybrid_train
-$(BUILD)/test_hybrid_train: test/test_hybrid_train.c train_gpt2 | $(BUILD)
+# the CPU trainer compiles hybrid/ in (--hybrid); test_hybrid_train and test_hybrid_methods (the method table,
+# GPA, Linefit) include it and drive the binary
+TESTS += $(BUILD)/test_hybrid_train $(BUILD)/test_hybrid_methods
+$(BUILD)/test_hybrid_train $(BUILD)/test_hybrid_methods: $(BUILD)/test_hybrid_%: test/test_hybrid_%.c train_gpt2 | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) $< -o $@ $(LDLIBS) $(TEST_LDLIBS) -fopenmp
 
 # `make bench` also times hybrid mode next to the baseline: Full/Correct/Predict step times of the trainer,

@@ -1540,13 +1540,11 @@ typedef struct {
     TrainRun run;
     GPT2 model;
     HybridState hybrid;       // hybrid mode (hybrid/hybrid.h); zeroed without --hybrid
-    float* drift;             // (P) hybrid mode's drift: the EMA of the weights' displacement per step
-    WeightAverage avg;        // the weights to evaluate and keep where they are not the trained ones (--ema)
+    WeightAverage avg;        // the weights to evaluate and keep where they are not the trained ones (--ema, or
+                              // a hybrid method's: GPA's average)
     int grads_zero;           // the last step's update left the gradients zero, and nothing wrote them since
     KVCache kv;               // the samples' keys and values, -t positions (with -g > 0)
 } Trainer;
-
-static HybridConfig hybrid_flags;  // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
 
 static const ArgSpec CPU_ARGS[] = {
     {"--precision", ARG_CHOICE, offsetof(TrainConfig, precision), 0, 0, 0,
@@ -1554,13 +1552,11 @@ static const ArgSpec CPU_ARGS[] = {
      "auto|fp32|bf16", NULL, 1},
 };
 
-static const ArgTable CPU_TABLES[] = {
-    {CPU_ARGS, 1, NULL, NULL, 0, NULL, 0},
-    HYBRID_ARG_TABLE(&hybrid_flags),
-};
+static const ArgTable CPU_TABLE = {CPU_ARGS, 1, NULL, NULL, 0, NULL, 0, NULL, NULL};
+static const ArgTable* const CPU_TABLES[] = {&CPU_TABLE, HYBRID_ARG_TABLES};  // hybrid/: --hybrid's and each method's
 
 static const TrainCli CLI = {
-    "./train_gpt2", "GPT-2 training on the CPU, fp32 or bf16 matmuls", CPU_TABLES, 2,
+    "./train_gpt2", "GPT-2 training on the CPU, fp32 or bf16 matmuls", CPU_TABLES, (int)(sizeof(CPU_TABLES) / sizeof(CPU_TABLES[0])),
     "Example: ./train_gpt2 -e d6 -b 8 -t 256 -x 50 -o out/d6\n"
     "Text from a model file: ./train_gpt2 -e out/d6/model_00000050.bin -x 0 --prompt \"And God said\" -g 200\n",
 };
@@ -1611,7 +1607,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
         tr->run.adam_steps++;
         if (hybrid) {
             hybrid_update(&tr->hybrid, model->params_memory, model->grads_memory, model->m_memory, model->v_memory,
-                          tr->drift, grad_scale, tr->run.adam_steps);
+                          grad_scale, tr->run.adam_steps);
             gpt2_bf16_updated(model);  // the fused pass rounded the bf16 copy too
         } else {
             gpt2_update(model, lr, tr->run.cfg.beta1, tr->run.cfg.beta2, ADAM_EPS, tr->run.cfg.weight_decay, grad_scale, tr->run.adam_steps);
@@ -1631,7 +1627,7 @@ static StepResult train_full_step(Trainer* tr, const HybridPlan* plan, float lr)
 static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     StepResult r = {0};
     double t0 = clock_seconds();
-    hybrid_apply_predict(&tr->hybrid, plan, tr->model.params_memory, tr->model.grads_memory, tr->drift);
+    hybrid_apply_predict(&tr->hybrid, plan, tr->model.params_memory, tr->model.grads_memory);
     tr->model.bf16_fresh = 0;
     tr->grads_zero = 0;  // a run's first step keeps the weights there
     r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
@@ -1712,7 +1708,7 @@ static void checkpoint(Trainer* tr) {
     run_state_write(&tr->run, tr->model.num_parameters, tr->model.m_memory, tr->model.v_memory,
                     average_on(&tr->avg) ? tr->avg.weights : NULL);
     use_kept_weights(tr, 0);
-    if (hybrid_enabled(&tr->hybrid)) { hybrid_checkpoint_write(&tr->hybrid, &tr->run, tr->drift, tr->model.grads_memory); }
+    if (hybrid_enabled(&tr->hybrid)) { hybrid_checkpoint_write(&tr->hybrid, &tr->run, NULL, tr->model.grads_memory); }
     run_state_commit(&tr->run);
 }
 
@@ -1758,10 +1754,13 @@ int main(int argc, char** argv) {
         gpt2_free(&tr.model);
         return EXIT_SUCCESS;
     }
-    hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS);
-    if (hybrid_enabled(&tr.hybrid)) {
-        hybrid_set_bf16_copy(&tr.hybrid, tr.model.params_bf16);
-        tr.drift = (float*)callocCheck(tr.model.num_parameters, sizeof(float));
+    hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS, tr.model.params_memory, 1);
+    hybrid_set_bf16_copy(&tr.hybrid, tr.model.params_bf16);
+    if (hybrid_kept_weights(&tr.hybrid) != NULL) {  // a method that keeps its own weights to evaluate (GPA's x)
+        tr.avg.weights = hybrid_kept_weights(&tr.hybrid);
+        tr.avg.n = tr.model.num_parameters;
+        tr.avg.label = tr.hybrid.method->name;
+        run->kept_label = tr.avg.label;
     }
     if (cfg->ema > 0.0f) {  // the EMA: one buffer, a copy of the weights until the first update folds in
         if (hybrid_flags.enabled) {
@@ -1777,7 +1776,7 @@ int main(int argc, char** argv) {
         // with an average, the model file held the kept weights and the state the trained ones: swap them
         tr.avg.swapped = average_on(&tr.avg);
         use_kept_weights(&tr, 0);
-        if (hybrid_enabled(&tr.hybrid)) { hybrid_checkpoint_load(&tr.hybrid, run, resume_step, tr.drift, tr.model.grads_memory); }
+        if (hybrid_enabled(&tr.hybrid)) { hybrid_checkpoint_load(&tr.hybrid, run, resume_step, NULL, tr.model.grads_memory); }
     }
     if (cfg->overfit) {  // the same first batch on every step, also after a resume
         dataloader_reset(&run->train_loader, (uint64_t)cfg->seed);
@@ -1834,8 +1833,7 @@ int main(int argc, char** argv) {
     }
     report_summary(run, extra);
 
-    free(tr.drift);
-    average_free(&tr.avg);
+    if (hybrid_kept_weights(&tr.hybrid) == NULL) { average_free(&tr.avg); }  // else hybrid/'s buffer
     kvcache_free(&tr.kv);
     hybrid_free(&tr.hybrid);
     run_free(run);

@@ -702,15 +702,11 @@ static const ArgSpec GPU_ARGS[] = {
     ARG("-ps", ARG_STR, TrainConfig, server_ip, 0, 0, 0, "-pi tcp: IP address of rank 0"),
 };
 
-static HybridConfig hybrid_flags;  // --hybrid, --lookahead, ... (hybrid/hybrid.h's table)
-
-static const ArgTable GPU_TABLES[] = {
-    {GPU_ARGS, (int)(sizeof(GPU_ARGS) / sizeof(GPU_ARGS[0])), NULL, NULL, 0, NULL, 0},
-    HYBRID_ARG_TABLE(&hybrid_flags),
-};
+static const ArgTable GPU_TABLE = {GPU_ARGS, (int)(sizeof(GPU_ARGS) / sizeof(GPU_ARGS[0])), NULL, NULL, 0, NULL, 0, NULL, NULL};
+static const ArgTable* const GPU_TABLES[] = {&GPU_TABLE, HYBRID_ARG_TABLES};  // hybrid/: --hybrid's and each method's
 
 static const TrainCli CLI = {
-    "./train_gpt2cu", "GPT-2 training on NVIDIA GPUs, " PRECISION_NAME, GPU_TABLES, 2,
+    "./train_gpt2cu", "GPT-2 training on NVIDIA GPUs, " PRECISION_NAME, GPU_TABLES, (int)(sizeof(GPU_TABLES) / sizeof(GPU_TABLES[0])),
     "Example: ./train_gpt2cu -e d12 -b 16 -t 1024 -d 524288 -x 100 -o out/d12\n"
     "Text from a model file: ./train_gpt2cu -e out/d12/model_00000100.bin -x 0 --prompt \"And God said\" -g 200\n"
     "Two GPUs, one process each: ./train_gpt2cu -pn 2 -pr 0 -pi fs -pf /tmp/run1 ... &\n"
@@ -1051,7 +1047,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaMallocHost((void**)&tr.host_params, P * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&tr.host_m, P * sizeof(float)));
         cudaCheck(cudaMallocHost((void**)&tr.host_v, P * sizeof(float)));
-        hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS);
+        hybrid_setup(&tr.hybrid, &hybrid_flags, run, mc, ADAM_EPS, NULL, 0);
         HybridBuffers hb = hybrid_buffers(&tr.model);
         if (hybrid_enabled(&tr.hybrid)) { hybrid_device_init(&tr.hybrid_dev, &tr.hybrid, &hb); }
         size_t Ppad = tr.model.num_parameters_padded;

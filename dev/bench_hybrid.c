@@ -18,7 +18,7 @@
 
 #define MAX_REPS 64
 #define WARMUP 3
-#define NPASS 6
+#define NPASS 8
 
 static double median(double* x, int n) {  // insertion sort: n is small
     for (int i = 1; i < n; i++) {
@@ -78,11 +78,25 @@ int main(int argc, char** argv) {
     hc.lookahead = 0.5f;
     hc.predict_steps = 2;
     HybridState h;
-    hybrid_init(&h, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd); // the trainer's AdamW
+    hybrid_init(&h, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd, NULL, 0); // the trainer's AdamW
+    hybrid_use_buffers(&h, &drift);
     h.lr = 1e-3f;
     if (bf16_on) { hybrid_set_bf16_copy(&h, model.params_bf16); }
     float* coef = (float*)mallocCheck((size_t)nb * sizeof(float));
-    for (int b = 0; b < nb; b++) { h.la.beta_prev[b] = 0.25f; h.la.beta_next[b] = 0.25f; coef[b] = 0.5f; }
+    Drift* dr = hybrid_drift(&h);
+    for (int b = 0; b < nb; b++) { dr->la.beta_prev[b] = 0.25f; dr->la.beta_next[b] = 0.25f; coef[b] = 0.5f; }
+    // the other methods' measured steps: GPA (its average x read and written) and Linefit on a step that
+    // records a state (its two sums read and written)
+    HybridState hg, hl;
+    gpa_flags = GPA_CONFIG_DEFAULT;
+    linefit_flags = LINEFIT_CONFIG_DEFAULT;
+    linefit_flags.spacing = 2;  // step 1 records
+    hc.lookahead = 0.0f; hc.predict_steps = 0;
+    for (int k = 0; k < NUM_HYBRID_METHODS; k++) {
+        if (strcmp(HYBRID_METHODS[k]->name, "gpa") == 0) { hc.enabled = k + 2; hybrid_init(&hg, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd, model.params_memory, 1); }
+        if (strcmp(HYBRID_METHODS[k]->name, "linefit") == 0) { hc.enabled = k + 2; hybrid_init(&hl, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd, NULL, 1); }
+    }
+    if (bf16_on) { hybrid_set_bf16_copy(&hg, model.params_bf16); hybrid_set_bf16_copy(&hl, model.params_bf16); }
     // the probe over two buffers of >= 128 MiB each (far past any cache here), or the model's size
     size_t tn = P > ((size_t)32 << 20) ? P : ((size_t)32 << 20);
     float *ta = (float*)mallocCheck(tn * 4), *tb = (float*)mallocCheck(tn * 4);
@@ -98,14 +112,21 @@ int main(int argc, char** argv) {
                 case 0: axpy(ta, tb, tn, (r % 2) ? 1.0f : -1.0f); break;
                 case 1: gpt2_update(&model, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step++); break;
                 case 2:  // a measured step: AdamW fused with the drift and the look-ahead
-                    hybrid_update(&h, model.params_memory, model.grads_memory, model.m_memory, model.v_memory, drift,
-                                  1.0f, step++);
+                    hybrid_update(&h, model.params_memory, model.grads_memory, model.m_memory, model.v_memory, 1.0f, step++);
+                    break;
+                case 6:  // GPA's measured step
+                    hybrid_plan(&hg, 1, 1e-3f);
+                    hybrid_update(&hg, model.params_memory, model.grads_memory, model.m_memory, model.v_memory, 1.0f, step++);
+                    break;
+                case 7:  // Linefit's measured step that records a state
+                    hybrid_plan(&hl, 1, 1e-3f);
+                    hybrid_update(&hl, model.params_memory, model.grads_memory, model.m_memory, model.v_memory, 1.0f, step++);
                     break;
                 case 3:  // a run's first Predict step: also writes theta_0 to the keep buffer
                 case 4:  // a later one
-                    apply_predict(model.params_memory, keep, drift, h.offsets, h.nblocks, coef, pass == 3);
+                    apply_predict(model.params_memory, keep, drift, h.offsets, nb, coef, pass == 3);
                     break;
-                default: // the rollback of a run: theta_0 back from the keep buffer
+                case 5: // the rollback of a run: theta_0 back from the keep buffer
                     apply_rollback(model.params_memory, keep, P);
             }
             if (r >= WARMUP) { times[pass][r - WARMUP] = omp_get_wtime() - t0; }
@@ -114,6 +135,7 @@ int main(int argc, char** argv) {
     double t[NPASS];
     for (int pass = 0; pass < NPASS; pass++) { t[pass] = median(times[pass], reps); }
     double t_probe = t[0], t_plain = t[1], t_fused = t[2], t_pred_first = t[3], t_pred = t[4], t_rollback = t[5];
+    double t_gpa = t[6], t_linefit = t[7];
     double bw = 3.0 * 4.0 * tn / t_probe / 1e9;  // GB/s
     // floats per parameter read + written by each pass (the AdamW passes also write the gradients, zeroed;
     // the bf16 copy not counted)
@@ -123,6 +145,8 @@ int main(int argc, char** argv) {
         {"Predict, run's first step", t_pred_first, 4},
         {"Predict, later step", t_pred, 3},
         {"Rollback (apply_rollback)", t_rollback, 2},
+        {"AdamW + GPA's average (--hybrid gpa)", t_gpa, 10},
+        {"AdamW + Linefit's sums, a recording step (--hybrid linefit)", t_linefit, 12},
     };
     const char* core = openblas_get_corename();
     printf("d%d: %zu parameters in %d blocks, %d threads, OpenBLAS core %s; medians of %d after %d warm-up\n", depth, P,
@@ -138,10 +162,10 @@ int main(int argc, char** argv) {
     }
     printf("{\"depth\": %d, \"params\": %zu, \"threads\": %d, \"blas_core\": \"%s\", \"probe_gbs\": %.3f, "
            "\"adamw_ms\": %.4f, \"fused_ms\": %.4f, \"predict_first_ms\": %.4f, \"predict_ms\": %.4f, "
-           "\"rollback_ms\": %.4f}\n",
+           "\"rollback_ms\": %.4f, \"gpa_ms\": %.4f, \"linefit_ms\": %.4f}\n",
            depth, P, omp_get_max_threads(), core, bw, t_plain * 1e3, t_fused * 1e3, t_pred_first * 1e3, t_pred * 1e3,
-           t_rollback * 1e3);
-    hybrid_free(&h);
+           t_rollback * 1e3, t_gpa * 1e3, t_linefit * 1e3);
+    hybrid_free(&h); hybrid_free(&hg); hybrid_free(&hl);
     free(offsets); free(wd); free(drift); free(keep); free(coef); free(ta); free(tb);
     gpt2_free(&model);
     return 0;

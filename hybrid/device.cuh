@@ -4,7 +4,7 @@
  * checkpoint's pinned staging) and the calls train_gpt2.cu makes around its step: a Predict step, a
  * Correct step's rollback, a measured step's fused AdamW update, and the hybrid file of a checkpoint.
  * hybrid/hybrid.h decides on the host, hybrid/apply.cuh's kernels apply; the numbers go from one to the
- * other here (hybrid_update_numbers in, hybrid_stats_out back), so the trainer reads and writes no field
+ * other here (drift_update_numbers in, the drift's statistics back), so the trainer reads and writes no field
  * of HybridState. The trainer's buffers come in as a HybridBuffers; the drift and AdamW's moments are
  * shard-local (ZeRO-1), the weights and gradients full length.
  */
@@ -46,9 +46,12 @@ typedef struct {
 
 // the device side of an initialised HybridState (hybrid mode on)
 static void hybrid_device_init(HybridDevice* d, const HybridState* h, const HybridBuffers* b) {
-    HybridUpdate u = hybrid_update_numbers(h, 1.0f, 1);
+    if (!h->method->gpu) {
+        fatal("flag --hybrid: method %s does not run on the GPU yet (./train_gpt2, the CPU trainer, runs it)", h->method->name);
+    }
+    HybridUpdate u = drift_update_numbers(hybrid_drift(h), 0.0f, 1.0f, 1);
     int nb = d->nblocks = u.nblocks;
-    const size_t* offsets = hybrid_block_offsets(h);
+    const size_t* offsets = h->offsets;
     d->block_offsets = (size_t*)cudaMallocCheck((size_t)(nb + 1) * sizeof(size_t));
     d->block_wd = (float*)cudaMallocCheck((size_t)nb * sizeof(float));
     cudaCheck(cudaMemcpy(d->block_offsets, offsets, (size_t)(nb + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
@@ -101,7 +104,8 @@ static void hybrid_device_rollback(const HybridBuffers* b, uint32_t seed) {
 // t: AdamW's step (1-based); seed: the floatX rounding's.
 static void hybrid_device_update(HybridDevice* d, HybridState* h, const HybridBuffers* b, float grad_scale, int t,
                                  uint32_t seed) {
-    HybridUpdate u = hybrid_update_numbers(h, grad_scale, t);
+    Drift* dr = hybrid_drift(h);
+    HybridUpdate u = drift_update_numbers(dr, h->lr, grad_scale, t);
     ApplyAdamStep st = u.adam;
     st.weight_decay = d->block_wd;
     size_t lo = b->lo, hi = b->lo + b->shard;
@@ -122,7 +126,7 @@ static void hybrid_device_update(HybridDevice* d, HybridState* h, const HybridBu
                                 b->multi_gpu->nccl_comm, b->stream));
     }
 #endif
-    cudaCheck(cudaMemcpyAsync(hybrid_stats_out(h), d->stats, (size_t)d->nblocks * 3 * sizeof(double),
+    cudaCheck(cudaMemcpyAsync(dr->stats, d->stats, (size_t)d->nblocks * 3 * sizeof(double),
                               cudaMemcpyDeviceToHost, b->stream));
     cudaCheck(cudaStreamSynchronize(b->stream));
 }
@@ -167,13 +171,13 @@ static void hybrid_device_checkpoint_done(HybridDevice* d, const HybridState* h,
 
 // hybrid_%08d.bin of this step from the staged copies (rank 0)
 static void hybrid_device_checkpoint_write(HybridDevice* d, HybridState* h, const TrainRun* run) {
-    hybrid_checkpoint_write(h, run, d->host_drift, hybrid_run_open(h) ? d->host_keep : NULL);
+    hybrid_checkpoint_write(h, run, &d->host_drift, hybrid_run_open(h) ? d->host_keep : NULL);
 }
 
 // checkpoint `step`'s hybrid file onto the device: the drift, and an open Predict run's rollback point
 // into the gradient buffer
 static void hybrid_device_load(HybridDevice* d, HybridState* h, const TrainRun* run, int step, const HybridBuffers* b) {
-    hybrid_checkpoint_load(h, run, step, d->host_drift, d->host_keep);
+    hybrid_checkpoint_load(h, run, step, &d->host_drift, d->host_keep);
     size_t own = hybrid_device_own(b);
     cudaCheck(cudaMemset(d->drift, 0, b->shard * sizeof(float)));
     cudaCheck(cudaMemcpy(d->drift, d->host_drift + b->lo, own * sizeof(float), cudaMemcpyHostToDevice));

@@ -1,24 +1,20 @@
 /*
  * hybrid/hybrid.h — hybrid predictive training, the one interface between a trainer and hybrid/
- * (docs/hybrid.md). What is predicted is the slow drift of the weights, m, the EMA of their displacement
- * per step; a single update is mostly noise and bounce, the drift is what carries the run.
- * Two ways to use it, both in place in the trainer's flat fp32 parameter buffer:
- *   the look-ahead (hybrid/lookahead.h): every measured step, theta += beta_t m fused into AdamW's pass;
- *   Predict runs (hybrid/predict.h): every K measured steps, H steps of theta += c m without a batch,
- *     then a Correct step at the predicted point, which may roll the run back.
- * Per step (a trainer's loop calls the first and the last through hybrid/run.h):
+ * (docs/hybrid.md). A trainer runs whichever method of the table `--hybrid NAME` chose (hybrid/methods.h:
+ * the look-ahead and Predict runs along the drift, GPA, Linefit); this facade knows none by name. Per step
+ * (a trainer's loop calls the first and the last through hybrid/run.h):
  *     HybridPlan p = hybrid_plan(h, step, lr);   (without --hybrid: a Full step, nothing else)
- *     Predict:  apply_predict(params, keep, drift, offsets, nblocks, p.coef, p.keep) or its kernel
+ *     Predict:  hybrid_apply_predict(h, &p, params, keep) (a step without a batch)
  *     else:     forward the first micro batch; if p.check and hybrid_check(h, loss): apply_rollback
  *               (theta_0 from the keep buffer) and forward again; the other micro batches, backward, clip;
- *               then hybrid_update (the fused AdamW pass) or its kernel (hybrid_update_numbers in,
- *               hybrid_stats_out back)
+ *               then hybrid_update (the method's fused AdamW pass)
  *     hybrid_observe(h, loss or NAN, loss_micro1 (p.observe) or NAN, grad_norm or NAN, noise_s, noise_g2
  *                    (or NAN: one micro batch), ms);
- * All bookkeeping lives here; the trainer runs only the per-element loops (hybrid/apply.h) or their
- * kernels, and reads or writes no field of HybridState. The keep buffer is any P-float buffer idle from a
- * Predict run's first step to its Correct step's backward (the gradients). Allocation happens in
- * hybrid_init only. Depends on llmc/args.h (the flag table's rows) and llmc/utils.h (the clock).
+ * A method that keeps weights apart (GPA's average) hands them to the trainer's evaluation facility
+ * (llmc/average.h) through hybrid_kept_weights. The keep buffer is any P-float buffer idle from a Predict
+ * run's first step to its Correct step's backward (the gradients). Allocation happens in hybrid_init only:
+ * the method's state and its P-float buffers (host memory, where the trainer is not a GPU's). Depends on
+ * llmc/args.h (the flag table's rows) and llmc/utils.h (the clock).
  */
 #ifndef HYBRID_HYBRID_H
 #define HYBRID_HYBRID_H
@@ -33,56 +29,24 @@
 #include "llmc/args.h"    // ArgSpec: the flag table
 #include "hybrid/hio.h"
 #include "hybrid/apply.h"
-#include "hybrid/lookahead.h"
-#include "hybrid/predict.h"
 #include "hybrid/metrics.h"
+#include "hybrid/method.h"
+#include "hybrid/methods.h"
 
 #define HYBRID_MAGIC 20261122
-#define HYBRID_VERSION 7  // 6: the drift's decay; 7: the noise gate
-#define HYBRID_PREFILL 0.1f   // the drift's default prefill, a fraction of the schedule
+#define HYBRID_VERSION 8  // 6: the drift's decay; 7: the noise gate; 8: the method table (the row's name)
 
 // ----------------------------------------------------------------------------
-// configuration: one field per flag
+// the flags: --hybrid (off, on, or a method) and the drift family's, one row per HybridConfig field, in the
+// rows of the trainers' parser (llmc/args.h); each method's own flags are its table (HYBRID_ARG_TABLES)
 
-typedef struct {
-    int enabled;                 // --hybrid [0|1]
-    float lookahead;             // --lookahead: beta0 of the look-ahead (0: off, the default)
-    float drift_decay;           // --drift-decay: gamma of the drift's EMA (-1: from the schedule)
-    int warmup;                  // --hybrid-warmup: the drift's prefill in steps (-1: 10% of the schedule)
-    float cooldown;              // --hybrid-cooldown: nothing predicted in this last fraction of the schedule
-    int predict_steps;           // --predict-steps: H of a Predict run (0: none)
-    int full_steps;              // --full-steps: measured steps between Predict runs (minimum)
-    float divergence_threshold;  // --divergence-threshold: z-score of a jump (grad norm, Correct loss)
-    float noise_gate;            // --noise-gate: look-ahead only while B_noise >= this x tokens per step (0: always)
-} HybridConfig;
+static HybridConfig hybrid_flags;  // what the command line gave (static: the trainers' parse fills it)
 
-// Nothing is on by default: no look-ahead and no Predict runs, so `--hybrid` alone trains as the baseline,
-// bit for bit, and says so at start-up. The look-ahead was not safe on text it was never tuned on: where a
-// larger model overfits a small corpus it ended worse than the baseline at the tuned LR, and above a tuned
-// LR it acts like a larger step (docs/suite.md); the trainer cannot tell those runs from the ones where it
-// pays, so a run turns it on knowingly (--lookahead 0.5, EMA-Nesterov's beta0, the value the development
-// corpus tuned). The rest are the look-ahead's settings once on: 10% prefill, kept on to the end of the
-// schedule (beta_t shrinks with the learning rate anyway; why no cool-down: docs/hybrid.md), and the noise
-// gate's threshold, chosen on the development corpus for safety above a tuned LR.
-static const HybridConfig HYBRID_CONFIG_DEFAULT = {
-    0,      // enabled
-    0.0f,   // lookahead
-    -1.0f,  // drift_decay
-    -1,     // warmup
-    0.0f,   // cooldown
-    0,      // predict_steps
-    4,      // full_steps
-    3.0f,   // divergence_threshold
-    3.0f,   // noise_gate
-};
-
-static inline void hybrid_config_default(HybridConfig* c) { *c = HYBRID_CONFIG_DEFAULT; }
-
-// The flags as a table, one row per HybridConfig field, in the rows of the trainers' parser (llmc/args.h):
-// a trainer lists it beside its own (hybrid/run.h), so hybrid mode has no parser of its own.
 #define HYBRID_ARG(f, t, field, lo, hi, bare, h) {f, t, offsetof(HybridConfig, field), lo, hi, 0, h, NULL, bare, 0}
 static const ArgSpec HYBRID_ARGS[] = {
-    HYBRID_ARG("--hybrid", ARG_INT, enabled, 0, 1, "1", "hybrid predictive training (0|1; a bare --hybrid turns it on)"),
+    {"--hybrid", ARG_CHOICE, offsetof(HybridConfig, enabled), 0, 0, 0,
+     "hybrid predictive training: 0 off, 1 on with nothing predicted unless a flag below asks, or a method by name "
+     "(a bare --hybrid is 1; docs/hybrid.md)", HYBRID_CHOICES, "1", 0},
     HYBRID_ARG("--lookahead", ARG_FLOAT, lookahead, 0, 0.95, NULL, "hybrid: look-ahead along the drift, beta0 (0: off, the default; 0.5 is what the development corpus tuned; README says where it paid and where it cost)"),
     HYBRID_ARG("--drift-decay", ARG_FLOAT, drift_decay, -1, 0.9999, NULL, "hybrid: EMA decay of the drift (-1: a memory of 10% of the schedule, at most 100 steps: 0.99)"),
     HYBRID_ARG("--hybrid-warmup", ARG_INT, warmup, -1, 1 << 30, NULL, "hybrid: steps of drift prefill before any prediction (-1: 10% of the schedule)"),
@@ -94,135 +58,169 @@ static const ArgSpec HYBRID_ARGS[] = {
 };
 #define NUM_HYBRID_ARGS ((int)(sizeof(HYBRID_ARGS) / sizeof(HYBRID_ARGS[0])))
 
-// a hybrid flag set without hybrid mode would be silently ignored: refused, naming the flag
+// the row --hybrid chose: NULL when off
+static inline const HybridMethod* hybrid_method_of(const HybridConfig* c) {
+    if (c->enabled <= 0) { return NULL; }
+    if (c->enabled == 1) { return &drift_method; }
+    return c->enabled - 2 < NUM_HYBRID_METHODS ? HYBRID_METHODS[c->enabled - 2] : NULL;
+}
+
+static inline int hybrid_is_drift(const HybridMethod* m) {
+    return m == &drift_method || m == &lookahead_method || m == &predict_method;
+}
+
+// the first flag of table rows [0, n) whose value differs from its default, or NULL
+static inline const ArgSpec* hybrid_changed_flag(const ArgSpec* rows, int n, const void* config, const void* defaults) {
+    for (int i = 0; i < n; i++) {
+        char now[256], def[256];
+        arg_format_exact(now, sizeof(now), config, &rows[i]);
+        arg_format_exact(def, sizeof(def), defaults, &rows[i]);
+        if (strcmp(now, def) != 0) { return &rows[i]; }
+    }
+    return NULL;
+}
+
+// every row of the table complete; a flag of a method the run did not choose would be silently ignored:
+// refused, naming the flag and what it needs
 static inline void hybrid_config_check(const void* config) {
     const HybridConfig* c = (const HybridConfig*)config;
-    const HybridConfig* d = &HYBRID_CONFIG_DEFAULT;
-    if (c->enabled) { return; }
-    if (c->lookahead != d->lookahead) { fatal("flag --lookahead: needs hybrid mode (--hybrid)"); }
-    if (c->predict_steps != d->predict_steps) { fatal("flag --predict-steps: needs hybrid mode (--hybrid)"); }
-    if (c->drift_decay != d->drift_decay) { fatal("flag --drift-decay: needs hybrid mode (--hybrid)"); }
+    const HybridMethod* chosen = hybrid_method_of(c);
+    char why[256];
+    for (int k = 0; k < NUM_HYBRID_METHODS; k++) {  // a row with a hook missing fails every run, before a step
+        if (!hybrid_method_complete(HYBRID_METHODS[k], why, sizeof(why))) { fatal("hybrid/methods.h: %s", why); }
+    }
+    if (!hybrid_is_drift(chosen)) {  // the drift family's rows: HybridConfig's, after --hybrid
+        const ArgSpec* f = hybrid_changed_flag(HYBRID_ARGS + 1, NUM_HYBRID_ARGS - 1, c, &HYBRID_CONFIG_DEFAULT);
+        if (f != NULL) {
+            fatal("flag %s: needs hybrid mode's drift family (--hybrid 1, lookahead or predict)%s%s", f->flag,
+                  chosen ? ", not --hybrid " : "", chosen ? chosen->name : "");
+        }
+    }
+    for (int k = 0; k < NUM_HYBRID_METHODS; k++) {
+        const HybridMethod* m = HYBRID_METHODS[k];
+        const ArgTable* t = m->flags;
+        if (m == chosen || t == NULL || t->num_args == 0) { continue; }
+        const ArgSpec* f = hybrid_changed_flag(t->args, t->num_args, t->config, t->defaults);
+        if (f != NULL) { fatal("flag %s: needs --hybrid %s", f->flag, m->name); }
+    }
 }
+
+static int hybrid_table_shown(const void* table) {
+    const HybridMethod* m = hybrid_method_of(&hybrid_flags);
+    return m != NULL && m->flags == (const ArgTable*)table;
+}
+
+// the usage text's list of methods, after --hybrid's flags
+static void hybrid_print_methods(FILE* out) {
+    fprintf(out, "  methods of --hybrid NAME (hybrid/methods.h):\n");
+    for (int k = 0; k < NUM_HYBRID_METHODS; k++) {
+        fprintf(out, "    %-12s %s\n", HYBRID_METHODS[k]->name, HYBRID_METHODS[k]->about);
+    }
+}
+
+// the tables a trainer lists beside its own (llmc/config.h's TrainCli): --hybrid's, then every method's
+#define HYBRID_METHOD_TABLE(name) &name##_table,
+static const ArgTable hybrid_table = {HYBRID_ARGS, NUM_HYBRID_ARGS, &hybrid_flags, &HYBRID_CONFIG_DEFAULT,
+                                      sizeof(HybridConfig), hybrid_config_check, 1, NULL, hybrid_print_methods};
+#define HYBRID_ARG_TABLES &hybrid_table, HYBRID_METHOD_ROWS(HYBRID_METHOD_TABLE)
 
 // ----------------------------------------------------------------------------
 // state
 
 typedef struct {
     HybridConfig cfg;
-    int nblocks;
-    size_t num_params;
+    const HybridMethod* method; // the row --hybrid chose; NULL: hybrid mode off (a zeroed state)
+    void* self;                 // the method's state
+    HybridModel model;
     size_t* offsets;            // (nblocks+1) block offsets in floats
-    int total_steps;
-    float lr_peak, beta1, beta2, eps;
     float* weight_decay;        // (nblocks) AdamW's decoupled weight decay per block
-    Lookahead la;
-    PredictRuns pr;
-    HybridMetrics metrics;
-    float* coef;                // (nblocks) this Predict step: theta_b += coef_b m_b
-    double* stats;              // (nblocks, 3) the last measured pass's <delta,m>, |m|^2, |delta|^2
-    double* partial;            // (nblocks, APPLY_CHUNKS, 3) their per-chunk sums
+    float* bufs[HYBRID_MAX_BUFFERS]; // the method's P-float buffers (host), or NULL (a GPU keeps its own)
+    int owns_bufs;              // hybrid_init allocated them (else the caller lent them: hybrid_use_buffers)
     uint16_t* params16;         // (P) the trainer's bf16 weight copy, rounded in the fused pass; NULL: none
+    HybridMetrics metrics;
     // the step in progress
     int step;                   // 0-based
     HybridPhase phase;
     float lr;
     double decide_ms;           // this step's time in hybrid/ so far
-    int rolled_back;            // this Correct step rolled its run back
-    float check_loss;           // and the loss that made it
-    double check_z;
 } HybridState;
-
-// what the trainer does in this step
-typedef struct {
-    HybridPhase phase;
-    const float* coef;          // Predict: (nblocks) coefficients along the drift
-    int keep;                   // Predict: the run's first step, which keeps theta_0 in the keep buffer
-    int check;                  // Correct steps: the first micro batch's loss to hybrid_check before the backward
-    int observe;                // other measured steps (with Predict runs): that loss to hybrid_observe, after
-                                // the step (no wait in its middle: on a GPU the loss is a copy to the host)
-} HybridPlan;
 
 static inline double hybrid_now_ms(void) { return clock_seconds() * 1e3; }
 
-// hybrid mode with nothing on (the defaults): the run is the baseline's, which hybrid_setup says at start-up
+// --hybrid 1 with nothing on (the defaults): the run is the baseline's, which hybrid_setup says at start-up
 // rather than let a user believe something else is running
-static inline int hybrid_nothing_on(const HybridConfig* c) {
-    return c->enabled && c->lookahead == 0.0f && c->predict_steps == 0;
-}
+static inline int hybrid_nothing_on(const HybridConfig* c) { return c->enabled == 1 && drift_nothing_on(c); }
 
-// offsets: (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
-// hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets);
-// total_steps is the schedule length, tokens_per_step what one measured step trains on (all micro
-// batches of all processes) in micro_batches backward passes.
+// the method's state for hybrid mode (cfg->enabled > 0; the method's own flags are its table's static
+// config): offsets (nblocks+1) block boundaries in floats (offsets[nblocks] = P); lr_peak and the AdamW
+// hyper-parameters are the trainer's (weight_decay: (nblocks), the decay each block gets); total_steps is
+// the schedule length, tokens_per_step what one measured step trains on (all micro batches of all
+// processes). params: the initial weights (P, host), which a method that keeps weights copies; host_buffers:
+// allocate the method's buffers here (0: a GPU trainer keeps them on its device). Exits with one line on a
+// method row that is incomplete.
 static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const size_t* offsets, int nblocks,
                                int total_steps, double tokens_per_step, float lr_peak, float beta1, float beta2,
-                               float eps, const float* weight_decay) {
+                               float eps, const float* weight_decay, const float* params, int host_buffers) {
     memset(h, 0, sizeof(*h));
     h->cfg = *cfg;
-    cfg = &h->cfg;
-    h->nblocks = nblocks;
-    h->num_params = offsets[nblocks];
-    h->total_steps = total_steps;
-    h->lr_peak = lr_peak; h->beta1 = beta1; h->beta2 = beta2; h->eps = eps;
-    h->offsets = (size_t*)malloc((size_t)(nblocks + 1) * sizeof(size_t));
-    h->weight_decay = (float*)malloc((size_t)nblocks * sizeof(float));
-    h->coef = (float*)calloc((size_t)nblocks, sizeof(float));
-    h->stats = (double*)calloc((size_t)nblocks * 3, sizeof(double));
-    h->partial = (double*)calloc((size_t)nblocks * APPLY_CHUNKS * 3, sizeof(double));
-    if (!h->offsets || !h->weight_decay || !h->coef || !h->stats || !h->partial) {
-        fprintf(stderr, "error: hybrid_init: out of memory (%d blocks)\n", nblocks);
-        exit(EXIT_FAILURE);
-    }
+    h->method = hybrid_method_of(cfg);
+    if (h->method == NULL) { fatal("hybrid_init: --hybrid %d is no method", cfg->enabled); }
+    char why[256];
+    if (!hybrid_method_complete(h->method, why, sizeof(why))) { fatal("%s", why); }
+    size_t P = offsets[nblocks];
+    h->offsets = (size_t*)mallocCheck((size_t)(nblocks + 1) * sizeof(size_t));
+    h->weight_decay = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     memcpy(h->offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t));
     memcpy(h->weight_decay, weight_decay, (size_t)nblocks * sizeof(float));
-    // the window: after the drift's prefill, before the cool-down. With nothing on there is nothing to wait
-    // for: every step is a full one, and the log is the baseline's
-    int start = hybrid_nothing_on(cfg) ? 0
-              : cfg->warmup >= 0      ? cfg->warmup
-                                      : (int)(HYBRID_PREFILL * (float)total_steps + 0.5f);
-    int stop = (int)((1.0f - cfg->cooldown) * (float)total_steps);
-    float gamma = cfg->drift_decay >= 0.0f ? cfg->drift_decay : lookahead_default_gamma(total_steps);
-    lookahead_init(&h->la, cfg->lookahead, gamma, cfg->divergence_threshold, cfg->noise_gate, tokens_per_step, start,
-                   stop, nblocks);
-    predict_init(&h->pr, cfg->predict_steps, cfg->full_steps, cfg->divergence_threshold, start, stop);
+    HybridModel m = {P, nblocks, h->offsets, h->weight_decay, total_steps, lr_peak, beta1, beta2, eps, tokens_per_step, 0};
+    h->model = m;
+    for (int k = 0; host_buffers && k < h->method->buffers; k++) { h->bufs[k] = (float*)callocCheck(P, sizeof(float)); }
+    h->owns_bufs = host_buffers;
+    const void* config = h->method->flags->num_args > 0 ? h->method->flags->config : (const void*)&h->cfg;
+    h->self = h->method->init(&h->model, config, host_buffers ? h->bufs : NULL, host_buffers ? params : NULL);
     metrics_init(&h->metrics);
     h->phase = HYBRID_PHASE_WARMUP;
-    h->check_loss = NAN;
 }
 
 static inline void hybrid_free(HybridState* h) {
-    lookahead_free(&h->la);
-    free(h->offsets); free(h->weight_decay); free(h->coef); free(h->stats); free(h->partial);
+    if (h->method != NULL) { h->method->free(h->self); }
+    for (int k = 0; h->owns_bufs && k < HYBRID_MAX_BUFFERS; k++) { free(h->bufs[k]); }
+    free(h->offsets); free(h->weight_decay);
     memset(h, 0, sizeof(*h));
 }
+
+static inline int hybrid_enabled(const HybridState* h) { return h->method != NULL; }
+
+// host buffers of the caller's (the method's count of them, P floats each) for a state initialised without
+// its own (a test's simulated trainer); the state never frees them
+static inline void hybrid_use_buffers(HybridState* h, float* const* bufs) {
+    for (int k = 0; k < h->method->buffers; k++) { h->bufs[k] = bufs[k]; }
+    h->owns_bufs = 0;
+}
+
+// the weights to evaluate and keep where the method keeps them apart (P floats, host), else NULL
+static inline float* hybrid_kept_weights(const HybridState* h) {
+    return h->method != NULL && h->method->keeps_weights ? h->bufs[0] : NULL;
+}
+
+// the drift family's state (the GPU trainer's kernels and the tests read it), or NULL for another method
+static inline Drift* hybrid_drift(const HybridState* h) { return hybrid_is_drift(h->method) ? (Drift*)h->self : NULL; }
 
 // ----------------------------------------------------------------------------
 // the step
 
-// the plan of step `step` (0-based) at learning rate lr: a Predict step's coefficients, or a measured
-// step's look-ahead (kept here for hybrid_update, or for the trainer's kernel: hybrid_update_numbers).
-// A state that hybrid_init never saw (zeroed: hybrid mode off) plans a Full step.
+// the plan of step `step` (0-based) at learning rate lr. A state hybrid_init never saw (zeroed: hybrid mode
+// off) plans a Full step.
 static inline HybridPlan hybrid_plan(HybridState* h, int step, float lr) {
     HybridPlan p;
     memset(&p, 0, sizeof(p));
-    if (!h->cfg.enabled) { p.phase = HYBRID_PHASE_FULL; return p; }  // hybrid mode off: a plain Full step
+    p.phase = HYBRID_PHASE_FULL;
+    if (h->method == NULL) { return p; }
     double t0 = hybrid_now_ms();
     h->step = step;
     h->lr = lr;
-    h->rolled_back = 0;
-    h->check_loss = NAN;
-    h->phase = predict_next(&h->pr, step);
-    p.phase = h->phase;
-    if (h->phase == HYBRID_PHASE_PREDICT) {
-        p.keep = h->pr.run_done == 0;
-        predict_coef(&h->pr, h->stats, h->nblocks, h->coef);
-        predict_step_done(&h->pr);
-        p.coef = h->coef;
-    } else {
-        lookahead_plan(&h->la, step, lr, h->lr_peak, h->stats);
-        p.check = h->pr.horizon > 0 && h->phase == HYBRID_PHASE_CORRECT;
-        p.observe = h->pr.horizon > 0 && h->phase != HYBRID_PHASE_CORRECT;
-    }
+    h->method->plan(h->self, step, lr, &p);
+    h->phase = p.phase;
     h->decide_ms = hybrid_now_ms() - t0;
     return p;
 }
@@ -230,89 +228,45 @@ static inline HybridPlan hybrid_plan(HybridState* h, int step, float lr) {
 // a measured step's first micro batch loss (when the plan asked for it). Returns 1 on a Correct step whose
 // loss jumped: the trainer restores theta_0 from its keep buffer and runs the forward again.
 static inline int hybrid_check(HybridState* h, float loss) {
-    double sd = sqrt(h->pr.loss_var), mean = h->pr.loss_mean;
-    int undo = predict_check(&h->pr, h->phase, loss);
-    if (undo) {
-        h->rolled_back = 1;
-        h->check_loss = loss;
-        h->check_z = sd > 0.0 ? ((double)loss - mean) / sd : NAN;
-    }
-    return undo;
+    return h->method != NULL && h->method->check != NULL ? h->method->check(h->self, loss) : 0;
 }
 
-// CPU reference of a measured step's update: AdamW step t at the step's lr with the drift and the
-// look-ahead, one pass (apply_adamw_lookahead); fills h->stats. grads: the step's gradients, grad_scale
-// their clipping factor, left zero (as gpt2_update leaves them); drift: (P).
-static inline void hybrid_update(HybridState* h, float* params, float* grads, float* m, float* v, float* drift,
-                                 float grad_scale, int t) {
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, h->params16, 1};
-    apply_adamw_lookahead(params, grads, m, v, drift, &st, h->la.gamma, h->la.beta_prev, h->la.beta_next,
-                          h->offsets, h->nblocks, h->partial, h->stats);
+// the AdamW numbers of this step's update (t: AdamW's 1-based count)
+static inline ApplyAdamStep hybrid_adam_step(const HybridState* h, float grad_scale, int t) {
+    ApplyAdamStep st = {h->model.beta1, h->model.beta2, h->model.eps, h->weight_decay, t, h->lr, grad_scale, h->params16, 1};
+    return st;
 }
 
-// what a device's fused pass needs of this step's update (the mirror of hybrid_update's arguments): the
-// AdamW step, the drift's decay, the look-ahead's per-block betas (host arrays, nblocks each), and
-// where the blocks end (the elements past it, padding, take a plain AdamW step)
-typedef struct {
-    ApplyAdamStep adam;         // weight_decay: the host's (nblocks); a device pass passes its own copy
-    float gamma;
-    const float* beta_prev;     // (nblocks) the look-ahead the weights hold now
-    const float* beta_next;     // (nblocks) the one to add
-    int nblocks;
-    size_t num_params;          // offsets[nblocks]
-} HybridUpdate;
-
-static inline HybridUpdate hybrid_update_numbers(const HybridState* h, float grad_scale, int t) {
-    HybridUpdate u;
-    ApplyAdamStep st = {h->beta1, h->beta2, h->eps, h->weight_decay, t, h->lr, grad_scale, NULL, 0};
-    u.adam = st;
-    u.gamma = h->la.gamma;
-    u.beta_prev = h->la.beta_prev;
-    u.beta_next = h->la.beta_next;
-    u.nblocks = h->nblocks;
-    u.num_params = h->num_params;
-    return u;
+// CPU reference of a measured step's update: the method's AdamW pass. grads: the step's gradients,
+// grad_scale their clipping factor, left zero (as gpt2_update leaves them)
+static inline void hybrid_update(HybridState* h, float* params, float* grads, float* m, float* v, float grad_scale, int t) {
+    ApplyAdamStep st = hybrid_adam_step(h, grad_scale, t);
+    h->method->update(h->self, &h->model, &st, params, grads, m, v, h->bufs);
 }
 
-// the parameter blocks' boundaries, (nblocks+1) floats into the flat parameters (a device keeps a copy)
-static inline const size_t* hybrid_block_offsets(const HybridState* h) { return h->offsets; }
-
-// where a device's fused pass returns its statistics, (nblocks, 3) doubles on the host: <delta,m>, |m|^2,
-// |delta|^2 per block (as hybrid_update fills them), before hybrid_observe
-static inline double* hybrid_stats_out(HybridState* h) { return h->stats; }
-
-// CPU reference of a Predict step (the plan's): theta_b += coef_b m_b along the drift (P), in params (P);
-// the run's first step keeps theta_0 in keep (P)
-static inline void hybrid_apply_predict(const HybridState* h, const HybridPlan* p, float* params, float* keep,
-                                        const float* drift) {
-    apply_predict(params, keep, drift, h->offsets, h->nblocks, p->coef, p->keep);
+// CPU reference of a Predict step (the plan's), in params (P); keep: the rollback point's buffer (P)
+static inline void hybrid_apply_predict(HybridState* h, const HybridPlan* p, float* params, float* keep) {
+    h->method->predict(h->self, &h->model, p, params, keep, h->bufs);
 }
 
-// the trainer keeps a bf16 copy of the weights (P values, NULL: none): hybrid_update rounds it as it writes
+// the trainer keeps a bf16 copy of the weights (P values, NULL: none): the fused pass rounds it as it writes
 // the weights, as the trainer's own AdamW pass does
 static inline void hybrid_set_bf16_copy(HybridState* h, uint16_t* params16) { h->params16 = params16; }
 
-// a measured step that was skipped (non-finite loss or norm): no update, so no statistics
+// a measured step that was skipped (non-finite loss or norm): no update
 static inline void hybrid_skip_update(HybridState* h) {
-    memset(h->stats, 0, (size_t)h->nblocks * 3 * sizeof(double));
+    if (h->method != NULL && h->method->skip != NULL) { h->method->skip(h->self); }
 }
 
 // end of every step: loss and grad_norm NAN on Predict steps and skipped steps; loss_micro1 the first micro
 // batch's loss where the plan asked for it (observe; even if the step was then skipped), else NAN; noise_s,
-// noise_g2 the step's estimates of the gradient noise scale's terms, the noise's trace S and |G|^2
-// (llmc/run.h), NAN where not measured; ms the step's wall time (hybrid/'s own time for the step is added
-// to it and returned)
+// noise_g2 the step's estimates of the gradient noise scale's terms (llmc/run.h), NAN where not measured;
+// ms the step's wall time (hybrid/'s own time for the step is added to it and returned)
 static inline double hybrid_observe(HybridState* h, float loss, float loss_micro1, float grad_norm, double noise_s,
                                    double noise_g2, double ms) {
     double t0 = hybrid_now_ms();
-    if (h->phase != HYBRID_PHASE_CORRECT && isfinite(loss_micro1)) {
-        predict_observe_loss(&h->pr, loss_micro1);  // p.observe: the history a Correct step is judged against
-    }
-    if (h->phase != HYBRID_PHASE_PREDICT) {
-        int ok = isfinite(loss);
-        lookahead_observe(&h->la, ok ? grad_norm : NAN, ok ? noise_s : NAN, ok ? noise_g2 : NAN, h->stats);
-        predict_measured(&h->pr, h->phase);
-    }
+    HybridObservation o = {h->phase, loss, loss_micro1, grad_norm, noise_s, noise_g2};
+    h->method->observe(h->self, &o);
     double own = h->decide_ms + (hybrid_now_ms() - t0);
     h->metrics.steps[h->phase] += 1;
     h->metrics.ms[h->phase] += ms + own;
@@ -320,25 +274,27 @@ static inline double hybrid_observe(HybridState* h, float loss, float loss_micro
     return own;
 }
 
-// the rollback of this step as one log line; returns 0 if there was none
+// this step's log line (a rollback) into buf; returns 0 if there was none
 static inline int hybrid_take_event(const HybridState* h, char* buf, size_t n) {
-    if (!h->rolled_back) { return 0; }
-    snprintf(buf, n, "hybrid: step %d: loss %.6f at the predicted point (z %.2f): Predict run rolled back",
-             h->step + 1, h->check_loss, h->check_z);
-    return 1;
+    return h->method->event != NULL ? h->method->event(h->self, buf, n) : 0;
+}
+
+// a Predict step's text for the step line
+static inline void hybrid_what(const HybridState* h, char* buf, size_t n) {
+    if (h->method->what != NULL) { h->method->what(h->self, buf, n); } else { snprintf(buf, n, "predict"); }
 }
 
 // "phase" of the step, for the step line and metrics.jsonl
-static inline const char* hybrid_phase_name(const HybridState* h) { return predict_phase_name(h->phase); }
+static inline const char* hybrid_phase_name(const HybridState* h) { return hybrid_phase_label(h->phase); }
 
-// the hybrid fields of this step's metrics.jsonl line: the look-ahead's beta (before the per-block caps;
-// null outside the window and while the noise gate is closed), the position in a Predict run, whether it was rolled back
+// the method's fields of this step's metrics.jsonl line (the method's name first)
 static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
-    char beta[32], run[16];
-    if (h->phase != HYBRID_PHASE_PREDICT && h->la.active) { snprintf(beta, sizeof(beta), "%.6g", h->la.beta0 * (h->lr / h->lr_peak) * h->la.backoff); }
-    else { snprintf(beta, sizeof(beta), "null"); }
-    if (h->phase == HYBRID_PHASE_PREDICT) { snprintf(run, sizeof(run), "%d", h->pr.run_done); } else { snprintf(run, sizeof(run), "null"); }
-    return snprintf(buf, n, "\"beta\": %s, \"predict_run_step\": %s, \"rollback\": %d", beta, run, h->rolled_back);
+    int w = snprintf(buf, n, "\"method\": \"%s\"", h->method->name);
+    if (h->method->step_json != NULL && w > 0 && (size_t)w + 2 < n) {
+        w += snprintf(buf + w, n - (size_t)w, ", ");
+        w += h->method->step_json(h->self, buf + w, n - (size_t)w);
+    }
+    return w;
 }
 
 // With one micro batch per step (over every process) B_noise cannot be measured: the noise gate cannot
@@ -346,7 +302,9 @@ static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
 // (near or above it, that costs loss: docs/hybrid_usage.md). hybrid_setup says so at start-up, before a
 // step is spent, with what to do about it.
 static inline int hybrid_gate_blind(const HybridConfig* c, int micro_batches) {
-    return c->enabled && c->lookahead > 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
+    const HybridMethod* m = hybrid_method_of(c);
+    float beta0 = m == &lookahead_method && c->lookahead == HYBRID_CONFIG_DEFAULT.lookahead ? DRIFT_LOOKAHEAD : c->lookahead;
+    return hybrid_is_drift(m) && beta0 > 0.0f && c->noise_gate > 0.0f && micro_batches < 2;
 }
 
 static inline void hybrid_print_gate_blind(float beta0, double tokens_per_step, FILE* f) {
@@ -358,91 +316,59 @@ static inline void hybrid_print_gate_blind(float beta0, double tokens_per_step, 
 }
 
 static inline void hybrid_print_nothing_on(FILE* f) {
-    fprintf(f, "hybrid: nothing is on: the look-ahead and Predict runs are off by default, so this run trains as the "
-               "baseline, bit for bit. --lookahead 0.5 turns the look-ahead on (with -d at 2+ micro batches per step "
-               "the noise gate decides where); it paid on some held-out corpora and cost on others (README).\n");
+    fprintf(f, "hybrid: nothing is on: --hybrid 1 names no method and the drift family's look-ahead and Predict runs are "
+               "off by default, so this run trains as the baseline, bit for bit. --hybrid NAME runs a method (-h lists "
+               "them; --hybrid lookahead is --lookahead 0.5); README says which paid where.\n");
 }
 
 static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     metrics_print_table(&h->metrics, f);
-    const Lookahead* la = &h->la;
-    if (la->beta0 == 0.0f) {  // the default: nothing to report but what the drift measured
-        fprintf(f, "look-ahead: off (--lookahead gives beta0); drift decay %.4g, mean cos(update, drift) %.3f\n", la->gamma,
-                la->n_cos ? la->cos_sum / la->n_cos : 0.0);
-    } else {
-        fprintf(f, "look-ahead: beta0 %.3g, drift decay %.4g, %d steps with a look-ahead (mean beta %.3f), %d grad-norm jumps "
-                   "backed it off, %d block caps; mean cos(update, drift) %.3f\n", la->beta0, la->gamma, la->active_steps,
-                lookahead_mean_beta(la), la->jumps, la->capped, la->n_cos ? la->cos_sum / la->n_cos : 0.0);
-    }
-    double bn = lookahead_noise_scale(la);
-    if (la->noise_gate > 0.0f && la->beta0 > 0.0f && la->noise_n > 0) {
-        fprintf(f, "noise gate: look-ahead only while B_noise >= %g x %.0f tokens per step: closed on %d of %d window steps; "
-                   "B_noise at the end %.0f tokens\n", la->noise_gate, la->tokens, la->gated_steps,
-                la->gated_steps + la->active_steps, bn);
-    } else if (la->noise_gate > 0.0f && la->beta0 > 0.0f) {
-        fprintf(f, "noise gate: open (one micro batch per step: B_noise not measured)\n");
-    }
-    if (h->pr.horizon > 0) {
-        fprintf(f, "predict runs: %d of %d steps (%d Predict steps), %d rolled back\n", h->pr.runs, h->pr.horizon,
-                h->pr.steps, h->pr.rollbacks);
-    }
+    fprintf(f, "method: %s\n", h->method->name);
+    h->method->print_summary(h->self, f);
 }
 
 // the summary's "key": value pairs (no braces), for the trainer's summary.json
 static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) {
     size_t pos = metrics_summary_fields(&h->metrics, buf, n);
-    const Lookahead* la = &h->la;
-    metrics_field(buf, n, &pos, "lookahead_beta0", la->beta0, 0);
-    metrics_field(buf, n, &pos, "lookahead_steps", la->active_steps, 1);
-    metrics_field(buf, n, &pos, "lookahead_gated_steps", la->gated_steps, 1);
-    metrics_field(buf, n, &pos, "noise_scale_running", lookahead_noise_scale(la), 0);
-    metrics_field(buf, n, &pos, "lookahead_mean_beta", lookahead_mean_beta(la), 0);
-    metrics_field(buf, n, &pos, "lookahead_jumps", la->jumps, 1);
-    metrics_field(buf, n, &pos, "lookahead_caps", la->capped, 1);
-    metrics_field(buf, n, &pos, "lookahead_cos", la->n_cos ? la->cos_sum / la->n_cos : 0.0, 0);
-    metrics_field(buf, n, &pos, "predict_runs", h->pr.runs, 1);
-    metrics_field(buf, n, &pos, "predict_steps", h->pr.steps, 1);
-    metrics_field(buf, n, &pos, "rollbacks", h->pr.rollbacks, 1);
-    return (int)pos;
+    if (pos + 32 < n) { pos += (size_t)snprintf(buf + pos, n - pos, ", \"method\": \"%s\"", h->method->name); }
+    return h->method->summary_fields(h->self, buf, n);
 }
 
 // ----------------------------------------------------------------------------
-// save / load: magic, version, the configuration it must match, every component, the drift buffer, the
-// keep buffer if a Predict run is open (theta_0, for its rollback), and a checksum.
+// save / load: magic, version, the configuration it must match, the method's name and record (its buffers
+// among it, from bufs: the state's own, or a device's staging), the metrics, and a checksum.
 
-static inline void hybrid_io(HybridIO* io, HybridState* h, float* drift, float* keep) {
+static inline void hybrid_io(HybridIO* io, HybridState* h, float* const* bufs, float* keep) {
     hio_expect_i32(io, HYBRID_MAGIC, "magic");
     hio_expect_i32(io, HYBRID_VERSION, "version");
-    hio_expect_i32(io, h->nblocks, "parameter blocks");
-    uint64_t P = h->num_params;
+    hio_expect_i32(io, h->model.nblocks, "parameter blocks");
+    uint64_t P = h->model.num_params;
     hio_u64(io, &P);
-    if (!io->writing && !io->failed && P != h->num_params) { hio_fail(io, "parameter count differs from the model"); }
-    hio_expect_i32(io, h->total_steps, "schedule length");
-    hio_expect_i32(io, h->la.start, "--hybrid-warmup");
-    hio_expect_i32(io, h->la.stop, "--hybrid-cooldown");
-    lookahead_io(io, &h->la);
-    predict_io(io, &h->pr);
-    metrics_io(io, &h->metrics);
-    hio_f64s(io, h->stats, (size_t)h->nblocks * 3);
-    if (drift == NULL) { hio_fail(io, "no drift buffer given"); }
-    else { hio_f32s(io, drift, h->num_params); }
-    int has_keep = h->pr.run_done > 0;
-    hio_i32(io, &has_keep);
-    if (!io->writing && has_keep != (h->pr.run_done > 0)) { hio_fail(io, "keep buffer flag does not match the Predict run"); }
-    if (has_keep) {
-        if (keep == NULL) { hio_fail(io, "a Predict run is open but no keep buffer was given"); }
-        else { hio_f32s(io, keep, h->num_params); }
+    if (!io->writing && !io->failed && P != h->model.num_params) { hio_fail(io, "parameter count differs from the model"); }
+    hio_expect_i32(io, h->model.total_steps, "schedule length");
+    char name[32] = {0};
+    snprintf(name, sizeof(name), "%s", h->method->name);
+    char got[32];
+    memcpy(got, name, sizeof(got));
+    hio_bytes(io, got, sizeof(got));
+    if (!io->writing && !io->failed && memcmp(got, name, sizeof(got)) != 0) {
+        got[sizeof(got) - 1] = '\0';
+        hio_fail(io, "the file is another method's (--hybrid differs)");
     }
+    h->method->io(io, h->self, bufs != NULL ? bufs : h->bufs, keep);
+    metrics_io(io, &h->metrics);
 }
 
 // whether a checkpoint taken now must save the keep buffer (an open Predict run)
-static inline int hybrid_run_open(const HybridState* h) { return h->pr.run_done > 0; }
+static inline int hybrid_run_open(const HybridState* h) {
+    return h->method != NULL && h->method->run_open != NULL && h->method->run_open(h->self);
+}
 
-// save to a stream; returns 0, or -1 with the reason in err
-static inline int hybrid_save(HybridState* h, FILE* f, const float* drift, const float* keep, char* err, size_t errn) {
+// save to a stream; returns 0, or -1 with the reason in err. bufs: NULL (the state's own) or a device's staging
+static inline int hybrid_save(HybridState* h, FILE* f, float* const* bufs, const float* keep, char* err, size_t errn) {
     HybridIO io;
     hio_begin(&io, 1, f, NULL, 0);
-    hybrid_io(&io, h, (float*)drift, (float*)keep);
+    hybrid_io(&io, h, bufs, (float*)keep);
     int rc = hio_finish(&io);
     if (rc != 0 && err != NULL) { snprintf(err, errn, "%s", io.error); }
     return rc;
@@ -450,10 +376,10 @@ static inline int hybrid_save(HybridState* h, FILE* f, const float* drift, const
 
 // load from a stream into an initialised state of the same configuration; returns 0, or -1 with
 // the reason in err (the state is then unusable: the caller exits)
-static inline int hybrid_load(HybridState* h, FILE* f, float* drift, float* keep, char* err, size_t errn) {
+static inline int hybrid_load(HybridState* h, FILE* f, float* const* bufs, float* keep, char* err, size_t errn) {
     HybridIO io;
     hio_begin(&io, 0, f, NULL, 0);
-    hybrid_io(&io, h, drift, keep);
+    hybrid_io(&io, h, bufs, keep);
     int rc = hio_finish(&io);
     if (rc == 0 && fgetc(f) != EOF) { hio_fail(&io, "trailing bytes after the checksum"); rc = -1; }
     if (rc != 0 && err != NULL) { snprintf(err, errn, "%s", io.error); }
@@ -461,25 +387,26 @@ static inline int hybrid_load(HybridState* h, FILE* f, float* drift, float* keep
 }
 
 // the same to and from a byte buffer: size first (buf NULL), then save; load checks the size
-static inline size_t hybrid_state_size(HybridState* h, const float* drift, const float* keep) {
+static inline size_t hybrid_state_size(HybridState* h, float* const* bufs, const float* keep) {
     HybridIO io;
     hio_begin(&io, 1, NULL, NULL, 0);
-    hybrid_io(&io, h, (float*)drift, (float*)keep);
+    hybrid_io(&io, h, bufs, (float*)keep);
     hio_finish(&io);
     return io.pos;
 }
 
-static inline int hybrid_save_buffer(HybridState* h, void* buf, size_t cap, const float* drift, const float* keep) {
+static inline int hybrid_save_buffer(HybridState* h, void* buf, size_t cap, float* const* bufs, const float* keep) {
     HybridIO io;
     hio_begin(&io, 1, NULL, buf, cap);
-    hybrid_io(&io, h, (float*)drift, (float*)keep);
+    hybrid_io(&io, h, bufs, (float*)keep);
     return hio_finish(&io);
 }
 
-static inline int hybrid_load_buffer(HybridState* h, const void* buf, size_t n, float* drift, float* keep, char* err, size_t errn) {
+static inline int hybrid_load_buffer(HybridState* h, const void* buf, size_t n, float* const* bufs, float* keep, char* err,
+                                     size_t errn) {
     HybridIO io;
     hio_begin(&io, 0, NULL, (void*)buf, n);
-    hybrid_io(&io, h, drift, keep);
+    hybrid_io(&io, h, bufs, keep);
     int rc = hio_finish(&io);
     if (rc == 0 && io.pos != n) { hio_fail(&io, "trailing bytes after the checksum"); rc = -1; }
     if (rc != 0 && err != NULL) { snprintf(err, errn, "%s", io.error); }

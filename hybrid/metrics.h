@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <sys/resource.h>
 #include "hybrid/hio.h"
-#include "hybrid/predict.h"
+#include "hybrid/method.h" // HybridPhase
 
 typedef struct {
     int steps[HYBRID_PHASE_COUNT];
@@ -53,12 +53,12 @@ static inline size_t metrics_summary_fields(const HybridMetrics* m, char* buf, s
     for (int p = 0; p < HYBRID_PHASE_COUNT; p++) { time_total += m->ms[p]; }
     for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char key[32];
-        snprintf(key, sizeof(key), "steps_%s", predict_phase_name((HybridPhase)p));
+        snprintf(key, sizeof(key), "steps_%s", hybrid_phase_label((HybridPhase)p));
         metrics_field(buf, n, &pos, key, m->steps[p], 1);
     }
     for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char key[32];
-        snprintf(key, sizeof(key), "time_s_%s", predict_phase_name((HybridPhase)p));
+        snprintf(key, sizeof(key), "time_s_%s", hybrid_phase_label((HybridPhase)p));
         metrics_field(buf, n, &pos, key, m->ms[p] / 1000.0, 0);
     }
     metrics_field(buf, n, &pos, "pct_steps_without_backward", total ? 100.0 * m->steps[HYBRID_PHASE_PREDICT] / total : 0.0, 0);
@@ -76,7 +76,7 @@ static inline void metrics_print_table(const HybridMetrics* m, FILE* f) {
     fprintf(f, "+--------------------------------------+------------------+\n");
     for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char label[64];
-        snprintf(label, sizeof(label), "%s steps / time (s)", predict_phase_name((HybridPhase)p));
+        snprintf(label, sizeof(label), "%s steps / time (s)", hybrid_phase_label((HybridPhase)p));
         fprintf(f, "| %-36s | %6d / %7.2f |\n", label, m->steps[p], m->ms[p] / 1000.0);
     }
     fprintf(f, "| %-36s | %15.1f%% |\n", "steps without backward", total ? 100.0 * m->steps[HYBRID_PHASE_PREDICT] / total : 0.0);

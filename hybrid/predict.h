@@ -20,19 +20,13 @@
 #include <math.h>
 #include <string.h>
 #include "hybrid/hio.h"
+#include "hybrid/method.h" // HybridPhase
 
 #define PREDICT_CAP 2.0f       // |c_b m_b| <= this many of the block's last update (as the look-ahead's cap)
 #define PREDICT_MAX_GAP 16     // back-off ceiling, in multiples of --full-steps
 #define PREDICT_LOSS_ALPHA 0.05 // EMA weight of the measured losses' mean and variance
 #define PREDICT_LOSS_MIN 10    // measured losses before a run may start (the z-score needs a history)
 
-typedef enum { HYBRID_PHASE_WARMUP = 0, HYBRID_PHASE_FULL = 1, HYBRID_PHASE_PREDICT = 2, HYBRID_PHASE_CORRECT = 3 } HybridPhase;
-#define HYBRID_PHASE_COUNT 4
-
-static inline const char* predict_phase_name(HybridPhase p) {
-    static const char* names[HYBRID_PHASE_COUNT] = {"warmup", "full", "predict", "correct"};
-    return (p >= 0 && p < HYBRID_PHASE_COUNT) ? names[p] : "?";
-}
 
 typedef struct {
     int horizon;            // --predict-steps H (0: no Predict runs)

@@ -23,15 +23,11 @@
 #include "llmc/run.h"
 #include "hybrid/hybrid.h"
 
-// hybrid's flags as a table of a TrainCli, parsed into *cfg (a HybridConfig of static storage)
-#define HYBRID_ARG_TABLE(cfg) \
-    {HYBRID_ARGS, NUM_HYBRID_ARGS, (cfg), &HYBRID_CONFIG_DEFAULT, sizeof(HybridConfig), hybrid_config_check, 1}
-
 // hybrid mode's state for a training run, over the model's parameter blocks (llmc/checkpoint.h's
 // gpt2_param_blocks: each tensor of each layer); zeroed when hybrid mode is off or nothing is trained.
-// eps: AdamW's, the trainer's constant.
+// eps: AdamW's, the trainer's constant; params: the initial weights (host) and host_buffers as hybrid_init's.
 static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const TrainRun* run, const GPT2Config* mc,
-                                float eps) {
+                                float eps, const float* params, int host_buffers) {
     memset(h, 0, sizeof(*h));
     if (!cfg->enabled || run->cfg.max_steps == 0) { return; }
     int nblocks = 12 * mc->num_layers + 4;
@@ -40,21 +36,21 @@ static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const T
     gpt2_param_blocks(mc, offsets, block_wd, run->cfg.weight_decay);
     int micro_batches = run->grad_accum * run->num_processes;
     hybrid_init(h, cfg, offsets, nblocks, run->total_steps, run_tokens_per_step(run), run->cfg.lr,
-                run->cfg.beta1, run->cfg.beta2, eps, block_wd);
+                run->cfg.beta1, run->cfg.beta2, eps, block_wd, params, host_buffers);
+    h->model.micro_batches = micro_batches;
     free(offsets);
     free(block_wd);
     if (run->cfg.process_rank == 0) {
-        if (hybrid_gate_blind(&h->cfg, micro_batches)) { hybrid_print_gate_blind(h->cfg.lookahead, run_tokens_per_step(run), stdout); }
+        if (hybrid_gate_blind(&h->cfg, micro_batches)) { hybrid_print_gate_blind(hybrid_drift(h)->la.beta0, run_tokens_per_step(run), stdout); }
         if (hybrid_nothing_on(&h->cfg)) { hybrid_print_nothing_on(stdout); }
+        else { printf("hybrid: method %s: %s\n", h->method->name, h->method->about); }
     }
 }
-
-static inline int hybrid_enabled(const HybridState* h) { return h->cfg.enabled; }
 
 // after the step: hybrid/ records it (its own time is added to the step's and to the run's training
 // time) and tags the StepResult for the step line and metrics.jsonl; a rollback is printed
 static inline void hybrid_report(HybridState* h, TrainRun* run, StepResult* r) {
-    if (!h->cfg.enabled) { return; }
+    if (!hybrid_enabled(h)) { return; }
     double s, g2;
     run_noise_terms(run, r, &s, &g2);
     double own = hybrid_observe(h, r->skipped ? NAN : r->loss, r->loss_micro1, r->skipped ? NAN : r->grad_norm, s, g2,
@@ -66,9 +62,7 @@ static inline void hybrid_report(HybridState* h, TrainRun* run, StepResult* r) {
     if (hybrid_take_event(h, event, sizeof(event)) && run->rank0) { printf("%s\n", event); }
     r->phase = hybrid_phase_name(h);
     r->unmeasured = h->phase == HYBRID_PHASE_PREDICT;
-    if (r->unmeasured) {
-        snprintf(r->what, sizeof(r->what), "predict %d/%d along the drift", h->pr.run_done, h->pr.horizon);
-    }
+    if (r->unmeasured) { hybrid_what(h, r->what, sizeof(r->what)); }
 }
 
 // the phase of the last planned step (the GPU trainer logs device memory at each change)
@@ -77,28 +71,30 @@ static inline HybridPhase hybrid_phase(const HybridState* h) { return h->phase; 
 // ----------------------------------------------------------------------------
 // checkpoints: hybrid_%08d.bin beside the model and state files of the step
 
-// this step's file (rank 0); drift: (P); keep: the rollback point of an open Predict run, or NULL
-static inline void hybrid_checkpoint_write(HybridState* h, const TrainRun* run, const float* drift, const float* keep) {
+// this step's file (rank 0); bufs: the method's buffers (NULL: the state's own; a GPU trainer's host staging);
+// keep: the rollback point of an open Predict run, or NULL
+static inline void hybrid_checkpoint_write(HybridState* h, const TrainRun* run, float* const* bufs, const float* keep) {
     char path[4096];
     checkpoint_path(path, sizeof(path), run->cfg.output_dir, "hybrid", run->step);
     AtomicFile af;
     atomic_open(&af, path);
     char err[256];
-    if (hybrid_save(h, af.fp, drift, keep, err, sizeof(err)) != 0) {
+    if (hybrid_save(h, af.fp, bufs, keep, err, sizeof(err)) != 0) {
         fatal("%s: cannot write the hybrid state (%s)", path, err);
     }
     atomic_commit(&af);
 }
 
-// checkpoint `step`'s file into an initialised state of the same configuration, the drift (P) and, when a
-// Predict run was open, its rollback point into keep (P); exits with one line naming the file on any problem
-static inline void hybrid_checkpoint_load(HybridState* h, const TrainRun* run, int step, float* drift, float* keep) {
+// checkpoint `step`'s file into an initialised state of the same configuration, the method's buffers (bufs as
+// above) and, when a Predict run was open, its rollback point into keep (P); exits with one line naming the
+// file on any problem
+static inline void hybrid_checkpoint_load(HybridState* h, const TrainRun* run, int step, float* const* bufs, float* keep) {
     char path[4096];
     checkpoint_path(path, sizeof(path), run->cfg.output_dir, "hybrid", step);
     FILE* fp = fopen(path, "rb");
     if (fp == NULL) { fatal("%s: cannot open (%s); was the run saved without --hybrid?", path, strerror(errno)); }
     char err[200];
-    if (hybrid_load(h, fp, drift, keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
+    if (hybrid_load(h, fp, bufs, keep, err, sizeof(err)) != 0) { fatal("%s: %s", path, err); }
     fcloseCheck(fp, path);
 }
 
@@ -109,7 +105,7 @@ static inline void hybrid_checkpoint_load(HybridState* h, const TrainRun* run, i
 static inline void hybrid_summary(const HybridState* h, const TrainRun* run, char* extra, size_t n) {
     size_t pos = strlen(extra);
     if (pos + 2 >= n) { return; }
-    if (!h->cfg.enabled) {
+    if (!hybrid_enabled(h)) {
         snprintf(extra + pos, n - pos, ", \"phase_steps\": {\"full\": %d}", run->step);
         return;
     }

@@ -165,13 +165,16 @@ typedef struct {
     void (*check)(const void* config);  // the checks between the table's flags, after the parse, or NULL
     int first_row_enables;     // the first row (an int) turns the feature on; while off, the start-up table
                                // shows that row alone
+    int (*shown)(const void* table);  // the start-up table shows the rows only while this says so (NULL: always):
+                                      // a feature's option whose flags matter only when it is chosen
+    void (*usage)(FILE* out);  // more lines for the usage text after the rows (a feature's choices), or NULL
 } ArgTable;
 
 // what a trainer adds to the command line: its name, its own flags and any feature's, its examples
 typedef struct {
     const char* program;       // "./train_gpt2"
     const char* about;         // the usage line's tail
-    const ArgTable* tables;    // flags beyond TRAIN_ARGS, table by table (may be NULL)
+    const ArgTable* const* tables;  // flags beyond TRAIN_ARGS, table by table (may be NULL)
     int num_tables;
     const char* example;       // usage lines after the flags
 } TrainCli;
@@ -184,8 +187,9 @@ static inline void config_print_usage(FILE* out, const TrainCli* cli) {
     fprintf(out, "usage: %s [options]   (%s; llm.c's flags)\n", cli->program, cli->about);
     arg_print_usage(out, TRAIN_ARGS, NUM_TRAIN_ARGS, &d);
     for (int k = 0; k < cli->num_tables; k++) {
-        const ArgTable* t = &cli->tables[k];
+        const ArgTable* t = cli->tables[k];
         arg_print_usage(out, t->args, t->num_args, t->config != NULL ? t->defaults : (const void*)&d);
+        if (t->usage != NULL) { t->usage(out); }
     }
     fprintf(out, "  %-30s this text\n", "-h, --help");
     fprintf(out, "%s", cli->example);
@@ -200,7 +204,7 @@ static inline int config_file_exists(const char* path) {
 static inline void config_parse(TrainConfig* c, int argc, char** argv, const TrainCli* cli) {
     *c = config_default();
     for (int k = 0; k < cli->num_tables; k++) {
-        const ArgTable* t = &cli->tables[k];
+        const ArgTable* t = cli->tables[k];
         if (t->config != NULL) { memcpy(t->config, t->defaults, t->size); }
     }
     for (int i = 1; i < argc; i++) {
@@ -209,7 +213,7 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
         if (arg_parse_one(c, TRAIN_ARGS, NUM_TRAIN_ARGS, argc, argv, &i)) { continue; }
         int found = 0;
         for (int k = 0; k < cli->num_tables && !found; k++) {
-            const ArgTable* t = &cli->tables[k];
+            const ArgTable* t = cli->tables[k];
             found = arg_parse_one(config_table_target(t, c), t->args, t->num_args, argc, argv, &i);
         }
         if (found) { continue; }
@@ -221,7 +225,7 @@ static inline void config_parse(TrainConfig* c, int argc, char** argv, const Tra
     }
     if (c->resume && c->output_dir == NULL) { fatal("flag -y: resuming needs the checkpoint dir (-o)"); }
     for (int k = 0; k < cli->num_tables; k++) {
-        const ArgTable* t = &cli->tables[k];
+        const ArgTable* t = cli->tables[k];
         if (t->check != NULL) { t->check(config_table_target(t, c)); }
     }
     if (c->ckpt_every > 0 && c->output_dir == NULL) { fatal("flag -n: checkpoints need an output dir (-o)"); }
@@ -246,7 +250,7 @@ static inline void config_each_fixed(const TrainConfig* c, const TrainCli* cli,
         if (TRAIN_ARGS[i].fixed) { fn(&TRAIN_ARGS[i], c, arg); }
     }
     for (int k = 0; cli != NULL && k < cli->num_tables; k++) {
-        const ArgTable* t = &cli->tables[k];
+        const ArgTable* t = cli->tables[k];
         for (int i = 0; i < t->num_args; i++) {
             if (t->args[i].fixed) { fn(&t->args[i], t->config != NULL ? t->config : (const void*)c, arg); }
         }

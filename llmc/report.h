@@ -34,10 +34,11 @@ static inline void report_config_begin(const TrainRun* run, const TrainCli* cli,
     printf("%s", REPORT_LINE);
     report_flag_rows(&run->cfg, TRAIN_ARGS, NUM_TRAIN_ARGS);
     for (int k = 0; k < cli->num_tables; k++) {
-        const ArgTable* t = &cli->tables[k];
+        const ArgTable* t = cli->tables[k];
         const void* values = t->config != NULL ? t->config : (const void*)&run->cfg;
+        if (t->shown != NULL && !t->shown(t)) { continue; }
         int on = !t->first_row_enables || *(const int*)((const char*)values + t->args[0].offset);
-        report_flag_rows(values, t->args, on ? t->num_args : 1);
+        report_flag_rows(values, t->args, on ? t->num_args : (t->num_args > 0 ? 1 : 0));
     }
     printf("%s", REPORT_LINE);
     const char* names[] = {"max_seq_len", "vocab_size", "padded_vocab_size", "num_layers", "num_heads", "channels"};

@@ -4,7 +4,8 @@ Whether two trainers compute the same bits: a change meant to keep the numerics 
 pass) must leave every number of a run as it was. Builds ./train_gpt2 at two commits (temporary git
 worktrees, as scripts/bench_commits.py does), or takes two trainer binaries, runs the same short runs with
 each, and compares
-  - metrics.jsonl, every field but the timings (ms, train_time_s), line by line, and
+  - metrics.jsonl, every field but the timings (ms, train_time_s), line by line (a field only one trainer logs,
+    a new one, is left out), and
   - every checkpoint: the weights (model_*.bin) byte for byte, the optimizer state (state_*.bin) byte for byte
     past its 1024-byte header (which holds the run's clock) up to the record of the run's flags, and that
     record flag by flag (a flag only one trainer has, a new one, is left out).
@@ -108,8 +109,10 @@ def compare(dir_a, dir_b):
     """None when the two run folders hold the same numbers, else what differs first"""
     ma, mb = metrics(os.path.join(dir_a, "metrics.jsonl")), metrics(os.path.join(dir_b, "metrics.jsonl"))
     for i, (ra, rb) in enumerate(zip(ma, mb)):
-        if ra != rb:
-            keys = sorted(k for k in set(ra) | set(rb) if ra.get(k) != rb.get(k))
+        shared = set(ra) & set(rb)  # a field only one trainer logs (a new one) is left out, as the record's flags are
+        must = {"step", "loss"} & (set(ra) | set(rb))  # but not these
+        if any(ra[k] != rb[k] for k in shared) or not must <= shared:
+            keys = sorted(k for k in shared if ra.get(k) != rb.get(k)) or ["step/loss missing"]
             return f"metrics.jsonl line {i + 1} (step {ra.get('step')}): {', '.join(keys)}"
     if len(ma) != len(mb):
         return f"metrics.jsonl: {len(ma)} and {len(mb)} lines"

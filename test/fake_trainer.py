@@ -10,7 +10,8 @@ AdamW's --beta2 (default 0.95, where it changes nothing) moves the val loss by 0
 - log2(5)^2): best at 0.99, 0.108 lower there than at 0.95, 0.02 higher at 0.995 than at 0.99. --rows random
 ends 0.03 + 0.002 x (seed mod 5) lower in val loss than --rows contiguous (the default). --ema DECAY adds
 val_loss_ema to each val line: the val loss less 0.02 + 0.001 x (seed mod 7), less FAKE_EMA_TILT x log2(LR / 1e-3)
-(0 unless set: a tilt moves the EMA's best LR).
+(0 unless set: a tilt moves the EMA's best LR). --hybrid gpa adds val_loss_gpa (the kept weights), 0.05 +
+0.001 x (seed mod 3) below the val loss; --hybrid linefit ends 0.05 + 0.002 x (seed mod 3) higher.
 """
 import json
 import math
@@ -31,6 +32,7 @@ if os.environ.get("FAKE_TRAINER_FAIL") and os.environ["FAKE_TRAINER_FAIL"] in ou
 steps, val_every = int(args.get("-x", "30")), int(args.get("-v", "5"))
 lr, seed = float(args.get("-l", "1e-3")), int(args.get("--seed", "1"))
 hybrid = args.get("--hybrid", "0") == "1"
+method = args.get("--hybrid", "0")
 pred = args.get("--predict-steps", "")
 rng = random.Random(seed * 1000 + int(lr * 1e6) + len(pred))
 B, T = int(args.get("-b", "4")), int(args.get("-t", "64"))
@@ -39,7 +41,8 @@ if args.get("--rows", "contiguous") not in ("random", "contiguous"):
     print(f"fake trainer: --rows {args['--rows']}: expected random or contiguous", file=sys.stderr)
     sys.exit(1)
 val_shift = (0.02 * (math.log2((1.0 - beta2) / 0.01) ** 2 - math.log2(5.0) ** 2) if "--beta2" in args else 0.0) \
-    - (0.03 + 0.002 * (seed % 5) if args.get("--rows") == "random" else 0.0)
+    - (0.03 + 0.002 * (seed % 5) if args.get("--rows") == "random" else 0.0) \
+    + (0.05 + 0.002 * (seed % 3) if method == "linefit" else 0.0)
 ema = "--ema" in args
 ema_gain = 0.02 + 0.001 * (seed % 7) + float(os.environ.get("FAKE_EMA_TILT", "0")) * math.log2(lr / 1e-3)
 rate = 200 * lr * (1.0 - 0.2 * math.log2(max(lr, 1e-9) / 1e-3) ** 2) + (0.002 if pred == "2" else 0.0)
@@ -66,6 +69,8 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
                 r["val_loss"] += 1.0
             if ema:
                 r["val_loss_ema"] = r["val_loss"] - ema_gain
+            if method == "gpa":
+                r["val_loss_gpa"] = r["val_loss"] - 0.05 - 0.001 * (seed % 3)
         f.write(json.dumps(r) + "\n")
 with open(os.path.join(out, "summary.json"), "w") as f:
     last_val = [r for r in open(os.path.join(out, "metrics.jsonl")) if '"val_loss"' in r][-1]

@@ -96,7 +96,9 @@ static void config(HybridConfig* c, int H, int K, int warmup) {
 
 static void hybrid_for(HybridState* h, const HybridConfig* c, const Sim* s) {
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(h, c, s->off, NB, STEPS, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(h, c, s->off, NB, STEPS, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd, NULL, 0);
+    float* bufs[1] = {s->d};  // the simulated trainer's drift
+    hybrid_use_buffers(h, bufs);
 }
 
 typedef struct {
@@ -116,7 +118,7 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
         if (g_probe != NULL) { g_probe(h, s, step, &p); }
         // the loss a Correct step is judged on comes before its backward; the other measured steps' (its
         // history) after their step, so that a GPU does not wait for it in the middle of a step
-        int runs = h->pr.horizon > 0, measured = p.phase != HYBRID_PHASE_PREDICT;
+        int runs = hybrid_drift(h)->pr.horizon > 0, measured = p.phase != HYBRID_PHASE_PREDICT;
         cr_assert_eq(p.check, runs && p.phase == HYBRID_PHASE_CORRECT, "step %d: check", step);
         cr_assert_eq(p.observe, runs && measured && p.phase != HYBRID_PHASE_CORRECT, "step %d: observe", step);
         tr->phase[step] = p.phase;
@@ -124,7 +126,7 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
         tr->rolled_back[step] = 0;
         if (p.phase == HYBRID_PHASE_PREDICT) {
             if (p.keep && snapshot != NULL) { memcpy(snapshot, s->p, s->P * 4); }
-            apply_predict(s->p, s->g, s->d, h->offsets, h->nblocks, p.coef, p.keep);
+            apply_predict(s->p, s->g, s->d, h->offsets, h->model.nblocks, p.coef, p.keep);
             tr->loss[step] = NAN;
             hybrid_observe(h, NAN, NAN, NAN, NAN, NAN, 1.0);
             continue;
@@ -149,7 +151,7 @@ static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* 
         s->batch++;
         if (isfinite(L) && isfinite(gn)) {
             float scale = gn > CLIP ? CLIP / gn : 1.0f;
-            hybrid_update(h, s->p, s->g, s->m, s->v, s->d, scale, ++s->t);
+            hybrid_update(h, s->p, s->g, s->m, s->v, scale, ++s->t);
         } else {
             hybrid_skip_update(h);
         }
@@ -178,14 +180,14 @@ static int resume_case(const HybridConfig* c, int split) {
     hybrid_for(&hb, c, &b);
     sim_run(&hb, &b, 0, split, tb, NULL);
     int in_run = hybrid_run_open(&hb);
-    size_t n = hybrid_state_size(&hb, b.d, b.g);
+    size_t n = hybrid_state_size(&hb, &b.d, b.g);
     void* buf = malloc(n);
-    cr_assert_eq(hybrid_save_buffer(&hb, buf, n, b.d, b.g), 0);
+    cr_assert_eq(hybrid_save_buffer(&hb, buf, n, &b.d, b.g), 0);
     sim_copy(&b2, &b);
     for (size_t i = 0; i < b2.P; i++) { b2.d[i] = 1e3f; b2.g[i] = -1e3f; } // both must come from the file
     hybrid_for(&hc, c, &b2);
     char err[200] = "";
-    cr_assert_eq(hybrid_load_buffer(&hc, buf, n, b2.d, b2.g, err, sizeof(err)), 0, "split %d: load: %s", split, err);
+    cr_assert_eq(hybrid_load_buffer(&hc, buf, n, &b2.d, b2.g, err, sizeof(err)), 0, "split %d: load: %s", split, err);
     sim_run(&hc, &b2, split, STEPS, tb, NULL);
     for (int s = 0; s < STEPS; s++) {
         cr_assert_eq(ta->phase[s], tb->phase[s], "split %d: step %d phase", split, s);
@@ -196,21 +198,21 @@ static int resume_case(const HybridConfig* c, int split) {
     same_bits(a.m, b2.m, a.P, "AdamW m");
     same_bits(a.v, b2.v, a.P, "AdamW v");
     same_bits(a.d, b2.d, a.P, "drift");
-    cr_assert_eq(memcmp(&ha.pr, &hc.pr, sizeof(ha.pr)), 0, "split %d: Predict runs' state differs", split);
+    cr_assert_eq(memcmp(&hybrid_drift(&ha)->pr, &hybrid_drift(&hc)->pr, sizeof(PredictRuns)), 0, "split %d: Predict runs' state differs", split);
     // the look-ahead's state, field by field (it holds pointers), bit for bit
-    const Lookahead *x = &ha.la, *y = &hc.la;
+    const Lookahead *x = &hybrid_drift(&ha)->la, *y = &hybrid_drift(&hc)->la;
     cr_assert(x->backoff == y->backoff && x->gn_mean == y->gn_mean && x->gn_var == y->gn_var && x->gn_n == y->gn_n &&
               x->active_steps == y->active_steps && x->jumps == y->jumps && x->capped == y->capped &&
               x->beta_sum == y->beta_sum && x->cos_sum == y->cos_sum && x->n_cos == y->n_cos,
               "split %d: the look-ahead's state differs", split);
     cr_assert_eq(memcmp(x->beta_prev, y->beta_prev, NB * 4), 0);
     cr_assert_eq(memcmp(x->beta_next, y->beta_next, NB * 4), 0);
-    cr_assert_eq(memcmp(ha.stats, hc.stats, NB * 3 * sizeof(double)), 0);
+    cr_assert_eq(memcmp(hybrid_drift(&ha)->stats, hybrid_drift(&hc)->stats, NB * 3 * sizeof(double)), 0);
     cr_assert_eq(memcmp(ha.metrics.steps, hc.metrics.steps, sizeof(ha.metrics.steps)), 0);
     cr_assert_gt(ha.metrics.steps[HYBRID_PHASE_PREDICT], 10, "no Predict runs to resume across");
-    cr_assert_gt(ha.la.active_steps, 20, "no look-ahead");
-    cr_assert_eq(ha.pr.rollbacks, 1);
-    cr_assert_eq(ha.la.jumps, 1, "the spike was not a jump");
+    cr_assert_gt(hybrid_drift(&ha)->la.active_steps, 20, "no look-ahead");
+    cr_assert_eq(hybrid_drift(&ha)->pr.rollbacks, 1);
+    cr_assert_eq(hybrid_drift(&ha)->la.jumps, 1, "the spike was not a jump");
     free(buf); free(ta); free(tb);
     hybrid_free(&ha); hybrid_free(&hb); hybrid_free(&hc);
     sim_free(&a); sim_free(&b); sim_free(&b2);
@@ -267,14 +269,14 @@ static void schedule_case(int H, int K, int warmup, float cooldown) {
     Trace* tr = calloc(1, sizeof(Trace));
     sim_run(&h, &s, 0, STEPS, tr, NULL);
     int stop = (int)((1.0f - cooldown) * (float)STEPS);
-    cr_assert_eq(h.pr.stop, stop);
+    cr_assert_eq(hybrid_drift(&h)->pr.stop, stop);
     HybridPhase want[STEPS];
     schedule_want(want, warmup, H, K, stop);
     int predicted = 0;
     for (int step = 0; step < STEPS; step++) {
         HybridPhase ph = tr->phase[step];
         cr_assert_eq(ph, want[step], "H %d K %d warmup %d: step %d is %s, want %s", H, K, warmup, step,
-                     predict_phase_name(ph), predict_phase_name(want[step]));
+                     hybrid_phase_label(ph), hybrid_phase_label(want[step]));
         int first = ph == HYBRID_PHASE_PREDICT && (step == 0 || tr->phase[step - 1] != HYBRID_PHASE_PREDICT);
         cr_assert_eq(tr->keep[step], first, "step %d: keep %d", step, tr->keep[step]);
         if (ph == HYBRID_PHASE_PREDICT || ph == HYBRID_PHASE_CORRECT) { cr_assert_lt(step, stop, "step %d: predicted in the cool-down", step); }
@@ -291,10 +293,10 @@ static void schedule_case(int H, int K, int warmup, float cooldown) {
         if (next < STEPS) { cr_assert_geq(full, K, "step %d: %d Full steps before the next run", step, full); }
     }
     if (H > 0) { cr_assert_gt(predicted, 0, "H %d K %d: no Predict run", H, K); }
-    cr_assert_eq(h.pr.steps, predicted);
+    cr_assert_eq(hybrid_drift(&h)->pr.steps, predicted);
     cr_assert_eq(h.metrics.steps[HYBRID_PHASE_PREDICT], predicted);
     cr_assert_eq(s.backward, STEPS - predicted, "backward passes %d, Predict steps %d", s.backward, predicted);
-    cr_assert_eq(h.pr.rollbacks, 0);
+    cr_assert_eq(hybrid_drift(&h)->pr.rollbacks, 0);
     free(tr);
     hybrid_free(&h);
     sim_free(&s);
@@ -334,14 +336,14 @@ Test(state, rollback_restores_theta0_and_backs_off) {
     sim_run(&h, &s, 0, 13, tr, snap);
     cr_assert_eq(tr->phase[12], HYBRID_PHASE_CORRECT);
     cr_assert_eq(tr->rolled_back[12], 1);
-    cr_assert_eq(h.pr.rollbacks, 1);
-    cr_assert_eq(h.pr.gap, 2 * 3, "gap %d after a rollback", h.pr.gap);
+    cr_assert_eq(hybrid_drift(&h)->pr.rollbacks, 1);
+    cr_assert_eq(hybrid_drift(&h)->pr.gap, 2 * 3, "gap %d after a rollback", hybrid_drift(&h)->pr.gap);
     char line[200];
     cr_assert(hybrid_take_event(&h, line, sizeof(line)));
     cr_assert(strstr(line, "hybrid: step 13: ") == line && strstr(line, "rolled back") != NULL, "%s", line);
     sim_run(&h, &s, 13, STEPS, tr, snap);
     memset(g_sabotage, 0, sizeof(g_sabotage));
-    cr_assert_eq(h.pr.rollbacks, 2);
+    cr_assert_eq(hybrid_drift(&h)->pr.rollbacks, 2);
     cr_assert_eq(tr->verified, 2, "%d rollbacks verified", tr->verified);
     int corrects[8], nc = 0;
     for (int step = 0; step < STEPS && nc < 8; step++) { if (tr->phase[step] == HYBRID_PHASE_CORRECT) { corrects[nc++] = step; } }
@@ -354,7 +356,7 @@ Test(state, rollback_restores_theta0_and_backs_off) {
     cr_assert_eq(count_full_after(tr, corrects[2]), 6, "a clean Correct step halves it");
     cr_assert_eq(count_full_after(tr, corrects[3]), 3, "and halves it back to --full-steps");
     cr_assert_eq(count_full_after(tr, corrects[4]), 3, "not below");
-    cr_assert_eq(h.pr.gap, 3);
+    cr_assert_eq(hybrid_drift(&h)->pr.gap, 3);
     free(snap); free(tr);
     hybrid_free(&h);
     sim_free(&s);
@@ -378,8 +380,8 @@ Test(state, nonfinite_correct_loss_rolls_back) {
     cr_assert_eq(hybrid_check(&h, NAN), 1);
     apply_rollback(s.p, s.g, s.P);
     same_bits(s.p, snap, s.P, "parameters after the rollback");
-    cr_assert_eq(h.pr.rollbacks, 1);
-    cr_assert_eq(h.pr.run_done, 0);
+    cr_assert_eq(hybrid_drift(&h)->pr.rollbacks, 1);
+    cr_assert_eq(hybrid_drift(&h)->pr.run_done, 0);
     free(snap); free(tr);
     hybrid_free(&h);
     sim_free(&s);
@@ -399,7 +401,7 @@ static int g_coef_checked;
 static void check_coef(HybridState* h, const Sim* s, int step, const HybridPlan* p) {
     if (p->phase != HYBRID_PHASE_PREDICT) { return; }
     for (int b = 0; b < NB; b++) {
-        float want = coef_want(h->stats, b);
+        float want = coef_want(hybrid_drift(h)->stats, b);
         cr_assert(memcmp(&p->coef[b], &want, 4) == 0, "step %d block %d: coef %g, want %g", step, b, p->coef[b], want);
     }
     cr_assert_eq(p->coef[s->frozen], 0.0f, "step %d: a block without drift moved", step);
@@ -443,7 +445,7 @@ Test(state, predict_cap_and_step) {
                                   0, 100, 1,   // |m| = 10 |delta|: capped at 2 |delta|, c = 0.2
                                   0, 0, 5,     // no drift: 0
                                   0, 4, 1};    // |m| = 2 |delta|: at the cap, not past it
-    memcpy(h.stats, stats, sizeof(stats));
+    memcpy(hybrid_drift(&h)->stats, stats, sizeof(stats));
     HybridPlan p = hybrid_plan(&h, 10, lr_at(10));
     cr_assert_eq(p.phase, HYBRID_PHASE_PREDICT);
     cr_assert_eq(p.keep, 1);
@@ -453,7 +455,7 @@ Test(state, predict_cap_and_step) {
     float* before = malloc(s.P * 4);
     memcpy(before, s.p, s.P * 4);
     for (size_t i = 0; i < s.P; i++) { s.g[i] = NAN; }
-    apply_predict(s.p, s.g, s.d, h.offsets, h.nblocks, p.coef, p.keep);
+    apply_predict(s.p, s.g, s.d, h.offsets, h.model.nblocks, p.coef, p.keep);
     same_bits(s.g, before, s.P, "the keep buffer");
     for (int b = 0; b < NB; b++) {
         for (size_t i = s.off[b]; i < s.off[b + 1]; i++) {
@@ -470,7 +472,7 @@ Test(state, predict_cap_and_step) {
     cr_assert(hybrid_run_open(&h));
     float* mid = malloc(s.P * 4);
     memcpy(mid, s.p, s.P * 4);
-    apply_predict(s.p, s.g, s.d, h.offsets, h.nblocks, p.coef, p.keep);
+    apply_predict(s.p, s.g, s.d, h.offsets, h.model.nblocks, p.coef, p.keep);
     same_bits(s.g, before, s.P, "the keep buffer after the second step");
     cr_assert(memcmp(s.p, mid, s.P * 4) != 0, "the second step moved nothing");
     hybrid_observe(&h, NAN, NAN, NAN, NAN, NAN, 1.0);
@@ -495,9 +497,9 @@ static void saved_state(const HybridConfig* c, Sim* s, HybridState* h, unsigned 
     cr_assert(hybrid_run_open(h));
     FILE* f = tmpfile();
     char err[200] = "";
-    cr_assert_eq(hybrid_save(h, f, s->d, s->g, err, sizeof(err)), 0, "%s", err);
+    cr_assert_eq(hybrid_save(h, f, &s->d, s->g, err, sizeof(err)), 0, "%s", err);
     long n = ftell(f);
-    cr_assert_eq((size_t)n, hybrid_state_size(h, s->d, s->g));
+    cr_assert_eq((size_t)n, hybrid_state_size(h, &s->d, s->g));
     rewind(f);
     *bytes = malloc((size_t)n + 1);
     cr_assert_eq(fread(*bytes, 1, (size_t)n, f), (size_t)n);
@@ -510,11 +512,11 @@ static int load_into(const HybridConfig* c, int total_steps, const Sim* s, const
                      char* err, size_t errn) {
     HybridState h;
     const float wd[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
-    hybrid_init(&h, c, s->off, NB, total_steps, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd);
+    hybrid_init(&h, c, s->off, NB, total_steps, 1024.0, LR_PEAK, 0.9f, 0.95f, 1e-8f, wd, NULL, 0);
     float* d = malloc(s->P * 4);
     float* keep = malloc(s->P * 4);
     err[0] = '\0';
-    int rc = hybrid_load_buffer(&h, bytes, n, d, keep, err, errn);
+    int rc = hybrid_load_buffer(&h, bytes, n, &d, keep, err, errn);
     free(d); free(keep);
     hybrid_free(&h);
     return rc;
@@ -545,17 +547,17 @@ Test(state, file_round_trip_and_refusals) {
         FILE* f = tmpfile();
         fwrite(bytes, 1, size, f);
         rewind(f);
-        cr_assert_eq(hybrid_load(&h2, f, d, keep, err, sizeof(err)), 0, "%s", err);
+        cr_assert_eq(hybrid_load(&h2, f, &d, keep, err, sizeof(err)), 0, "%s", err);
         fclose(f);
         same_bits(d, s.d, s.P, "drift");
         same_bits(keep, s.g, s.P, "keep buffer");
-        cr_assert_eq(h2.pr.run_done, 1);
+        cr_assert_eq(hybrid_drift(&h2)->pr.run_done, 1);
         unsigned char* again = malloc(size);
-        cr_assert_eq(hybrid_state_size(&h2, d, keep), size);
-        cr_assert_eq(hybrid_save_buffer(&h2, again, size, d, keep), 0);
+        cr_assert_eq(hybrid_state_size(&h2, &d, keep), size);
+        cr_assert_eq(hybrid_save_buffer(&h2, again, size, &d, keep), 0);
         cr_assert(memcmp(again, bytes, size) == 0, "save(load(x)) != x");
         // an open run needs its keep buffer
-        cr_assert_eq(hybrid_load_buffer(&h2, bytes, size, d, NULL, err, sizeof(err)), -1);
+        cr_assert_eq(hybrid_load_buffer(&h2, bytes, size, &d, NULL, err, sizeof(err)), -1);
         cr_assert(strstr(err, "keep buffer") != NULL, "%s", err);
         free(again); free(d); free(keep);
         hybrid_free(&h2);
@@ -577,7 +579,7 @@ Test(state, file_round_trip_and_refusals) {
         FILE* f = tmpfile();
         fwrite(bytes, 1, size + 1, f);
         rewind(f);
-        cr_assert_eq(hybrid_load(&h2, f, d, keep, err, sizeof(err)), -1);
+        cr_assert_eq(hybrid_load(&h2, f, &d, keep, err, sizeof(err)), -1);
         cr_assert(strstr(err, "trailing") != NULL, "%s", err);
         fclose(f); free(d); free(keep);
         hybrid_free(&h2);
@@ -627,9 +629,8 @@ static int parse_hybrid(HybridConfig* c, int argc, char** argv, int* i) {
     return arg_parse_one(c, HYBRID_ARGS, NUM_HYBRID_ARGS, argc, argv, i);
 }
 
-static HybridConfig cli_hybrid;  // the command line's hybrid flags
-static const ArgTable TEST_TABLES[] = {HYBRID_ARG_TABLE(&cli_hybrid)};
-static const TrainCli TEST_CLI = {"./train_gpt2", "test", TEST_TABLES, 1, ""};
+static const ArgTable* const TEST_TABLES[] = {HYBRID_ARG_TABLES};
+static const TrainCli TEST_CLI = {"./train_gpt2", "test", TEST_TABLES, (int)(sizeof(TEST_TABLES) / sizeof(TEST_TABLES[0])), ""};
 
 // runs fn(argv) in a child; returns its exit status, and the number of lines it wrote to stderr
 static int child_exit(void (*fn)(int, char**), int argc, char** argv, int* lines, char* first, size_t firstn) {
@@ -705,6 +706,7 @@ Test(state, every_flag_parses_and_rejects_out_of_range) {
             }
         }
         cr_assert(found, "%s: no test row", f->flag);
+        if (f->type == ARG_CHOICE) { continue; }  // --hybrid: its names (hybrid_choice_names_each_method)
         // in range: the lowest, the highest and a middle value land in the field
         double vals[3] = {f->min, f->max, f->type == ARG_INT ? floor(0.5 * (f->min + f->max)) : 0.5 * (f->min + f->max)};
         for (int j = 0; j < 3; j++) {
@@ -737,6 +739,27 @@ Test(state, every_flag_parses_and_rejects_out_of_range) {
     }
 }
 
+// --hybrid's values: 0, 1, then each row of the method table by its name, in the table's order; anything
+// else is refused naming the flag
+Test(state, hybrid_choice_names_each_method) {
+    char* names[2 + NUM_HYBRID_METHODS];
+    names[0] = "0"; names[1] = "1";
+    for (int k = 0; k < NUM_HYBRID_METHODS; k++) { names[2 + k] = (char*)HYBRID_METHODS[k]->name; }
+    for (int k = 0; k < 2 + NUM_HYBRID_METHODS; k++) {
+        HybridConfig t = HYBRID_CONFIG_DEFAULT;
+        char* argv[] = {"prog", "--hybrid", names[k]};
+        int i = 1;
+        cr_assert(parse_hybrid(&t, 3, argv, &i));
+        cr_assert_eq(t.enabled, k, "--hybrid %s", names[k]);
+        const HybridMethod* m = hybrid_method_of(&t);
+        if (k >= 2) { cr_assert_eq(m, HYBRID_METHODS[k - 2]); cr_assert_str_eq(m->name, names[k]); }
+        else if (k == 1) { cr_assert_eq(m, &drift_method); }
+        else { cr_assert_null(m); }
+    }
+    char* bad[] = {"prog", "--hybrid", "gpa2"};
+    expect_exit1(parse_one_flag, 3, bad);
+}
+
 Test(state, flags_parse_in_sequence_and_bare_hybrid) {
     HybridConfig t = HYBRID_CONFIG_DEFAULT;
     HybridConfig* c = &t;
@@ -757,8 +780,8 @@ Test(state, flags_parse_in_sequence_and_bare_hybrid) {
     TrainConfig full;
     char* ok[] = {"prog", "--hybrid", "--lookahead", "0.3", "--predict-steps", "2", "--full-steps", "3"};
     config_parse(&full, 8, ok, &TEST_CLI);
-    cr_assert_eq(cli_hybrid.enabled, 1);
-    cr_assert_eq(cli_hybrid.predict_steps, 2);
+    cr_assert_eq(hybrid_flags.enabled, 1);
+    cr_assert_eq(hybrid_flags.predict_steps, 2);
 }
 
 // a hybrid flag without --hybrid would be silently ignored: refused
@@ -811,12 +834,12 @@ Test(state, summary_fields_and_table) {
     for (int step = 0; step < STEPS; step++) { counted[tr->phase[step]]++; }
     const char* keys[HYBRID_PHASE_COUNT] = {"steps_warmup", "steps_full", "steps_predict", "steps_correct"};
     for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
-        cr_assert_gt(counted[p], 0, "no %s steps", predict_phase_name((HybridPhase)p));
+        cr_assert_gt(counted[p], 0, "no %s steps", hybrid_phase_label((HybridPhase)p));
         cr_assert_eq(h.metrics.steps[p], counted[p]);
         want_field(buf, keys[p], counted[p]);
     }
-    want_field(buf, "lookahead_steps", h.la.active_steps);
-    cr_assert_gt(h.la.active_steps, 0);
+    want_field(buf, "lookahead_steps", hybrid_drift(&h)->la.active_steps);
+    cr_assert_gt(hybrid_drift(&h)->la.active_steps, 0);
     cr_assert(strstr(buf, "\"lookahead_mean_beta\": ") != NULL, "%s", buf);
     cr_assert(strstr(buf, "\"lookahead_jumps\": ") != NULL, "%s", buf);
     cr_assert(strstr(buf, "\"lookahead_caps\": ") != NULL, "%s", buf);
@@ -835,7 +858,7 @@ Test(state, summary_fields_and_table) {
     cr_assert(strstr(text, "| hybrid summary") != NULL, "%s", text);
     for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char row[96];
-        snprintf(row, sizeof(row), "%s steps / time (s)", predict_phase_name((HybridPhase)p));
+        snprintf(row, sizeof(row), "%s steps / time (s)", hybrid_phase_label((HybridPhase)p));
         cr_assert(strstr(text, row) != NULL, "no '%s' in %s", row, text);
     }
     char line[128];
@@ -860,14 +883,14 @@ Test(state, step_json) {
     char buf[256];
     sim_run(&h, &s, 0, 1, tr, NULL);  // warm-up: no look-ahead yet
     hybrid_step_json(&h, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "\"beta\": null, \"predict_run_step\": null, \"rollback\": 0");
+    cr_assert_str_eq(buf, "\"method\": \"drift\", \"beta\": null, \"predict_run_step\": null, \"rollback\": 0");
     sim_run(&h, &s, 1, 11, tr, NULL);  // step 10: a run's first Predict step
     cr_assert_eq(tr->phase[10], HYBRID_PHASE_PREDICT);
     hybrid_step_json(&h, buf, sizeof(buf));
-    cr_assert_str_eq(buf, "\"beta\": null, \"predict_run_step\": 1, \"rollback\": 0");
+    cr_assert_str_eq(buf, "\"method\": \"drift\", \"beta\": null, \"predict_run_step\": 1, \"rollback\": 0");
     sim_run(&h, &s, 11, 14, tr, NULL);  // 13: a Full step in the window
     hybrid_step_json(&h, buf, sizeof(buf));
-    cr_assert(strstr(buf, "\"beta\": 0.") == buf && strstr(buf, "\"predict_run_step\": null, \"rollback\": 0") != NULL, "%s", buf);
+    cr_assert(strstr(buf, "\"method\": \"drift\", \"beta\": 0.") == buf && strstr(buf, "\"predict_run_step\": null, \"rollback\": 0") != NULL, "%s", buf);
     free(tr);
     hybrid_free(&h);
     sim_free(&s);

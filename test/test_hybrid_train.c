@@ -14,135 +14,7 @@
 #define ADAM_BETA2 0.95f
 #define ADAM_EPS 1e-8f
 
-// ----------------------------------------------------------------------------
-// a tiny corpus: shards in llm.c's format with vocab 256, token streams with structure to learn
-
-static void write_shard(const char* path, int ntok, uint64_t seed) {
-    int header[256] = {0};
-    header[0] = 20240520; header[1] = 1; header[2] = ntok; header[3] = VOCAB;
-    uint16_t* toks = malloc((size_t)ntok * sizeof(uint16_t));
-    uint64_t rng = seed;
-    for (int i = 0; i < ntok; i++) {
-        // mostly an arithmetic pattern, with noise: learnable, not trivial
-        toks[i] = (uint16_t)((random_u32(&rng) % 4 == 0) ? random_u32(&rng) % VOCAB : (uint32_t)(i * 7 + i / 13) % VOCAB);
-    }
-    // Criterion runs tests in parallel and each rewrites the shards: write aside and rename, so that a
-    // trainer started by another test never reads a half-written shard
-    char tmp[512];
-    snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid());
-    FILE* f = fopen(tmp, "wb");
-    cr_assert_not_null(f, "%s", tmp);
-    fwrite(header, sizeof(int), 256, f);
-    fwrite(toks, sizeof(uint16_t), (size_t)ntok, f);
-    fclose(f);
-    cr_assert_eq(rename(tmp, path), 0);
-    free(toks);
-}
-
-static void corpus(void) {
-    mkdir("build", 0755);
-    mkdir(DIR, 0755);
-    write_shard(DIR "/train_000000.bin", 1 << 16, 1);
-    write_shard(DIR "/val_000000.bin", 4096, 2);
-}
-
-// runs ./train_gpt2 with the tiny corpus and `args`, output to out_dir; returns the exit status
-static int trainer(const char* out_dir, const char* args) {
-    char cmd[2048];
-    snprintf(cmd, sizeof(cmd), "OMP_NUM_THREADS=1 ./train_gpt2 -i " DIR "/train_*.bin -j " DIR "/val_*.bin -e d1 "
-             "-b 2 -t 16 -s 0 -o %s %s > %s.log 2>&1", out_dir, args, out_dir);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
-
-static char* slurp(const char* path) {
-    FILE* f = fopen(path, "rb");
-    cr_assert_not_null(f, "%s missing", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    rewind(f);
-    char* s = malloc((size_t)n + 1);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
-// the "step", "phase", "loss", "val_loss" and "beta" fields of every metrics.jsonl line, concatenated:
-// what must be identical between two runs (times differ)
-static char* loss_fields(const char* dir) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
-    char* text = slurp(path);
-    size_t cap = strlen(text) + 1;
-    char* out = calloc(cap, 1);
-    static const char* keys[] = {"\"step\": ", "\"phase\": ", "\"loss\": ", "\"val_loss\": ", "\"beta\": "};
-    for (char* line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
-        for (int k = 0; k < 5; k++) {
-            char* p = strstr(line, keys[k]);
-            if (p == NULL) { continue; }
-            size_t len = strcspn(p, ",}");
-            strncat(out, p, len);
-            strcat(out, ";");
-        }
-        strcat(out, "\n");
-    }
-    free(text);
-    return out;
-}
-
-// a run's metrics.jsonl as the baseline would log it: without the times and the three fields only a hybrid
-// run logs, which must then say that nothing happened (NULL if a line says otherwise)
-static char* as_baseline(const char* dir) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/metrics.jsonl", dir);
-    char* text = slurp(path);
-    char* out = calloc(strlen(text) + 1, 1);
-    static const char* hybrid_only = ", \"beta\": null, \"predict_run_step\": null, \"rollback\": 0";
-    static const char* times[] = {"\"ms\": ", "\"train_time_s\": "};
-    for (char* line = strtok(text, "\n"); line != NULL; line = strtok(NULL, "\n")) {
-        char* h = strstr(line, hybrid_only);
-        if (h != NULL) { memmove(h, h + strlen(hybrid_only), strlen(h + strlen(hybrid_only)) + 1); }
-        else if (strstr(line, "\"beta\"") != NULL) { free(text); free(out); return NULL; }
-        for (int k = 0; k < 2; k++) {
-            char* t = strstr(line, times[k]);
-            if (t == NULL) { continue; }
-            char* end = t + strcspn(t, ",}");
-            if (*end == ',') { end++; }
-            while (*end == ' ') { end++; }
-            memmove(t, end, strlen(end) + 1);
-        }
-        strcat(out, line);
-        strcat(out, "\n");
-    }
-    free(text);
-    return out;
-}
-
-// the "loss" fields of two loss_fields() records, in order: how many lines match before either ends
-// (asserting each is equal); phase names may differ (warmup/full against full)
-static int same_losses(const char* a, const char* b, const char* what) {
-    const char *pa = a, *pb = b;
-    int lines = 0;
-    while ((pa = strstr(pa, "\"loss\": ")) != NULL && (pb = strstr(pb, "\"loss\": ")) != NULL) {
-        cr_assert_eq(strncmp(pa, pb, strcspn(pa, ";")), 0, "%s: loss line %d differs", what, lines);
-        pa++; pb++; lines++;
-    }
-    return lines;
-}
-
-static double summary_number(const char* dir, const char* key) {
-    char path[512];
-    snprintf(path, sizeof(path), "%s/summary.json", dir);
-    char* text = slurp(path);
-    char pat[128];
-    snprintf(pat, sizeof(pat), "\"%s\": ", key);
-    char* p = strstr(text, pat);
-    cr_assert_not_null(p, "%s has no %s", path, key);
-    double v = atof(p + strlen(pat));
-    free(text);
-    return v;
-}
+#include "tiny_run.h"  // the tiny corpus under DIR, ./train_gpt2 on it, its logs read back
 
 // ----------------------------------------------------------------------------
 // in process: the facade on a real model, as train_gpt2.c drives it
@@ -160,8 +32,8 @@ static void tiny_init(Tiny* s) {
     HybridConfig c;
     hybrid_config_default(&c);
     c.enabled = 1; c.lookahead = 0.5f; c.warmup = 3; c.predict_steps = 2; c.full_steps = 1;
-    hybrid_init(&s->h, &c, offsets, nb, 100, 1024.0, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd);
-    s->drift = calloc(s->model.num_parameters, sizeof(float));
+    hybrid_init(&s->h, &c, offsets, nb, 100, 1024.0, 1e-3f, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, wd, NULL, 1);
+    s->drift = s->h.bufs[0];
     s->t = 0;
     s->x = malloc(32 * sizeof(int)); s->y = malloc(32 * sizeof(int));
     uint64_t rng = 3;
@@ -171,7 +43,7 @@ static void tiny_init(Tiny* s) {
 static void tiny_free(Tiny* s) {
     hybrid_free(&s->h);
     gpt2_free(&s->model);
-    free(s->drift); free(s->x); free(s->y);
+    free(s->x); free(s->y);
 }
 
 // one step of the trainer's protocol on the tiny model (no rollback expected: one batch, a falling loss)
@@ -179,7 +51,7 @@ static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     GPT2* m = &s->model;
     HybridPlan p = hybrid_plan(&s->h, step, lr);
     if (p.phase == HYBRID_PHASE_PREDICT) {
-        apply_predict(m->params_memory, m->grads_memory, s->drift, s->h.offsets, s->h.nblocks, p.coef, p.keep);
+        apply_predict(m->params_memory, m->grads_memory, s->drift, s->h.offsets, s->h.model.nblocks, p.coef, p.keep);
         hybrid_observe(&s->h, NAN, NAN, NAN, NAN, NAN, 1.0);
         return p.phase;
     }
@@ -189,7 +61,7 @@ static HybridPhase tiny_step(Tiny* s, int step, float lr) {
     gpt2_backward(m, s->x, s->y, 1.0f);
     float gn = gpt2_grad_norm(m);
     float scale = gn > 1.0f ? 1.0f / gn : 1.0f;
-    hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, s->drift, scale, ++s->t);
+    hybrid_update(&s->h, m->params_memory, m->grads_memory, m->m_memory, m->v_memory, scale, ++s->t);
     hybrid_observe(&s->h, m->mean_loss, p.observe ? m->mean_loss : NAN, gn, NAN, NAN, 1.0);
     return p.phase;
 }
@@ -204,15 +76,15 @@ Test(hybrid_train, predict_moves_exactly_and_rollback_restores) {
     float* before = malloc(P * 4);
     float* prev = malloc(P * 4);
     int step = 0;
-    while (s.h.pr.loss_n < PREDICT_LOSS_MIN || step < 4) { tiny_step(&s, step, 1e-3f); step++; }
+    while (hybrid_drift(&s.h)->pr.loss_n < PREDICT_LOSS_MIN || step < 4) { tiny_step(&s, step, 1e-3f); step++; }
     for (int k = 0; k < 2; k++, step++) {  // the gap (1 measured step) has passed: a run of 2 starts now
         HybridPlan p = hybrid_plan(&s.h, step, 1e-3f);
         cr_assert_eq(p.phase, HYBRID_PHASE_PREDICT, "step %d", step);
         cr_assert_eq(p.keep, k == 0);
         if (p.keep) { memcpy(before, m->params_memory, P * 4); }
         memcpy(prev, m->params_memory, P * 4);
-        apply_predict(m->params_memory, m->grads_memory, s.drift, s.h.offsets, s.h.nblocks, p.coef, p.keep);
-        for (int b = 0; b < s.h.nblocks; b++) {
+        apply_predict(m->params_memory, m->grads_memory, s.drift, s.h.offsets, s.h.model.nblocks, p.coef, p.keep);
+        for (int b = 0; b < s.h.model.nblocks; b++) {
             for (size_t i = s.h.offsets[b]; i < s.h.offsets[b + 1]; i++) {
                 volatile float x = p.coef[b] * s.drift[i];
                 volatile float want = prev[i] + x;
@@ -248,11 +120,11 @@ Test(hybrid_train, fused_update_equals_plain_adamw) {
         float gn = gpt2_grad_norm(&a.model), scale = gn > 1.0f ? 1.0f / gn : 1.0f;
         gpt2_update(&a.model, lr, ADAM_BETA1, ADAM_BETA2, ADAM_EPS, 0.1f, scale, t);
         hybrid_update(&b.h, b.model.params_memory, b.model.grads_memory, b.model.m_memory, b.model.v_memory,
-                      b.drift, scale, t);
+                      scale, t);
         cr_assert(memcmp(a.model.params_memory, b.model.params_memory, P * 4) == 0, "step %d: weights differ", t);
         cr_assert(memcmp(a.model.m_memory, b.model.m_memory, P * 4) == 0, "step %d: m differs", t);
         cr_assert(memcmp(a.model.v_memory, b.model.v_memory, P * 4) == 0, "step %d: v differs", t);
-        cr_assert_gt(b.h.stats[2], 0.0, "no update measured");
+        cr_assert_gt(hybrid_drift(&b.h)->stats[2], 0.0, "no update measured");
         hybrid_observe(&b.h, b.model.mean_loss, p.observe ? b.model.mean_loss : NAN, gn, NAN, NAN, 1.0);
     }
     tiny_free(&a); tiny_free(&b);
@@ -270,7 +142,7 @@ Test(hybrid_train, all_phases_and_summary) {
     cr_assert_eq(trainer(DIR "/phases", args), 0);
     for (int p = 0; p < HYBRID_PHASE_COUNT; p++) {
         char key[32];
-        snprintf(key, sizeof(key), "steps_%s", predict_phase_name((HybridPhase)p));
+        snprintf(key, sizeof(key), "steps_%s", hybrid_phase_label((HybridPhase)p));
         cr_assert_gt(summary_number(DIR "/phases", key), 0, "no %s steps", key);
     }
     cr_assert_gt(summary_number(DIR "/phases", "lookahead_steps"), 0);
@@ -368,7 +240,7 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
 // names it and what to do; neither line where it does not apply
 Test(hybrid_train, hybrid_alone_is_the_baseline) {
     corpus();
-    const char* nothing = "hybrid: nothing is on: the look-ahead and Predict runs are off by default";
+    const char* nothing = "hybrid: nothing is on: --hybrid 1 names no method";
     const char* blind = "noise gate: blind at one micro batch per step";
     const char* arms[][3] = {{DIR "/alone1", DIR "/alone1_base", ""}, {DIR "/alone2", DIR "/alone2_base", " -d 64"}};
     for (int i = 0; i < 2; i++) {

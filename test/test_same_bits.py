@@ -113,5 +113,19 @@ def another_value_in_the_record_differs():
     assert rc == 1 and "the record's -x" in out, out
 
 
+# metrics.jsonl: a field only one trainer logs (a new one) is left out; a loss one of them does not log differs
+METRICS = ('python3 -c "import json,sys; p=sys.argv[1]; L=[json.loads(x) for x in open(p)]; [%s for r in L]; '
+           'open(p,\'w\').write(\'\'.join(json.dumps(r) + chr(10) for r in L))" "$out/metrics.jsonl"')
+
+
+@test
+def a_new_field_in_one_log_is_left_out_a_missing_loss_is_not():
+    need_trainer()
+    rc, out = same_bits(TRAINER, wrapper("newfield", after=METRICS % "r.update(new_field=1)"), "--only", "fp32")
+    assert rc == 0 and "same bits" in out, out
+    rc, out = same_bits(TRAINER, wrapper("noloss", after=METRICS % "r.pop(\'loss\', None)"), "--only", "fp32")
+    assert rc == 1 and "fp32: DIFFERS: metrics.jsonl line 2 (step 1): step/loss missing" in out, out
+
+
 if __name__ == "__main__":
     run_tests(TESTS, TMP)

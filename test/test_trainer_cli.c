@@ -55,8 +55,19 @@ Test(cli, help_lists_every_flag_with_its_default) {
             default_lines += strstr(line, "(default ") != NULL;
         }
     }
-    cr_assert_eq(flag_lines, NUM_TRAIN_ARGS + 1 + NUM_HYBRID_ARGS);  // the shared table, --precision, hybrid's
+    int method_flags = 0;  // each method's own table (hybrid/methods.h)
+    for (int k = 0; k < NUM_HYBRID_METHODS; k++) { method_flags += HYBRID_METHODS[k]->flags->num_args; }
+    cr_assert_gt(method_flags, 0);
+    cr_assert_eq(flag_lines, NUM_TRAIN_ARGS + 1 + NUM_HYBRID_ARGS + method_flags);  // shared, --precision, hybrid's
     cr_assert_eq(default_lines, flag_lines);
+    free(text);
+    // and the methods of --hybrid, one line each with what it does
+    text = read_text(out);
+    for (int k = 0; k < NUM_HYBRID_METHODS; k++) {
+        char needle[64];
+        snprintf(needle, sizeof(needle), "    %-12s ", HYBRID_METHODS[k]->name);
+        cr_assert_not_null(strstr(text, needle), "usage lacks the method %s", HYBRID_METHODS[k]->name);
+    }
     free(text);
 }
 

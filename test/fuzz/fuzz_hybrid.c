@@ -24,7 +24,7 @@ static const float decay[NB] = {0.0f, 0.1f, 0.0f, 0.1f};
 // grads doubles as the keep buffer of an open Predict run, as the CPU trainer's gradient buffer does
 typedef struct { float params[P], target[P], m[P], v[P], grads[P], drift[P]; int t; } Sim;
 
-static void setup(HybridState* h) {
+static void setup(HybridState* h, Sim* s) {
     HybridConfig cfg;
     hybrid_config_default(&cfg);
     cfg.enabled = 1;
@@ -33,7 +33,9 @@ static void setup(HybridState* h) {
     cfg.predict_steps = 2;
     cfg.full_steps = 2;
     cfg.noise_gate = 4.0f;  // sim_step's noise terms hover about a ratio of 4: the gate opens and closes
-    hybrid_init(h, &cfg, offsets, NB, STEPS, 1024.0, 1e-2f, 0.9f, 0.95f, 1e-8f, decay);
+    hybrid_init(h, &cfg, offsets, NB, STEPS, 1024.0, 1e-2f, 0.9f, 0.95f, 1e-8f, decay, NULL, 0);
+    float* bufs[1] = {s->drift};  // the simulated trainer's drift
+    hybrid_use_buffers(h, bufs);
 }
 
 static float sim_loss(const Sim* s) {
@@ -47,7 +49,7 @@ static void sim_step(HybridState* h, Sim* s, int step) {
     float lr = 1e-2f;
     HybridPlan p = hybrid_plan(h, step, lr);
     if (p.phase == HYBRID_PHASE_PREDICT) {
-        apply_predict(s->params, s->grads, s->drift, h->offsets, h->nblocks, p.coef, p.keep);
+        hybrid_apply_predict(h, &p, s->params, s->grads);
         hybrid_observe(h, NAN, NAN, NAN, NAN, NAN, 1.0);
         return;
     }
@@ -61,7 +63,7 @@ static void sim_step(HybridState* h, Sim* s, int step) {
     float norm = sqrtf(norm2);
     if (isfinite(loss) && isfinite(norm)) {
         float scale = norm > 1.0f ? 1.0f / norm : 1.0f;
-        hybrid_update(h, s->params, s->grads, s->m, s->v, s->drift, scale, ++s->t);
+        hybrid_update(h, s->params, s->grads, s->m, s->v, scale, ++s->t);
         hybrid_observe(h, loss, p.observe ? loss : NAN, norm, 4096.0 * norm * norm, (double)(step % 3) * norm * norm, 1.0);  // the gate opens and closes
     } else {
         hybrid_skip_update(h);
@@ -78,19 +80,19 @@ static unsigned char buf1[1 << 16], buf2[1 << 16];
 
 // save(x) -> load -> save: the same bytes; aborts (a finding) otherwise
 static void check_round_trip(HybridState* h, Sim* s) {
-    size_t n = hybrid_state_size(h, s->drift, s->grads);
-    if (n > sizeof(buf1) || hybrid_save_buffer(h, buf1, n, s->drift, s->grads) != 0) { abort(); }
+    size_t n = hybrid_state_size(h, NULL, s->grads);
+    if (n > sizeof(buf1) || hybrid_save_buffer(h, buf1, n, NULL, s->grads) != 0) { abort(); }
     HybridState h2;
     Sim s2 = *s;
     memset(s2.drift, 0, sizeof(s2.drift));
     memset(s2.grads, 0, sizeof(s2.grads));
-    setup(&h2);
+    setup(&h2, &s2);
     char err[200];
-    if (hybrid_load_buffer(&h2, buf1, n, s2.drift, s2.grads, err, sizeof(err)) != 0) {
+    if (hybrid_load_buffer(&h2, buf1, n, NULL, s2.grads, err, sizeof(err)) != 0) {
         fprintf(stderr, "a saved state does not load: %s\n", err);
         abort();
     }
-    if (hybrid_state_size(&h2, s2.drift, s2.grads) != n || hybrid_save_buffer(&h2, buf2, n, s2.drift, s2.grads) != 0 ||
+    if (hybrid_state_size(&h2, NULL, s2.grads) != n || hybrid_save_buffer(&h2, buf2, n, NULL, s2.grads) != 0 ||
         memcmp(buf1, buf2, n) != 0) {
         fprintf(stderr, "save(load(save(x))) differs from save(x)\n");
         abort();
@@ -102,11 +104,11 @@ static void check_round_trip(HybridState* h, Sim* s) {
 static void reference_state(void) {
     HybridState h;
     Sim s;
-    setup(&h);
+    setup(&h, &s);
     sim_init(&s);
     for (int step = 0; step < SEED_STEPS; step++) { sim_step(&h, &s, step); }
-    if (!hybrid_run_open(&h) || h.pr.runs == 0) {
-        fprintf(stderr, "the reference state is not inside a Predict run (%d runs)\n", h.pr.runs);
+    if (!hybrid_run_open(&h) || hybrid_drift(&h)->pr.runs == 0) {
+        fprintf(stderr, "the reference state is not inside a Predict run (%d runs)\n", hybrid_drift(&h)->pr.runs);
         abort();
     }
     check_round_trip(&h, &s);
@@ -114,7 +116,7 @@ static void reference_state(void) {
     if (path != NULL) {
         FILE* fp = fopen(path, "wb");
         char err[200];
-        if (fp == NULL || hybrid_save(&h, fp, s.drift, s.grads, err, sizeof(err)) != 0 || fclose(fp) != 0) {
+        if (fp == NULL || hybrid_save(&h, fp, NULL, s.grads, err, sizeof(err)) != 0 || fclose(fp) != 0) {
             fprintf(stderr, "cannot write seed %s\n", path);
             abort();
         }
@@ -139,11 +141,11 @@ static void load_and_run(const uint8_t* data, size_t size) {
     if (fuzz_begin()) {
         HybridState h;
         Sim s;
-        setup(&h);
+        setup(&h, &s);
         sim_init(&s);
         FILE* fp = fopen(path, "rb");
         char err[200];
-        int rc = hybrid_load(&h, fp, s.drift, s.grads, err, sizeof(err));
+        int rc = hybrid_load(&h, fp, NULL, s.grads, err, sizeof(err));
         fclose(fp);
         if (rc == 0) {
             check_round_trip(&h, &s);
