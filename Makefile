@@ -112,10 +112,13 @@ BENCH_THREADS ?= 2
 bench: $(BUILD)/bench_sgemm $(BUILD)/bench_gpt2 train_gpt2
 	$(PYTHON) scripts/bench.py --threads $(BENCH_THREADS)
 
-# the bf16 tests and the trainer's bf16 runs of test_resume and test_hybrid_train with the products by the
-# test reference (llmc/cpu_dnnl.h): the bf16 path runs on every CPU, with or without native bf16
+# the bf16 tests with the products by the test reference (llmc/cpu_dnnl.h): the bf16 path runs on every CPU,
+# with or without native bf16; the trainer's bf16 runs of test_resume and test_hybrid_train under it (about as
+# long again as those two) are the slow tier's
 TESTS += test/test_bf16_reference.sh
-test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step $(BUILD)/test_resume $(BUILD)/test_hybrid_train
+SLOW_TESTS += test/test_bf16_reference_runs.sh
+test/test_bf16_reference.sh: $(BUILD)/test_bf16 $(BUILD)/test_train_step
+test/test_bf16_reference_runs.sh: test/test_bf16_reference.sh $(BUILD)/test_resume $(BUILD)/test_hybrid_train
 
 # what scripts/bench.py says about the kernels, auto's pick and its profile's floors (tiny sizes; a minute or more)
 SLOW_TESTS += test/test_bench.py
@@ -322,7 +325,7 @@ export ASAN_OPTIONS = detect_leaks=1:abort_on_error=0:exitcode=86
 export UBSAN_OPTIONS = print_stacktrace=1:halt_on_error=1:exitcode=87
 export LSAN_OPTIONS = suppressions=$(CURDIR)/test/reliability/lsan.supp:print_suppressions=0
 SAN_SCRIPTS = test/reliability/test_signal.sh test/reliability/test_bad_inputs.sh test/reliability/test_numeric.sh \
-              test/test_bf16_reference.sh
+              test/test_bf16_reference.sh test/test_bf16_reference_runs.sh
 SAN_TESTS = $(filter $(BUILD)/%,$(TESTS)) $(SAN_SCRIPTS) test/reliability/test_sanitized.sh
 export SAN_BINARIES = $(filter $(BUILD)/%,$(TESTS)) $(SAN_TRAINER) $(SAN_TOKENIZE)
 $(SAN_SCRIPTS): $(SAN_TRAINER) $(SAN_TOKENIZE) $(BUILD)/nan_sgemm.so
@@ -335,7 +338,7 @@ TESTS += test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh tes
 SLOW_TESTS += test/reliability/test_kill.sh test/reliability/test_asan.sh
 test/reliability/test_bad_inputs.sh test/reliability/test_signal.sh test/reliability/test_resume_hint.sh \
 test/reliability/test_kill.sh test/reliability/test_diskfull.sh test/reliability/test_numeric.sh \
-test/test_bf16_reference.sh: train_gpt2
+test/test_bf16_reference.sh test/test_bf16_reference_runs.sh: train_gpt2
 test/reliability/test_bad_inputs.sh: tokenize
 test/reliability/test_numeric.sh: $(BUILD)/nan_sgemm.so
 endif
@@ -430,7 +433,10 @@ build/hf/trained_hf/config.json: $(HF_TRAINED) scripts/export_hf
 	scripts/export_hf $< $(dir $@) --vocab data/small4096/vocab
 $(BUILD)/hf_reference: test/hf_reference.c | $(BUILD)
 	$(CC) $(CFLAGS) $(TRAINER_CFLAGS) $(DEPFLAGS) -o $@ $< $(LDLIBS)
-TESTS += test/test_export_hf.py test/test_hf_export.mjs
+# test_export_hf.py (many exports, each a Python that loads torch) is the slow tier's; test_hf_export.mjs, in
+# make test, exports and loads three models
+TESTS += test/test_hf_export.mjs
+SLOW_TESTS += test/test_export_hf.py
 test/test_export_hf.py: build/hf/init_small.bin data/small4096/train_000000.bin train_gpt2
 test/test_hf_export.mjs: $(NODE_DEPS) $(BUILD)/hf_reference train_gpt2 tokenize build/hf/init_gpt2_hf/config.json \
                          build/hf/init_small_hf/config.json build/hf/trained_hf/config.json
@@ -457,8 +463,10 @@ test/test_web.mjs: $(NODE_DEPS) $(HF_TRAINED) train_gpt2
 # 70 s of end-to-end study runs, so the slow tier (make check), which keeps make test under 2 minutes
 SLOW_TESTS += test/test_compare.py
 test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
-# the paired statistics over seeds (scripts/comparelib.py) and scripts/suite's runner (with the fake trainer)
+# the paired statistics over seeds (scripts/comparelib.py) and scripts/suite's runner (with the fake trainer);
+# its longer suites (beta2 grids, named arms, the variants table, controls, epochs) are the slow tier's
 TESTS += test/test_suite_stats.py test/test_suite.py
+SLOW_TESTS += test/test_suite_variants.py
 
 # ---- section: documentation (README.md, docs/) ----
 # every relative link resolves inside the repository; the README's quick start works in a fresh clone
