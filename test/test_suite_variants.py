@@ -7,7 +7,9 @@ comparison seeds; a beta2_grid makes the grid LR x beta2 (every run --beta2, the
 grown at an end: 1 - beta2 doubled below, halved above); named arms share the grid and seeds, an arm read from
 another's runs (scored by val_loss_ema, or held to a beta2 slice) gets its own best point and shares the
 other's comparison runs where the points agree; the variants table pairs each arm with the one before it,
-recomputed here from the runs' metrics; a cell in epochs runs as many passes over each corpus.
+recomputed here from the runs' metrics; a cell in epochs runs as many passes over each corpus; methods (arms
+with "against", one scored by GPA's kept weights) meet their baselines cell by cell and over cells (--methods,
+--plot).
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
 import glob
@@ -248,6 +250,64 @@ def a_cell_in_epochs_runs_as_many_passes_over_each_corpus():
             json.dump({"name": "c1", "epochs": 2, "args": bad, "lr_grid": [0.001, 0.002]}, f)
         rc, out, err = suite("--config", cfg, "--cell", "c1", "--dry-run")
         assert rc != 0 and why in err, (bad, out, err)
+
+
+METHODS = {"rows": {"args": {"--rows": "random", "--ema": 0.999}},
+           "rows_ema": {"of": "rows", "score": "ema"},
+           "gpa": {"args": {"--rows": "random", "--hybrid": "gpa"}, "score": "gpa", "against": "rows_ema"},
+           "linefit": {"args": {"--rows": "random", "--hybrid": "linefit"}, "against": "rows"}}
+
+
+@test
+def methods_meet_their_baselines_cell_by_cell_and_over_cells():
+    where = os.path.join(TMP, "methods")
+    cfg = make_config(where, arms=METHODS, beta2_grid=None, grid_extend=0, hybrid_args=None)
+    for corpus in ("alpha", "beta"):
+        rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", corpus, "--jobs", "2")
+        assert rc == 0, out + err
+    res = os.path.join(where, "results", "alpha", "c1")
+    s = json.load(open(os.path.join(res, "summary.json")))
+    m = {r["arm"]: r for r in s["methods"]}
+    assert sorted(m) == ["gpa", "linefit"] and m["gpa"]["against"] == "rows_ema" and m["linefit"]["against"] == "rows", m
+    # the baseline a method meets runs at both lengths (rows_ema shares rows' folders: the same best point)
+    assert sorted(os.listdir(os.path.join(res, "compare"))) == ["gpa", "gpa_long", "linefit", "linefit_long", "rows",
+                                                               "rows_long"], os.listdir(os.path.join(res, "compare"))
+
+    def finals(folder, field="val_loss"):
+        out = []
+        for seed in (3, 4, 5):
+            recs = [json.loads(ln) for ln in open(os.path.join(res, "compare", folder, f"seed{seed}", "metrics.jsonl"))]
+            val = [r for r in recs if field in r]
+            out.append((seed, (recs[-1]["step"], val[-1][field])))
+        return out
+    sys.path.insert(0, os.path.join(ROOT, "scripts"))
+    import comparelib as cl
+    # recomputed from the runs' metrics: gpa scored by val_loss_gpa against rows scored by val_loss_ema
+    o, r, rl = finals("gpa", "val_loss_gpa"), finals("rows", "val_loss_ema"), finals("rows_long", "val_loss_ema")
+    pt = cl.paired_t([(a, b[1]) for a, b in o], [(a, b[1]) for a, b in r])
+    ratios = cl.step_ratios([(a, [b, c]) for (a, b), (_, c) in zip(r, rl)], o)
+    sv = cl.one_sample_t([(a, x["saved"]) for a, x in ratios.items()], 0.0)
+    assert abs(m["gpa"]["paired"]["mean"] - pt["mean"]) < 1e-9 and abs(m["gpa"]["saved"]["mean"] - sv["mean"]) < 1e-9, m
+    # the fake: gpa's kept weights 0.05-0.052 lower, the EMA 0.02-0.026: gpa better on every seed; linefit 0.05 higher
+    assert m["gpa"]["paired"]["wins"] == 3 and m["gpa"]["saved"]["mean"] > 0, m["gpa"]
+    assert m["linefit"]["paired"]["mean"] > 0.04 and m["linefit"]["grid_worse"] == m["linefit"]["grid_compared"] == 3, m
+    assert m["gpa"]["grid_worse"] == 0 and m["gpa"]["grid_compared"] == 3, m["gpa"]
+    report = open(os.path.join(res, "report.md")).read()
+    assert "## Each method against the baseline it meets" in report and "| linefit | 0.002 |" in report, report
+    # over cells: one row per method and cell, the goal per method; the plot
+    png = os.path.join(where, "methods.png")
+    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--plot", png)
+    assert rc == 0, err
+    assert "| gpa | rows_ema | alpha | c1 |" in out and "| linefit | rows | beta | c1 |" in out, out
+    lines = [ln for ln in out.split("\n") if ln.startswith("| gpa | 2 |") or ln.startswith("| linefit | 2 |")]
+    assert len(lines) == 2 and "not met" in lines[1] and "6 of" not in lines[1], lines
+    assert os.path.getsize(png) > 1000
+    rc, out, err = suite("--plot", png)
+    assert rc == 1 and "goes with --methods" in err, err
+    bad = make_config(os.path.join(TMP, "methods_bad"), arms=dict(METHODS, gpa=dict(METHODS["gpa"], against="nope")),
+                      hybrid_args=None)
+    rc, out, err = suite("--config", bad, "--dry-run")
+    assert rc == 1 and "\"against\" must name another arm" in err, err
 
 
 if __name__ == "__main__":
