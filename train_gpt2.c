@@ -69,54 +69,6 @@ static inline float tanhf_vec(float u) {
 }
 
 // ----------------------------------------------------------------------------
-// matrix multiplies: one pool of threads. OpenBLAS runs single-threaded inside OpenMP's threads, each
-// thread computing a fixed slice of the output, so no second pool of BLAS threads competes with
-// OpenMP's for the cores, and results depend only on the thread count.
-
-static int blas_single_threaded = 0;
-static inline void blas_init(void) {
-    if (!blas_single_threaded) { openblas_set_num_threads(1); blas_single_threaded = 1; }
-}
-
-// [lo, hi) of thread tid's share of n items, boundaries on multiples of 16 (whole cache lines)
-static inline void split_range(int n, int tid, int nth, int* lo, int* hi) {
-    int blocks = (n + 15) / 16;
-    *lo = (int)((long)blocks * tid / nth) * 16;
-    *hi = (int)((long)blocks * (tid + 1) / nth) * 16;
-    if (*lo > n) { *lo = n; }
-    if (*hi > n) { *hi = n; }
-}
-
-// C (M,N) = alpha op(A) op(B) + beta C, row-major; op(X) = X^T when transX. The larger of M and N is
-// split over the threads: sgemm_part computes thread tid's slice (its rows, or its columns), inside a
-// parallel region, so that callers can put several products and their elementwise work in one region.
-// thread tid's block of an (M,N) output: rows [r0,r1) x columns [c0,c1), split along the larger side
-static inline void sgemm_slice(int tid, int nth, int M, int N, int* r0, int* r1, int* c0, int* c1) {
-    int lo, hi;
-    split_range(N > M ? N : M, tid, nth, &lo, &hi);
-    *r0 = N > M ? 0 : lo; *r1 = N > M ? M : hi;
-    *c0 = N > M ? lo : 0; *c1 = N > M ? hi : N;
-}
-static inline void sgemm_part(int tid, int nth, int transA, int transB, int M, int N, int K, float alpha,
-                              const float* A, int lda, const float* B, int ldb, float beta, float* C, int ldc) {
-    enum CBLAS_TRANSPOSE ta = transA ? CblasTrans : CblasNoTrans, tb = transB ? CblasTrans : CblasNoTrans;
-    int r0, r1, c0, c1;
-    sgemm_slice(tid, nth, M, N, &r0, &r1, &c0, &c1);
-    if (r1 <= r0 || c1 <= c0) { return; }
-    const float* a = transA ? A + r0 : A + (size_t)r0 * lda;
-    const float* b = transB ? B + (size_t)c0 * ldb : B + c0;
-    cblas_sgemm(CblasRowMajor, ta, tb, r1 - r0, c1 - c0, K, alpha, a, lda, b, ldb, beta, C + (size_t)r0 * ldc + c0, ldc);
-}
-
-void sgemm(int transA, int transB, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-           int ldb, float beta, float* C, int ldc) {
-    blas_init();
-    #pragma omp parallel
-    sgemm_part(omp_get_thread_num(), omp_get_num_threads(), transA, transB, M, N, K, alpha, A, lda, B, ldb,
-               beta, C, ldc);
-}
-
-// ----------------------------------------------------------------------------
 // the layers, forward and backward. Shapes: B batch, T time, C channels, OC output channels,
 // NH heads, Vp padded vocab. Backward functions accumulate (+=) into parameter gradients.
 // Each matmul and the attention come in fp32 and, right after, in bf16 (--precision bf16): bf16 operands

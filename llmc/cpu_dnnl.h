@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #include "llmc/utils.h"
 #include "llmc/cpu_blas.h"  // cpu_features_detect
 #include "llmc/bf16.h"      // bf16, bf16_from_float

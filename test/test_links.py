@@ -3,8 +3,8 @@
 test/test_links.py — the documentation stands on its own: every relative link and image in README.md,
 docs/*.md, data/README.md and configs/studies/README.md points to a file (or folder) that git tracks, every #anchor into a Markdown
 file names one of its headings, no tracked file points to notes outside the repository (the
-`shared/` folder of the development machines), and README.md stays at most README_MAX_LINES lines (the
-details live in docs/). Prints each problem; exits 1 if there is any.
+`shared/` folder of the development machines), README.md stays at most README_MAX_LINES lines (the
+details live in docs/) and train_gpt2.c below TRAINER_MAX_LINES (the shared work lives in llmc/). Prints each problem; exits 1 if there is any.
 """
 import os
 import re
@@ -14,6 +14,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 README_MAX_LINES = 270
+TRAINER_MAX_LINES = 1800  # train_gpt2.c reads top to bottom: layers, model, main; shared work lives in llmc/
 OUTSIDE = re.compile(r"(?<![\w.-])(\.\./)*shared/[A-Z]+\.md")
 
 
@@ -80,6 +81,9 @@ def main():
     readme = open(os.path.join(ROOT, "README.md"), encoding="utf-8").read().count("\n")
     if readme > README_MAX_LINES:
         problems.append(f"README.md: {readme} lines, more than {README_MAX_LINES}: move details to docs/")
+    trainer = open(os.path.join(ROOT, "train_gpt2.c"), encoding="utf-8").read().count("\n")
+    if trainer >= TRAINER_MAX_LINES:
+        problems.append(f"train_gpt2.c: {trainer} lines, not below {TRAINER_MAX_LINES}: shared work goes to llmc/")
     for p in problems:
         print(p)
     print(f"test_links: {count} links in {len(pages)} pages, {len(problems)} problems")
