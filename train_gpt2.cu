@@ -795,7 +795,7 @@ static StepResult train_predict_step(Trainer* tr, const HybridPlan* plan) {
     memset(&r, 0, sizeof(r));
     double t0 = clock_seconds();
     HybridBuffers b = hybrid_buffers(&tr->model);
-    hybrid_device_predict(&tr->hybrid_dev, plan, &b, gpt2_step_seed(&tr->model, tr->run.step + 1));
+    hybrid_device_predict(&tr->hybrid_dev, &tr->hybrid, plan, &b, gpt2_step_seed(&tr->model, tr->run.step + 1));
     r.loss = r.grad_norm = r.grad_norm_micro1 = r.loss_micro1 = NAN;
     r.ms = (clock_seconds() - t0) * 1000.0;
     tr->run.train_time_s += r.ms / 1000.0;
@@ -1064,6 +1064,13 @@ int main(int argc, char** argv) {
             run->kept_label = tr.avg.label;
             cudaCheck(cudaMallocHost((void**)&tr.host_trained, P * sizeof(float)));
         }
+        if (hybrid_enabled(&tr.hybrid) && hybrid_device_kept(&tr.hybrid_dev, &tr.hybrid) != NULL) {
+            tr.avg.weights = hybrid_device_kept(&tr.hybrid_dev, &tr.hybrid);  // a method's kept weights (GPA's x)
+            tr.avg.n = Ppad;
+            tr.avg.label = tr.hybrid.method->name;
+            run->kept_label = tr.avg.label;
+            cudaCheck(cudaMallocHost((void**)&tr.host_trained, P * sizeof(float)));
+        }
         if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint
             run_state_load(run, resume_step, P, tr.host_m, tr.host_v, average_on(&tr.avg) ? tr.host_trained : NULL);
             gpt2_optimizer_from_host(&tr.model, tr.host_m, tr.host_v);
@@ -1139,7 +1146,7 @@ int main(int argc, char** argv) {
         cudaCheck(cudaFreeHost(tr.host_v));
         if (average_on(&tr.avg)) {
             cudaCheck(cudaFreeHost(tr.host_trained));
-            cudaCheck(cudaFree(tr.avg.weights));
+            if (tr.avg.ema_decay > 0.0f) { cudaCheck(cudaFree(tr.avg.weights)); }  // else hybrid/'s buffer
         }
     }
 

@@ -42,20 +42,56 @@ typedef struct {
     float* drift;             // (shard) device, the drift: the EMA of the weights' displacement per step
     float* host_drift;        // (P) pinned, checkpoint staging of the drift
     float* host_keep;         // (P) pinned, checkpoint staging of the rollback buffer (open Predict run)
+    // another method of the table (its row's device hooks): its buffers, full length like the weights
+    float* bufs[HYBRID_MAX_BUFFERS];      // (padded) device
+    float* host_bufs[HYBRID_MAX_BUFFERS]; // (P) pinned, checkpoint staging (the kept weights have none: the
+                                          // trainer's checkpoint writes them as the model)
 } HybridDevice;
+
+// the step's numbers and buffers for a method's kernels (hybrid/method.h)
+static HybridDeviceStep hybrid_device_step(HybridDevice* d, const HybridState* h, const HybridBuffers* b,
+                                           float grad_scale, int t, uint32_t seed) {
+    HybridDeviceStep s;
+    s.master = b->master; s.params = b->params; s.grads = b->grads; s.m = b->m; s.v = b->v;
+    s.bufs = d->bufs;
+    s.block_offsets = d->block_offsets; s.block_wd = d->block_wd; s.nblocks = d->nblocks;
+    s.lo = b->lo; s.hi = b->lo + b->shard;
+    s.adam = hybrid_adam_step(h, grad_scale, t);
+    s.adam.params16 = NULL;
+    s.seed = seed;
+    s.stream = (void*)b->stream;
+    return s;
+}
+
+// the weights to evaluate and keep where the method keeps them apart (device, padded P), else NULL
+static float* hybrid_device_kept(const HybridDevice* d, const HybridState* h) {
+    return h->method->keeps_weights ? d->bufs[0] : NULL;
+}
 
 // the device side of an initialised HybridState (hybrid mode on)
 static void hybrid_device_init(HybridDevice* d, const HybridState* h, const HybridBuffers* b) {
-    if (!h->method->gpu) {
-        fatal("flag --hybrid: method %s does not run on the GPU yet (./train_gpt2, the CPU trainer, runs it)", h->method->name);
+    const HybridMethod* m = h->method;
+    if (!m->gpu || (!hybrid_is_drift(m) && (m->device_update == NULL || (m->predicts && m->device_predict == NULL)))) {
+        fatal("flag --hybrid: method %s does not run on the GPU yet (./train_gpt2, the CPU trainer, runs it)", m->name);
     }
-    HybridUpdate u = drift_update_numbers(hybrid_drift(h), 0.0f, 1.0f, 1);
-    int nb = d->nblocks = u.nblocks;
+    memset(d, 0, sizeof(*d));
+    int nb = d->nblocks = h->model.nblocks;
     const size_t* offsets = h->offsets;
     d->block_offsets = (size_t*)cudaMallocCheck((size_t)(nb + 1) * sizeof(size_t));
     d->block_wd = (float*)cudaMallocCheck((size_t)nb * sizeof(float));
     cudaCheck(cudaMemcpy(d->block_offsets, offsets, (size_t)(nb + 1) * sizeof(size_t), cudaMemcpyHostToDevice));
-    cudaCheck(cudaMemcpy(d->block_wd, u.adam.weight_decay, (size_t)nb * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d->block_wd, h->weight_decay, (size_t)nb * sizeof(float), cudaMemcpyHostToDevice));
+    if (!hybrid_is_drift(m)) {  // another method: its buffers, zeroed; kept weights start as the weights
+        for (int k = 0; k < m->buffers; k++) {
+            d->bufs[k] = (float*)cudaMallocCheck(b->padded * sizeof(float));
+            cudaCheck(cudaMemset(d->bufs[k], 0, b->padded * sizeof(float)));
+            if (k > 0 || !m->keeps_weights) { cudaCheck(cudaMallocHost((void**)&d->host_bufs[k], b->num_params * sizeof(float))); }
+        }
+        if (m->keeps_weights) {
+            cudaCheck(cudaMemcpy(d->bufs[0], b->master, b->padded * sizeof(float), cudaMemcpyDeviceToDevice));
+        }
+        return;
+    }
     d->coef = (float*)cudaMallocCheck((size_t)nb * sizeof(float));
     d->la_beta = (float*)cudaMallocCheck((size_t)nb * 2 * sizeof(float));
     d->stats = (double*)cudaMallocCheck((size_t)nb * 3 * sizeof(double));
@@ -68,10 +104,11 @@ static void hybrid_device_init(HybridDevice* d, const HybridState* h, const Hybr
 
 static void hybrid_device_free(HybridDevice* d) {
     if (d->block_offsets == NULL) { return; }
-    void* dev[] = {d->block_offsets, d->block_wd, d->coef, d->la_beta, d->stats, d->stats_partial, d->drift};
-    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
-    cudaCheck(cudaFreeHost(d->host_drift));
-    cudaCheck(cudaFreeHost(d->host_keep));
+    void* dev[] = {d->block_offsets, d->block_wd, d->coef, d->la_beta, d->stats, d->stats_partial, d->drift, d->bufs[0],
+                   d->bufs[1]};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { if (dev[i] != NULL) { cudaCheck(cudaFree(dev[i])); } }
+    void* host[] = {d->host_drift, d->host_keep, d->host_bufs[0], d->host_bufs[1]};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++) { if (host[i] != NULL) { cudaCheck(cudaFreeHost(host[i])); } }
     memset(d, 0, sizeof(*d));
 }
 
@@ -84,7 +121,15 @@ static void hybrid_device_gather_params(const HybridBuffers* b) {
 
 // a Predict step (the plan's): theta += coef_b * d_b along the drift on this rank's shard; the run's first
 // step keeps theta_0 in the gradient buffer. seed: the floatX rounding's.
-static void hybrid_device_predict(HybridDevice* d, const HybridPlan* p, const HybridBuffers* b, uint32_t seed) {
+static void hybrid_device_predict(HybridDevice* d, HybridState* h, const HybridPlan* p, const HybridBuffers* b,
+                                  uint32_t seed) {
+    if (!hybrid_is_drift(h->method)) {  // another method's step without a batch
+        HybridDeviceStep s = hybrid_device_step(d, h, b, 1.0f, 0, seed);
+        h->method->device_predict(h->self, &s);
+        hybrid_device_gather_params(b);
+        cudaCheck(cudaStreamSynchronize(b->stream));
+        return;
+    }
     cudaCheck(cudaMemcpyAsync(d->coef, p->coef, (size_t)d->nblocks * sizeof(float), cudaMemcpyHostToDevice, b->stream));
     hybrid_predict(b->master, b->params, b->grads, d->drift, d->block_offsets, d->nblocks, d->coef, b->lo,
                    b->lo + b->shard, p->keep, seed, b->stream);
@@ -104,6 +149,13 @@ static void hybrid_device_rollback(const HybridBuffers* b, uint32_t seed) {
 // t: AdamW's step (1-based); seed: the floatX rounding's.
 static void hybrid_device_update(HybridDevice* d, HybridState* h, const HybridBuffers* b, float grad_scale, int t,
                                  uint32_t seed) {
+    if (!hybrid_is_drift(h->method)) {  // another method's pass (the padding gets its elements too)
+        HybridDeviceStep s = hybrid_device_step(d, h, b, grad_scale, t, seed);
+        h->method->device_update(h->self, &s);
+        hybrid_device_gather_params(b);
+        cudaCheck(cudaStreamSynchronize(b->stream));
+        return;
+    }
     Drift* dr = hybrid_drift(h);
     HybridUpdate u = drift_update_numbers(dr, h->lr, grad_scale, t);
     ApplyAdamStep st = u.adam;
@@ -145,6 +197,14 @@ static size_t hybrid_device_own(const HybridBuffers* b) {
 // may then gather its own state through the gradient buffer, and calls hybrid_device_checkpoint_done
 static void hybrid_device_checkpoint_stage(HybridDevice* d, const HybridState* h, const HybridBuffers* b) {
     size_t P = b->num_params;
+    if (!hybrid_is_drift(h->method)) {  // another method's buffers, each rank's range gathered, to the host
+        for (int k = 0; k < h->method->buffers; k++) {
+            if (d->host_bufs[k] == NULL) { continue; }  // the kept weights: the trainer's checkpoint writes them
+            multi_gpu_all_gather(d->bufs[k], b->padded, sizeof(float), b->multi_gpu, b->stream);
+            cudaCheck(cudaMemcpyAsync(d->host_bufs[k], d->bufs[k], P * sizeof(float), cudaMemcpyDeviceToHost, b->stream));
+        }
+        return;
+    }
     int zero1 = b->multi_gpu->zero_stage == 1;
     if (hybrid_run_open(h)) {  // the rollback point (in the gradient buffer, sharded like the weights)
         multi_gpu_all_gather(b->grads, b->padded, sizeof(float), b->multi_gpu, b->stream);
@@ -171,12 +231,21 @@ static void hybrid_device_checkpoint_done(HybridDevice* d, const HybridState* h,
 
 // hybrid_%08d.bin of this step from the staged copies (rank 0)
 static void hybrid_device_checkpoint_write(HybridDevice* d, HybridState* h, const TrainRun* run) {
-    hybrid_checkpoint_write(h, run, &d->host_drift, hybrid_run_open(h) ? d->host_keep : NULL);
+    hybrid_checkpoint_write(h, run, hybrid_is_drift(h->method) ? &d->host_drift : d->host_bufs,
+                            hybrid_run_open(h) ? d->host_keep : NULL);
 }
 
 // checkpoint `step`'s hybrid file onto the device: the drift, and an open Predict run's rollback point
 // into the gradient buffer
 static void hybrid_device_load(HybridDevice* d, HybridState* h, const TrainRun* run, int step, const HybridBuffers* b) {
+    if (!hybrid_is_drift(h->method)) {  // another method's buffers (the kept weights come with the trainer's files)
+        hybrid_checkpoint_load(h, run, step, d->host_bufs, NULL);
+        for (int k = 0; k < h->method->buffers; k++) {
+            if (d->host_bufs[k] == NULL) { continue; }
+            cudaCheck(cudaMemcpy(d->bufs[k], d->host_bufs[k], b->num_params * sizeof(float), cudaMemcpyHostToDevice));
+        }
+        return;
+    }
     hybrid_checkpoint_load(h, run, step, &d->host_drift, d->host_keep);
     size_t own = hybrid_device_own(b);
     cudaCheck(cudaMemset(d->drift, 0, b->shard * sizeof(float)));

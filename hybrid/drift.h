@@ -348,7 +348,7 @@ static const ArgTable predict_table = {NULL, 0, NULL, NULL, 0, NULL, 0, NULL, NU
 #define DRIFT_ROW(NAME, ABOUT, INIT)                                                                        \
     {NAME, ABOUT, &lookahead_table, 1, 0, 1, 1, INIT, drift_free, drift_plan, drift_update, drift_predict, drift_check,   \
      drift_skip, drift_observe, drift_io, drift_run_open, drift_print_summary, drift_summary_fields,          \
-     drift_step_json, drift_event, drift_what}
+     drift_step_json, drift_event, drift_what, NULL, NULL}  /* on the GPU: hybrid/device.cuh's drift kernels */
 
 static const HybridMethod lookahead_method = DRIFT_ROW(
     "lookahead", "the weights a step ahead along their drift before each gradient (--lookahead beta0, 0.5 unless given)",

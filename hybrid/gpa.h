@@ -9,7 +9,9 @@
  * schedule-free AdamW keeps. x is the weights to evaluate and keep (llmc/average.h): val loss, samples and
  * the model file see it by an exact swap, and the state file carries y, so a resumed run is bit for bit.
  * mu_y = 0 is AdamW with an EMA of its weights evaluated; mu_x = 0 is AdamW.
- * CPU; the GPU trainer refuses it (no kernel yet).
+ * On the GPU: gpa_device_update, the same element per weight of the step's range (master weights y, x full
+ * length, the floatX copy rounded from y), compiled under nvcc only; dev/cuda/check_all.sh holds it to the CPU
+ * pass.
  */
 #ifndef HYBRID_GPA_H
 #define HYBRID_GPA_H
@@ -26,6 +28,15 @@
 #include "hybrid/hio.h"
 #include "hybrid/method.h"
 #include "hybrid/metrics.h"
+#ifdef __CUDACC__
+#include "hybrid/apply.cuh"  // hybrid_block_of, round_to_floatX
+#endif
+
+#ifdef __CUDACC__
+#define GPA_FN static __host__ __device__ __forceinline__
+#else
+#define GPA_FN static inline
+#endif
 
 typedef struct {
     float mu_y;   // --gpa-mu-y: where the gradient is taken, between x (1) and z (0)
@@ -65,7 +76,7 @@ static inline void gpa_plan(void* self, int step, float lr, HybridPlan* p) {
 
 // one element: y (the parameter) and x (the kept average) in, both out; m, v AdamW's moments of z. Written
 // with explicit fmaf and one division so that a device's pass rounds alike.
-static inline float gpa_element(float y, float* x, float g, float* m, float* v, float lr, float beta1, float beta2,
+GPA_FN float gpa_element(float y, float* x, float g, float* m, float* v, float lr, float beta1, float beta2,
                                 float bc1, float bc2, float eps, float wd, float mu_y, float mu_x) {
     float z = fmaf(-mu_y, *x, y) / (1.0f - mu_y);
     float zn = adamw_element(z, g, m, v, lr, beta1, beta2, bc1, bc2, eps, wd);
@@ -125,11 +136,43 @@ static inline int gpa_summary_fields(const void* self, char* buf, size_t n) {
     return (int)pos;
 }
 
+#ifdef __CUDACC__
+__global__ void gpa_kernel(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem, float* x,
+                           const size_t* offsets, const float* block_wd, int nblocks, size_t lo, size_t hi, ApplyAdamStep st,
+                           float bc1, float bc2, float mu_y, float mu_x, uint32_t seed) {
+    size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= hi) { return; }
+    float wd = i < offsets[nblocks] ? block_wd[hybrid_block_of(offsets, nblocks, i)] : 0.0f;  // padding: no decay
+    float m = m_mem[i - lo], v = v_mem[i - lo], xi = x[i];
+    float y = gpa_element(master[i], &xi, grads[i] * st.grad_scale, &m, &v, st.lr, st.beta1, st.beta2, bc1, bc2, st.eps,
+                          wd, mu_y, mu_x);
+    m_mem[i - lo] = m;
+    v_mem[i - lo] = v;
+    x[i] = xi;
+    master[i] = y;
+    params[i] = round_to_floatX(y, i, seed);
+}
+
+static void gpa_device_update(void* self, const HybridDeviceStep* s) {
+    Gpa* gp = (Gpa*)self;
+    const ApplyAdamStep* st = &s->adam;
+    float bc1 = 1.0f - powf(st->beta1, (float)st->t), bc2 = 1.0f - powf(st->beta2, (float)st->t);
+    const int block = 512;
+    if (s->hi > s->lo) {
+        gpa_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(
+            s->master, (floatX*)s->params, s->grads, s->m, s->v, s->bufs[0], s->block_offsets, s->block_wd, s->nblocks,
+            s->lo, s->hi, *st, bc1, bc2, gp->cfg.mu_y, gp->cfg.mu_x, s->seed);
+        cudaCheck(cudaGetLastError());
+    }
+    gp->updates++;
+}
+#endif
+
 static const HybridMethod gpa_method = {
     "gpa", "generalized primal averaging: gradients at y = mu_y x + (1 - mu_y) z, AdamW steps z, x (kept) averages z",
-    &gpa_table, 1, 1, 0, 0,
+    &gpa_table, 1, 1, 0, 1,
     gpa_init, gpa_free, gpa_plan, gpa_update, NULL, NULL, NULL, gpa_observe, gpa_io, NULL, gpa_print_summary,
-    gpa_summary_fields, NULL, NULL, NULL,
+    gpa_summary_fields, NULL, NULL, NULL, HYBRID_ON_DEVICE(gpa_device_update), NULL,
 };
 
 #endif // HYBRID_GPA_H

@@ -13,7 +13,8 @@
  * sums, a few scalars. Then w* = A S0 + B S1 with A, B from n, sum tau, sum tau^2 and tau* (in double,
  * rounded once). A period with fewer than two states (skipped updates) has no jump: its last step trains.
  * Whether it pays under a decayed LR, or only under NiNo's constant one, is the question it is here for.
- * CPU; the GPU trainer refuses it (no kernel yet).
+ * On the GPU: linefit_device_update and linefit_device_predict, the same elements on the step's range (the
+ * sums full length), compiled under nvcc only; dev/cuda/check_all.sh holds them to the CPU passes.
  */
 #ifndef HYBRID_LINEFIT_H
 #define HYBRID_LINEFIT_H
@@ -30,6 +31,9 @@
 #include "hybrid/hio.h"
 #include "hybrid/method.h"
 #include "hybrid/metrics.h"
+#ifdef __CUDACC__
+#include "hybrid/apply.cuh"  // hybrid_block_of, round_to_floatX
+#endif
 
 typedef struct {
     int states;     // --linefit-states: c, the states a line is fitted through
@@ -111,6 +115,19 @@ static inline void linefit_plan(void* self, int step, float lr, HybridPlan* p) {
     p->phase = HYBRID_PHASE_FULL;
 }
 
+// after a recording step's pass: the state's time joins the times' sums
+static inline void linefit_recorded(Linefit* l) {
+    if (l->tau > 0.0f) { l->n++; l->st += l->tau; l->stt += (double)l->tau * l->tau; }
+}
+
+// after a jump: the sums are spent, a new period begins
+static inline void linefit_jumped(Linefit* l) {
+    l->jumps++;
+    l->ahead_sum += l->ahead;
+    l->n = 0;
+    l->st = l->stt = 0.0;
+}
+
 // AdamW, and on a recording step the new weights folded into the sums (the period's first state starts them)
 static inline void linefit_update(void* self, const HybridModel* model, const ApplyAdamStep* st, float* params,
                                   float* grads, float* m, float* v, float* const* bufs) {
@@ -137,7 +154,7 @@ static inline void linefit_update(void* self, const HybridModel* model, const Ap
             else if (record) { s0[i] += w; s1[i] = fmaf(tau, w, s1[i]); }
         }
     }
-    if (record) { l->n++; l->st += tau; l->stt += (double)tau * tau; }
+    linefit_recorded(l);
 }
 
 // the jump: every weight to its line at tau*; the sums are spent, a new period begins
@@ -151,10 +168,7 @@ static inline void linefit_predict(void* self, const HybridModel* model, const H
     const size_t n = model->num_params;
     #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) { params[i] = fmaf(a, s0[i], b * s1[i]); }
-    l->jumps++;
-    l->ahead_sum += l->ahead;
-    l->n = 0;
-    l->st = l->stt = 0.0;
+    linefit_jumped(l);
 }
 
 static inline void linefit_skip(void* self) { ((Linefit*)self)->tau = 0.0f; }
@@ -200,11 +214,65 @@ static inline void linefit_what(const void* self, char* buf, size_t n) {
     snprintf(buf, n, "jump %.1f steps ahead along the fitted line", l->ahead);
 }
 
+#ifdef __CUDACC__
+__global__ void linefit_update_kernel(float* master, floatX* params, const float* grads, float* m_mem, float* v_mem,
+                                      float* s0, float* s1, const size_t* offsets, const float* block_wd, int nblocks,
+                                      size_t lo, size_t hi, ApplyAdamStep st, float bc1, float bc2, float tau, int first,
+                                      uint32_t seed) {
+    size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= hi) { return; }
+    float wd = i < offsets[nblocks] ? block_wd[hybrid_block_of(offsets, nblocks, i)] : 0.0f;  // padding: no decay
+    float m = m_mem[i - lo], v = v_mem[i - lo];
+    float w = adamw_element(master[i], grads[i] * st.grad_scale, &m, &v, st.lr, st.beta1, st.beta2, bc1, bc2, st.eps, wd);
+    m_mem[i - lo] = m;
+    v_mem[i - lo] = v;
+    master[i] = w;
+    params[i] = round_to_floatX(w, i, seed);
+    if (tau > 0.0f && first) { s0[i] = w; s1[i] = __fmul_rn(tau, w); }
+    else if (tau > 0.0f) { s0[i] = __fadd_rn(s0[i], w); s1[i] = __fmaf_rn(tau, w, s1[i]); }
+}
+
+__global__ void linefit_jump_kernel(float* master, floatX* params, const float* s0, const float* s1, size_t lo, size_t hi,
+                                    float a, float b, uint32_t seed) {
+    size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= hi) { return; }
+    float w = __fmaf_rn(a, s0[i], __fmul_rn(b, s1[i]));
+    master[i] = w;
+    params[i] = round_to_floatX(w, i, seed);
+}
+
+static void linefit_device_update(void* self, const HybridDeviceStep* s) {
+    Linefit* l = (Linefit*)self;
+    const ApplyAdamStep* st = &s->adam;
+    float bc1 = 1.0f - powf(st->beta1, (float)st->t), bc2 = 1.0f - powf(st->beta2, (float)st->t);
+    const int block = 512;
+    if (s->hi > s->lo) {
+        linefit_update_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(
+            s->master, (floatX*)s->params, s->grads, s->m, s->v, s->bufs[0], s->bufs[1], s->block_offsets, s->block_wd,
+            s->nblocks, s->lo, s->hi, *st, bc1, bc2, l->tau, l->n == 0, s->seed);
+        cudaCheck(cudaGetLastError());
+    }
+    linefit_recorded(l);
+}
+
+static void linefit_device_predict(void* self, const HybridDeviceStep* s) {
+    Linefit* l = (Linefit*)self;
+    const int block = 512;
+    if (s->hi > s->lo) {
+        linefit_jump_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(
+            s->master, (floatX*)s->params, s->bufs[0], s->bufs[1], s->lo, s->hi, l->a, l->b, s->seed);
+        cudaCheck(cudaGetLastError());
+    }
+    linefit_jumped(l);
+}
+#endif
+
 static const HybridMethod linefit_method = {
     "linefit", "nowcast jumps: a least-squares line per weight through c states s steps apart, a jump along it every c x s steps",
-    &linefit_table, 2, 0, 1, 0,
+    &linefit_table, 2, 0, 1, 1,
     linefit_init, linefit_free, linefit_plan, linefit_update, linefit_predict, NULL, linefit_skip, linefit_observe,
     linefit_io, NULL, linefit_print_summary, linefit_summary_fields, NULL, NULL, linefit_what,
+    HYBRID_ON_DEVICE(linefit_device_update), HYBRID_ON_DEVICE(linefit_device_predict),
 };
 
 #endif // HYBRID_LINEFIT_H

@@ -65,6 +65,30 @@ typedef struct {
     double noise_s, noise_g2;
 } HybridObservation;
 
+// a measured step or a Predict step on a GPU, for a method's kernels (the GPU trainer's buffers through
+// hybrid/device.cuh; plain C types, so that the row compiles on the CPU too)
+typedef struct {
+    float* master;              // (padded P) fp32 master weights, device
+    void* params;               // (padded P) their floatX working copy, device
+    float* grads;               // (padded P) the step's gradients, device
+    float* m;                   // (shard) AdamW's moments, device, indexed from lo
+    float* v;                   // (shard)
+    float* const* bufs;         // the method's buffers, (padded P) each, device, indexed like the weights
+    const size_t* block_offsets; // (nblocks+1) device
+    const float* block_wd;      // (nblocks) device
+    int nblocks;
+    size_t lo, hi;              // this rank's range of the flat parameters
+    ApplyAdamStep adam;         // the update's numbers (its weight_decay is the host's: use block_wd)
+    uint32_t seed;              // the floatX rounding's
+    void* stream;               // cudaStream_t
+} HybridDeviceStep;
+
+#ifdef __CUDACC__
+#define HYBRID_ON_DEVICE(fn) fn
+#else
+#define HYBRID_ON_DEVICE(fn) NULL
+#endif
+
 typedef struct HybridMethod {
     const char* name;           // --hybrid NAME
     const char* about;          // one line: what it does
@@ -72,7 +96,8 @@ typedef struct HybridMethod {
     int buffers;                // P-float buffers it keeps (0..HYBRID_MAX_BUFFERS)
     int keeps_weights;          // buffer 0 holds the weights to evaluate and keep
     int predicts;               // plan may return Predict steps (then predict is required)
-    int gpu;                    // hybrid/device.cuh runs it on the GPU
+    int gpu;                    // 1: hybrid/device.cuh runs it on the GPU (the drift family's kernels, or the two
+                                // hooks at the end of the row)
     // its state, from its flags (config: the struct its ArgTable points into, or HybridConfig); bufs: its
     // buffers, zeroed (host memory; NULL where the GPU trainer keeps them); params: the initial weights
     // (P, host) or NULL. The only place a method allocates.
@@ -97,6 +122,10 @@ typedef struct HybridMethod {
     int (*step_json)(const void* self, char* buf, size_t n);       // this step's metrics.jsonl fields; NULL: none
     int (*event)(const void* self, char* buf, size_t n);           // a log line for this step (0: none); NULL
     void (*what)(const void* self, char* buf, size_t n);           // a Predict step's text for the step line; NULL
+    // on the GPU (HYBRID_ON_DEVICE(fn): NULL in a CPU build): a measured step's update and a Predict step as
+    // kernels on the step's range, the host bookkeeping as update and predict do it
+    void (*device_update)(void* self, const HybridDeviceStep* s);
+    void (*device_predict)(void* self, const HybridDeviceStep* s);
 } HybridMethod;
 
 #define HYBRID_MAX_BUFFERS 2

@@ -14,6 +14,8 @@
 #   recompute    -r 0, 1 and 2 log the same losses bit for bit (20 steps)
 #   resume       20 steps, then the same run resumed from its step-10 checkpoint logs the same steps 11..20
 #                bit for bit, baseline and hybrid
+#   resume gpa, resume linefit   the method table's other rows (--hybrid gpa, --hybrid linefit with a jump
+#                every 6 steps): resumed as above; GPA's model file (its kept average) the same at step 20
 #   ema          --ema: resumed as above (val_loss_ema too) with the same model file (the average) at step 20,
 #                and over 6 steps with a checkpoint each, every model file is the bias-corrected EMA of the
 #                trained weights the state files carry (llmc/average.h), computed in numpy
@@ -47,7 +49,7 @@ exec > >(tee "$LOG") 2>&1
 W=build/gpu_check
 JOBS=${CHECK_JOBS:-$(nproc 2>/dev/null || echo 4)}
 TMO=${CHECK_TIMEOUT:-300}  # seconds for any one GPU run: a hung kernel fails its check, not the whole script
-KERNELS=(layernorm matmul attention classifier adamw hybrid_apply)
+KERNELS=(layernorm matmul attention classifier adamw hybrid_apply hybrid_methods)
 MK=(make --no-print-directory)
 [ -n "$ARCH" ] && MK+=("GPU_COMPUTE_CAPABILITY=$ARCH")
 # two micro batches per step (-d 2048): gradient accumulation, the first micro batch's gradient norm and the
@@ -143,6 +145,15 @@ for s in range(1, steps + 1):
 raise SystemExit(0 if ok else 1)
 PYEOF
 }
+run_gpa() {
+    run_resume --hybrid gpa --gpa-mu-x 0.9 || return 1
+    grep -q '"val_loss_gpa"' "$W/resume/metrics.jsonl" || { echo "no val_loss_gpa in $W/resume/metrics.jsonl"; return 1; }
+    cmp "$W/resume/model_00000020.bin" "$W/resume.r/model_00000020.bin"
+}
+run_linefit() {
+    run_resume --hybrid linefit --linefit-states 3 --linefit-spacing 2 || return 1
+    grep -q '"phase": "predict"' "$W/resume.r/metrics.jsonl" || { echo "no jump after the resume"; return 1; }
+}
 run_hybrid_alone() {  # --hybrid with nothing on (the defaults) trains as the baseline, bit for bit
     local d
     for d in base alone; do
@@ -155,7 +166,7 @@ run_hybrid_alone() {  # --hybrid with nothing on (the defaults) trains as the ba
     # a hybrid run logs three fields of its own: only where they say nothing happened are they dropped, so a
     # step with a look-ahead, a Predict run or a rollback keeps them and differs from the baseline's line
     rm -rf "$W/alone.cmp" && mkdir -p "$W/alone.cmp" &&
-        sed -E 's/, "beta": null, "predict_run_step": null, "rollback": 0//' "$W/alone/metrics.jsonl" > "$W/alone.cmp/metrics.jsonl"
+        sed -E 's/, "method": "drift", "beta": null, "predict_run_step": null, "rollback": 0//' "$W/alone/metrics.jsonl" > "$W/alone.cmp/metrics.jsonl"
     same_losses "$W/base" "$W/alone.cmp" 0
 }
 run_cpu_vs_gpu() {
@@ -227,7 +238,7 @@ round() {  # TAG USE_CUDNN
     echo "############ round $tag (USE_CUDNN=$cudnn)"
     if [ "$cudnn" = 1 ] && ! "${mk[@]}" -n -B train_gpt2cu 2>/dev/null | grep -q -- -DENABLE_CUDNN; then
         for k in "graph check" "build" "${KERNELS[@]}" "cudnn engine" "pytorch" "recompute" "resume baseline" \
-                 "resume hybrid" "ema" "cpu-vs-gpu"; do
+                 "resume hybrid" "ema" "resume gpa" "resume linefit" "cpu-vs-gpu"; do
             result "[$tag] $k" skipped "the Makefile finds no cuDNN (cudnn.h and libcudnn.so)"
         done
         return
@@ -252,7 +263,8 @@ round() {  # TAG USE_CUDNN
         check "[$tag] $k" timeout "$TMO" "./dev/cuda/$k"
     done
     if [ -n "$why" ]; then
-        for k in "cudnn engine" "pytorch" "recompute" "resume baseline" "resume hybrid" "ema" "cpu-vs-gpu"; do
+        for k in "cudnn engine" "pytorch" "recompute" "resume baseline" "resume hybrid" "ema" "resume gpa" \
+                 "resume linefit" "cpu-vs-gpu"; do
             if [ "$cudnn" = 0 ] && [ "$k" = "cudnn engine" ]; then continue; fi
             result "[$tag] $k" skipped "$why"
         done
@@ -285,6 +297,8 @@ round() {  # TAG USE_CUDNN
     check "[$tag] resume baseline" run_resume --hybrid 0
     check "[$tag] resume hybrid" run_resume "${HYBRID[@]}"
     check "[$tag] ema" run_ema
+    check "[$tag] resume gpa" run_gpa
+    check "[$tag] resume linefit" run_linefit
     check "[$tag] hybrid alone is the baseline" run_hybrid_alone
     if [ $CPU_OK = 1 ]; then
         check "[$tag] cpu-vs-gpu" run_cpu_vs_gpu
