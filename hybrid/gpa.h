@@ -43,9 +43,10 @@ typedef struct {
     float mu_x;   // --gpa-mu-x: the average's decay per step (its span is 1 / (1 - mu_x) steps)
 } GpaConfig;
 
-// The paper's mu_y; its mu_x (0.9967) averages over ~300 steps, long for the short runs of the study
-// model: the value here is the one the development corpus chose (docs/suite.md)
-static const GpaConfig GPA_CONFIG_DEFAULT = {0.7f, 0.9967f};
+// Chosen on the development corpus (docs/suite.md, the methods' screen), then frozen: the paper's mu_y, and
+// mu_x 0.995 (an average over ~200 steps) level with the paper's 0.9967 there and ahead of 0.99; mu_y 0.9
+// diverged at every LR of the grid
+static const GpaConfig GPA_CONFIG_DEFAULT = {0.7f, 0.995f};
 static GpaConfig gpa_flags;
 
 static const ArgSpec GPA_ARGS[] = {
