@@ -125,6 +125,12 @@ typedef struct {
                         // accumulates into them with no zeroing pass of its own, as after gpt2_update)
 } ApplyAdamStep;
 
+// AdamW's bias corrections 1 - beta^t of the step, as every update pass (CPU or device) computes them
+static inline void apply_bias_corrections(const ApplyAdamStep* st, float* bc1, float* bc2) {
+    *bc1 = 1.0f - powf(st->beta1, (float)st->t);
+    *bc2 = 1.0f - powf(st->beta2, (float)st->t);
+}
+
 #define APPLY_ADAMW_LOOP(ZERO, AFTER)                                                      \
     _Pragma("omp simd reduction(+:dot, dd, uu)")                                           \
     for (size_t i = lo; i < hi; i++) {                                                     \
@@ -145,7 +151,8 @@ static inline void apply_adamw_lookahead(float* params, float* grads, float* m, 
                                          const float* beta_next, const size_t* offsets, int nblocks,
                                          double* partial, double* stats) {
     const float beta1 = st->beta1, beta2 = st->beta2, eps = st->eps, lr = st->lr, grad_scale = st->grad_scale;
-    const float bc1 = 1.0f - powf(beta1, (float)st->t), bc2 = 1.0f - powf(beta2, (float)st->t);
+    float bc1, bc2;
+    apply_bias_corrections(st, &bc1, &bc2);
     const float omg = 1.0f - gamma;
     uint16_t* const p16 = st->params16;
     #pragma omp parallel

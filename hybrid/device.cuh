@@ -126,8 +126,7 @@ static void hybrid_device_predict(HybridDevice* d, HybridState* h, const HybridP
     if (!hybrid_is_drift(h->method)) {  // another method's step without a batch
         HybridDeviceStep s = hybrid_device_step(d, h, b, 1.0f, 0, seed);
         h->method->device_predict(h->self, &s);
-        hybrid_device_gather_params(b);
-        cudaCheck(cudaStreamSynchronize(b->stream));
+        hybrid_device_gather_params(b);  // on the stream: nothing comes back to the host, so no wait
         return;
     }
     cudaCheck(cudaMemcpyAsync(d->coef, p->coef, (size_t)d->nblocks * sizeof(float), cudaMemcpyHostToDevice, b->stream));
@@ -152,8 +151,7 @@ static void hybrid_device_update(HybridDevice* d, HybridState* h, const HybridBu
     if (!hybrid_is_drift(h->method)) {  // another method's pass (the padding gets its elements too)
         HybridDeviceStep s = hybrid_device_step(d, h, b, grad_scale, t, seed);
         h->method->device_update(h->self, &s);
-        hybrid_device_gather_params(b);
-        cudaCheck(cudaStreamSynchronize(b->stream));
+        hybrid_device_gather_params(b);  // on the stream: nothing comes back to the host, so no wait
         return;
     }
     Drift* dr = hybrid_drift(h);

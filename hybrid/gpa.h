@@ -90,7 +90,8 @@ static inline void gpa_update(void* self, const HybridModel* model, const ApplyA
                               float* grads, float* m, float* v, float* const* bufs) {
     Gpa* gp = (Gpa*)self;
     const float beta1 = st->beta1, beta2 = st->beta2, eps = st->eps, lr = st->lr, gs = st->grad_scale;
-    const float bc1 = 1.0f - powf(beta1, (float)st->t), bc2 = 1.0f - powf(beta2, (float)st->t);
+    float bc1, bc2;
+    apply_bias_corrections(st, &bc1, &bc2);
     const float my = gp->cfg.mu_y, mx = gp->cfg.mu_x;
     float* x = bufs[0];
     uint16_t* p16 = st->params16;
@@ -157,7 +158,8 @@ __global__ void gpa_kernel(float* master, floatX* params, const float* grads, fl
 static void gpa_device_update(void* self, const HybridDeviceStep* s) {
     Gpa* gp = (Gpa*)self;
     const ApplyAdamStep* st = &s->adam;
-    float bc1 = 1.0f - powf(st->beta1, (float)st->t), bc2 = 1.0f - powf(st->beta2, (float)st->t);
+    float bc1, bc2;
+    apply_bias_corrections(st, &bc1, &bc2);
     const int block = 512;
     if (s->hi > s->lo) {
         gpa_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(

@@ -172,7 +172,7 @@ static inline void hybrid_init(HybridState* h, const HybridConfig* cfg, const si
     h->weight_decay = (float*)mallocCheck((size_t)nblocks * sizeof(float));
     memcpy(h->offsets, offsets, (size_t)(nblocks + 1) * sizeof(size_t));
     memcpy(h->weight_decay, weight_decay, (size_t)nblocks * sizeof(float));
-    HybridModel m = {P, nblocks, h->offsets, h->weight_decay, total_steps, lr_peak, beta1, beta2, eps, tokens_per_step, 0};
+    HybridModel m = {P, nblocks, h->offsets, h->weight_decay, total_steps, lr_peak, beta1, beta2, eps, tokens_per_step};
     h->model = m;
     for (int k = 0; host_buffers && k < h->method->buffers; k++) { h->bufs[k] = (float*)callocCheck(P, sizeof(float)); }
     h->owns_bufs = host_buffers;
@@ -352,7 +352,6 @@ static inline void hybrid_io(HybridIO* io, HybridState* h, float* const* bufs, f
     memcpy(got, name, sizeof(got));
     hio_bytes(io, got, sizeof(got));
     if (!io->writing && !io->failed && memcmp(got, name, sizeof(got)) != 0) {
-        got[sizeof(got) - 1] = '\0';
         hio_fail(io, "the file is another method's (--hybrid differs)");
     }
     h->method->io(io, h->self, bufs != NULL ? bufs : h->bufs, keep);

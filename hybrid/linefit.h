@@ -136,7 +136,8 @@ static inline void linefit_update(void* self, const HybridModel* model, const Ap
                                   float* grads, float* m, float* v, float* const* bufs) {
     Linefit* l = (Linefit*)self;
     const float beta1 = st->beta1, beta2 = st->beta2, eps = st->eps, lr = st->lr, gs = st->grad_scale;
-    const float bc1 = 1.0f - powf(beta1, (float)st->t), bc2 = 1.0f - powf(beta2, (float)st->t);
+    float bc1, bc2;
+    apply_bias_corrections(st, &bc1, &bc2);
     const float tau = l->tau;
     const int record = tau > 0.0f, first = l->n == 0;
     float* s0 = bufs[0];
@@ -247,7 +248,8 @@ __global__ void linefit_jump_kernel(float* master, floatX* params, const float* 
 static void linefit_device_update(void* self, const HybridDeviceStep* s) {
     Linefit* l = (Linefit*)self;
     const ApplyAdamStep* st = &s->adam;
-    float bc1 = 1.0f - powf(st->beta1, (float)st->t), bc2 = 1.0f - powf(st->beta2, (float)st->t);
+    float bc1, bc2;
+    apply_bias_corrections(st, &bc1, &bc2);
     const int block = 512;
     if (s->hi > s->lo) {
         linefit_update_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(

@@ -53,7 +53,6 @@ typedef struct {
     int total_steps;            // the schedule's length
     float lr_peak, beta1, beta2, eps;
     double tokens_per_step;     // what one measured step trains on (all micro batches of all processes)
-    int micro_batches;          // backward passes per measured step
 } HybridModel;
 
 // what a step gave, for observe: loss and grad_norm NAN on Predict and skipped steps; loss_micro1 the first

@@ -37,7 +37,6 @@ static inline void hybrid_setup(HybridState* h, const HybridConfig* cfg, const T
     int micro_batches = run->grad_accum * run->num_processes;
     hybrid_init(h, cfg, offsets, nblocks, run->total_steps, run_tokens_per_step(run), run->cfg.lr,
                 run->cfg.beta1, run->cfg.beta2, eps, block_wd, params, host_buffers);
-    h->model.micro_batches = micro_batches;
     free(offsets);
     free(block_wd);
     if (run->cfg.process_rank == 0) {

@@ -20,8 +20,23 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from testlib import TESTS, run_tests, test  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+import comparelib as cl  # noqa: E402
 # the helpers and the temporary folder of test/test_suite.py; its own tests are registered too, not run here
 from test_suite import ROOT, TMP, make_config, run_shard, started, suite, variants_config  # noqa: E402
+
+
+def compare_finals(res):
+    """finals(folder, field): per comparison seed (3, 4, 5) of a cell's results folder, (seed, (last step, the
+    field's last value)) of compare/<folder>, read from the runs' metrics: the statistics recomputed here"""
+    def finals(folder, field="val_loss"):
+        out = []
+        for seed in (3, 4, 5):
+            recs = [json.loads(ln) for ln in open(os.path.join(res, "compare", folder, f"seed{seed}", "metrics.jsonl"))]
+            val = [r for r in recs if field in r]
+            out.append((seed, (recs[-1]["step"], val[-1][field])))
+        return out
+    return finals
 
 
 @test
@@ -186,15 +201,7 @@ def the_variants_table_pairs_each_arm_with_the_one_before_it():
     assert [r["arm"] for r in s["variants"]] == ["lr_only", "contiguous", "rows", "ema"] and "against" not in v["lr_only"]
     assert [v[a]["against"] for a in ("contiguous", "rows", "ema")] == ["lr_only", "contiguous", "rows"], v
 
-    def finals(folder, field="val_loss"):
-        out = []
-        for seed in (3, 4, 5):
-            recs = [json.loads(ln) for ln in open(os.path.join(res, "compare", folder, f"seed{seed}", "metrics.jsonl"))]
-            val = [r for r in recs if field in r]
-            out.append((seed, (recs[-1]["step"], val[-1][field])))
-        return out
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import comparelib as cl
+    finals = compare_finals(res)
     # recomputed from the runs' metrics: ema is rows' folders read by val_loss_ema, against rows' two lengths
     for arm, folder, field, prev, pfolder in (("contiguous", "contiguous", "val_loss", "lr_only", "lr_only"),
                                               ("rows", "rows", "val_loss", "contiguous", "contiguous"),
@@ -273,15 +280,7 @@ def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     assert sorted(os.listdir(os.path.join(res, "compare"))) == ["gpa", "gpa_long", "linefit", "linefit_long", "rows",
                                                                "rows_long"], os.listdir(os.path.join(res, "compare"))
 
-    def finals(folder, field="val_loss"):
-        out = []
-        for seed in (3, 4, 5):
-            recs = [json.loads(ln) for ln in open(os.path.join(res, "compare", folder, f"seed{seed}", "metrics.jsonl"))]
-            val = [r for r in recs if field in r]
-            out.append((seed, (recs[-1]["step"], val[-1][field])))
-        return out
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    import comparelib as cl
+    finals = compare_finals(res)
     # recomputed from the runs' metrics: gpa scored by val_loss_gpa against rows scored by val_loss_ema
     o, r, rl = finals("gpa", "val_loss_gpa"), finals("rows", "val_loss_ema"), finals("rows_long", "val_loss_ema")
     pt = cl.paired_t([(a, b[1]) for a, b in o], [(a, b[1]) for a, b in r])

@@ -25,7 +25,7 @@ static void bench_init(Bench* b) {
     b->offsets[0] = 0;
     for (int k = 0; k < NB; k++) { b->offsets[k + 1] = b->offsets[k] + SIZES[k]; b->wd[k] = k % 2 ? 0.1f : 0.0f; }
     b->P = b->offsets[NB];
-    HybridModel m = {b->P, NB, b->offsets, b->wd, 100, 1e-2f, 0.9f, 0.95f, 1e-8f, 1024.0, 1};
+    HybridModel m = {b->P, NB, b->offsets, b->wd, 100, 1e-2f, 0.9f, 0.95f, 1e-8f, 1024.0};
     b->model = m;
     b->theta = make_random(b->P, 1.0f);
     b->g = make_random(b->P, 1e-2f);
