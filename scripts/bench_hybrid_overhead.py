@@ -5,15 +5,18 @@ baseline in the same run.
 
 1. The trainer, per config: a baseline run, a `--hybrid` run (the look-ahead at beta0 0.5: every step a
    measured step, whose Full time is the look-ahead's whole cost, target <= 1.02x) and a `--hybrid
-   --predict-steps 2 --full-steps 4` run (Predict runs along the drift), same binary, data, seed and flags
-   otherwise, interleaved in --rounds rounds (baseline, look-ahead, predict, baseline, ...) so that a slow
+   --predict-steps 2 --full-steps 4` run (Predict runs along the drift), a `--hybrid gpa` and a `--hybrid
+   linefit` run (each method of the table at its frozen defaults: GPA's fused pass every step, Linefit's
+   sums every step and its jumps, which replace a step), and a `--ema 0.95` baseline (the average a method
+   that keeps an average meets), same binary, data, seed and flags
+   otherwise, interleaved in --rounds rounds (baseline, look-ahead, predict, ..., baseline, ...) so that a slow
    spell of a shared machine falls on every arm alike. From the runs' metrics.jsonl, the median step time
    per phase over the steps after --skip, pooled over rounds: the measured-step time (hybrid: its warm-up
    and Full steps, which both run the fused AdamW + drift + look-ahead pass) against the baseline's Full
    step, the Correct-step time against it (Correct steps that rolled their run back, which run a second
    forward, are counted apart), and the Predict-step time as a fraction of the baseline's Full step.
-   Targets: Full and Correct <= 1.03x the baseline (look-ahead: 1.02x), Predict <= 2% of a Full step at
-   d6 B8 T256.
+   Targets: Full and Correct <= 1.03x the baseline (look-ahead, GPA, Linefit: 1.02x), Predict <= 2% of a
+   Full step at d6 B8 T256.
    The hybrid runs use --hybrid-warmup 4 --hybrid-cooldown 0 so that a short run has Predict and Correct
    steps to time (the first run waits for 10 measured losses: a config needs more than 12 steps to have
    one); these flags change no per-step work.
@@ -41,15 +44,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # one micro batch per step (these configs) has no look-ahead by default (the gate cannot measure): the
 # look-ahead arm asks for the default beta0 of runs whose gate measures
-ARMS = [("baseline", []), ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"]),
-        ("hybrid predict", ["--hybrid", "--lookahead", "0.5", "--predict-steps", "2", "--full-steps", "4"])]
+# (name, flags, whether the drift family's timing flags apply: another method refuses them)
+ARMS = [("baseline", [], False), ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"], True),
+        ("hybrid predict", ["--hybrid", "--lookahead", "0.5", "--predict-steps", "2", "--full-steps", "4"], True),
+        ("hybrid gpa", ["--hybrid", "gpa"], False), ("hybrid linefit", ["--hybrid", "linefit"], False),
+        ("baseline --ema", ["--ema", "0.95"], False)]
 TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
 
 
-def run_trainer(trainer, model, B, T, steps, flags, out, env, precision, extra):
+def run_trainer(trainer, model, B, T, steps, flags, timing, out, env, precision, extra):
     cmd = [trainer, "-e", model, "-b", B, "-t", T, "-x", str(steps), "-v", "0", "-s", "0", "-l", "1e-3", "-o", out,
            "--precision", precision] + extra
-    cmd += flags + (TIMING_FLAGS if flags else [])
+    cmd += flags + (TIMING_FLAGS if timing else [])
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"error: {' '.join(cmd)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}")
@@ -105,18 +111,19 @@ def main():
     try:
         for spec in a.configs.split(","):
             model, B, T, steps = spec.split(":")
-            times = {name: {} for name, _ in ARMS}
+            times = {name: {} for name, _, _ in ARMS}
             for rnd in range(a.rounds):
-                for name, flags in ARMS:
-                    out = os.path.join(tmp, f"{model}_{name.replace(' ', '_')}_{rnd}")
-                    run_trainer(a.trainer, model, B, T, int(steps), flags, out, env, a.precision, shlex.split(a.args))
+                for name, flags, timing in ARMS:
+                    out = os.path.join(tmp, f"{model}_{name.replace(' ', '_').replace('-', '')}_{rnd}")
+                    run_trainer(a.trainer, model, B, T, int(steps), flags, timing, out, env, a.precision,
+                                shlex.split(a.args))
                     phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
             res = {name: medians(by) for name, by in times.items()}
-            for name, flags in ARMS:
+            for name, _, _ in ARMS:
                 print(f"  {model} B={B} T={T} {name} ({a.rounds} runs of {steps} steps): " +
                       ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
             base, nbase = res["baseline"].get("full", (None, 0))
-            for name, _ in ARMS[1:]:
+            for name, _, _ in ARMS[1:]:
                 r = res[name]
                 full, nf = r.get("measured", (None, 0))
                 corr, nc = r.get("correct", (None, 0))
@@ -142,7 +149,7 @@ def main():
     print(f"\nmedian ms per step (steps counted in brackets) after step {a.skip} of each run, {a.rounds} interleaved "
           f"runs per arm; {a.threads} threads; --precision {a.precision}; hybrid Full: its warm-up and Full steps (the fused AdamW + drift + "
           "look-ahead pass); Correct: those kept, rolled-back ones (a second forward) apart: "
-          "targets: Full and Correct <= 1.03x (look-ahead: Full <= 1.02x), Predict <= 2% of a Full step at d6 B8 T256")
+          "targets: Full and Correct <= 1.03x (look-ahead, GPA, Linefit: Full <= 1.02x), Predict <= 2% of a Full step at d6 B8 T256")
     for text in micro:
         print()
         print(text.strip())
