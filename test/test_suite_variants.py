@@ -191,6 +191,35 @@ def named_arms_share_the_grid_and_derived_arms_read_their_runs():
 
 
 @test
+def with_grid_grow_own_each_arm_grows_its_own_grid():
+    # the fake's EMA tilted towards high LRs: the ema arm's best is the grid's top LR, 4e-3, so the rows arm (whose
+    # runs it reads) grows past it (8e-3, worse: 4e-3 is bracketed), and, as every arm's best beta2 is the top end,
+    # past 0.99 too; the contiguous arm grows its beta2 only. With "every arm" (the default) both would grow both
+    # axes: 48 grid runs, not 42
+    where, cfg = variants_config("own", grid_grow="own")
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--dry-run")
+    assert rc == 0 and "each LR an arm's grid grows by adds 4, each β2 6" in out, out + err
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--phase", "grid", "--jobs", "2",
+                         env={"FAKE_EMA_TILT": "2"})
+    assert rc == 0 and len(started(out)) == 24 + 12 + 6, (len(started(out)), out + err)
+    res = os.path.join(where, "results", "alpha", "c1")
+    grid = os.listdir(os.path.join(res, "grid"))
+    assert "rows_lr0.008_b20.995" in grid and "contiguous_lr0.002_b20.995" in grid, grid
+    assert not [g for g in grid if g.startswith("contiguous_lr0.008")], grid
+    s = json.load(open(os.path.join(res, "summary.json")))
+    assert s["best"]["ema"] == 0.004 and s["best"]["rows"] == 0.002 and s["best"]["contiguous"] == 0.002, s["best"]
+    assert s["beta2_grid"] == [0.95, 0.99, 0.995], s
+    report = open(os.path.join(res, "report.md")).read()
+    row = [ln for ln in report.split("\n") if ln.startswith("| 0.008 | 0.99 |")]
+    assert len(row) == 1 and row[0].split("|")[3].strip() == "—" and row[0].split("|")[4].strip() != "—", row  # contiguous, rows
+    assert "edge" not in report, report
+    # a value it does not know is refused
+    where, cfg = variants_config("own_bad", grid_grow="each")
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 1 and "'grid_grow' must be" in err, err
+
+
+@test
 def the_variants_table_pairs_each_arm_with_the_one_before_it():
     where, cfg = variants_config("table")
     rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2")
