@@ -5,6 +5,7 @@
 #define TESTING
 #include "../train_gpt2.c"
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <sys/wait.h>
 
 #define VOCAB 256
@@ -218,43 +219,49 @@ Test(methods, linefit_without_two_states_does_not_jump) {
 // through the binary
 
 // each method of the table (and --hybrid 1 with the look-ahead and Predict runs) resumes bit for bit from
-// checkpoints inside its schedule: Linefit's mid-period and on a jump's step
-Test(methods, each_method_resumes_bit_exactly, .timeout = 600) {
+// checkpoints inside its schedule: Linefit's mid-period and on a jump's step; one test per row, which
+// Criterion runs side by side
+ParameterizedTestParameters(methods, each_method_resumes_bit_exactly) {
+    static int rows[NUM_HYBRID_METHODS + 1];
+    for (int k = 0; k <= NUM_HYBRID_METHODS; k++) { rows[k] = k - 1; }
+    return cr_make_param_array(int, rows, NUM_HYBRID_METHODS + 1);
+}
+
+ParameterizedTest(int* row, methods, each_method_resumes_bit_exactly, .timeout = 600) {
     corpus();
-    for (int k = -1; k < NUM_HYBRID_METHODS; k++) {
-        const char* name = k < 0 ? "1 --lookahead 0.5 --predict-steps 2 --full-steps 3" : HYBRID_METHODS[k]->name;
-        int drift = k < 0 || hybrid_is_drift(HYBRID_METHODS[k]);
-        int linefit = k >= 0 && strcmp(name, "linefit") == 0;
-        char flags[512], full[128], res[128];
-        snprintf(flags, sizeof(flags), "-x 30 -v 10 -m 2 -n 1 -l 3e-3 --hybrid %s%s%s", name,
-                 drift ? " --hybrid-warmup 4" : "", linefit ? " --linefit-states 3 --linefit-spacing 3" : "");
-        snprintf(full, sizeof(full), DIR "/full_%d", k + 1);
-        snprintf(res, sizeof(res), DIR "/resumed_%d", k + 1);
-        cr_assert_eq(trainer(full, flags), 0, "%s failed", flags);
-        char* want = loss_fields(full);
-        const int froms[] = {5, 8, 13, 17};
-        for (int f = 0; f < 4; f++) {
-            char cmd[1024];
-            snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s && cd %s && "
-                     "for f in DONE_*; do s=$(echo $f | sed 's/DONE_0*//'); [ \"$s\" -gt %d ] && rm $f; done; true",
-                     res, full, res, res, froms[f]);
-            cr_assert_eq(system(cmd), 0);
-            char args[600];
-            snprintf(args, sizeof(args), "%s -y 1", flags);
-            cr_assert_eq(trainer(res, args), 0, "%s: resume from %d failed", name, froms[f]);
-            char* got = loss_fields(res);
-            cr_assert_str_eq(got, want, "%s: resume from step %d differs", name, froms[f]);
-            free(got);
-            char a[600];
-            snprintf(a, sizeof(a), "cmp -s %s/model_00000030.bin %s/model_00000030.bin", full, res);
-            cr_assert_eq(system(a), 0, "%s: the final model differs after a resume from %d", name, froms[f]);
-        }
-        if (linefit) {
-            cr_assert(strstr(want, "\"phase\": \"predict\"") != NULL, "linefit made no jump");
-            cr_assert(summary_number(full, "linefit_jumps") >= 3);
-        }
-        free(want);
+    const int k = *row;
+    const char* name = k < 0 ? "1 --lookahead 0.5 --predict-steps 2 --full-steps 3" : HYBRID_METHODS[k]->name;
+    int drift = k < 0 || hybrid_is_drift(HYBRID_METHODS[k]);
+    int linefit = k >= 0 && strcmp(name, "linefit") == 0;
+    char flags[512], full[128], res[128];
+    snprintf(flags, sizeof(flags), "-x 30 -v 10 -m 2 -n 1 -l 3e-3 --hybrid %s%s%s", name,
+             drift ? " --hybrid-warmup 4" : "", linefit ? " --linefit-states 3 --linefit-spacing 3" : "");
+    snprintf(full, sizeof(full), DIR "/full_%d", k + 1);
+    snprintf(res, sizeof(res), DIR "/resumed_%d", k + 1);
+    cr_assert_eq(trainer(full, flags), 0, "%s failed", flags);
+    char* want = loss_fields(full);
+    const int froms[] = {5, 8, 13, 17};
+    for (int f = 0; f < 4; f++) {
+        char cmd[1024];
+        snprintf(cmd, sizeof(cmd), "rm -rf %s && cp -r %s %s && cd %s && "
+                 "for f in DONE_*; do s=$(echo $f | sed 's/DONE_0*//'); [ \"$s\" -gt %d ] && rm $f; done; true",
+                 res, full, res, res, froms[f]);
+        cr_assert_eq(system(cmd), 0);
+        char args[600];
+        snprintf(args, sizeof(args), "%s -y 1", flags);
+        cr_assert_eq(trainer(res, args), 0, "%s: resume from %d failed", name, froms[f]);
+        char* got = loss_fields(res);
+        cr_assert_str_eq(got, want, "%s: resume from step %d differs", name, froms[f]);
+        free(got);
+        char a[600];
+        snprintf(a, sizeof(a), "cmp -s %s/model_00000030.bin %s/model_00000030.bin", full, res);
+        cr_assert_eq(system(a), 0, "%s: the final model differs after a resume from %d", name, froms[f]);
     }
+    if (linefit) {
+        cr_assert(strstr(want, "\"phase\": \"predict\"") != NULL, "linefit made no jump");
+        cr_assert(summary_number(full, "linefit_jumps") >= 3);
+    }
+    free(want);
 }
 
 // GPA's model file is the average x, and it is what val_loss_gpa measured: a run from it sees that val loss
