@@ -1698,6 +1698,9 @@ int main(int argc, char** argv) {
     if (cfg->sample_tokens > 0) { kvcache_init(&tr.kv, mc, cfg->T); }
 
     // data, schedule, sampler, logs; -x 0: text from the model, no training
+    if (cfg->max_steps == 0 && (cfg->ema > 0.0f || hybrid_flags.enabled)) {  // nothing trains to average or predict
+        fatal("flag %s: -x 0 only writes text from the model", cfg->ema > 0.0f ? "--ema" : "--hybrid");
+    }
     run_setup(run, mc->vocab_size, resume_step);
     if (cfg->max_steps == 0) {
         generate(&tr);

@@ -1040,6 +1040,9 @@ int main(int argc, char** argv) {
     tr.gen_logits = (float*)mallocCheck((size_t)mc->vocab_size * sizeof(float));
 
     // data, schedule, sampler, logs; -x 0: text from the model, no training
+    if (cfg->max_steps == 0 && (cfg->ema > 0.0f || hybrid_flags.enabled)) {  // nothing trains to average or predict
+        fatal("flag %s: -x 0 only writes text from the model", cfg->ema > 0.0f ? "--ema" : "--hybrid");
+    }
     run_setup(run, mc->vocab_size, resume_step);
     if (cfg->max_steps == 0) {
         if (run->rank0) { generate(&tr); }

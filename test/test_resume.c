@@ -512,10 +512,17 @@ Test(resume, ema_model_loads_as_an_llmc_model_and_is_what_val_loss_ema_measured)
     cr_assert(metric_at(a, 6, "val_loss") != kept, "the model file is the average, not the trained weights");
 }
 
-Test(resume, ema_changed_refused_and_not_with_hybrid) {
+Test(resume, ema_changed_refused_and_not_with_hybrid_or_x0) {
     expect_resume_refused("-x 4 -n 2 --ema 0.9", "-x 4 --ema 0.95 -y 1", "refuse_ema", "flag --ema: 0.95 differs from the checkpoint's 0.9");
     char cmd[4096];
     snprintf(cmd, sizeof(cmd), "%s -x 2 --ema 0.9 --hybrid 1", flags);
     RunResult r = run_cmd(cmd, NULL);
     assert_one_line_error(&r, "flag --ema: not with --hybrid");
+    // -x 0 trains nothing: an average or a method asked for beside it is refused, not ignored
+    snprintf(cmd, sizeof(cmd), "%s -x 0 -g 2 --ema 0.9", flags);
+    r = run_cmd(cmd, NULL);
+    assert_one_line_error(&r, "flag --ema: -x 0 only writes text from the model");
+    snprintf(cmd, sizeof(cmd), "%s -x 0 -g 2 --hybrid gpa", flags);
+    r = run_cmd(cmd, NULL);
+    assert_one_line_error(&r, "flag --hybrid: -x 0 only writes text from the model");
 }
