@@ -16,8 +16,10 @@ bench` gives the absolute figures of one build. Needs a quiet machine.
 usage: scripts/bench_commits.py A B [--configs d12:4:64,d6:8:256] [--precision auto] [--rounds 3]
                                     [--steps 8] [--threads 2]
 A, B: commits (anything `git rev-parse` takes; HEAD for the checked-out one, which is built from its
-commit, not the working tree). --precision auto (the default): bf16 where the CPU multiplies bf16 natively
-(avx512_bf16; AMX CPUs have it too), fp32 elsewhere, as the trainer's own default.
+commit, not the working tree). --precision auto (the default): bf16 where the CPU lists avx512_bf16 (AMX CPUs
+have it too), fp32 elsewhere: a rule of this script's own, so that both commits time the same precision (the
+trainer's --precision auto measures both at start-up and may pick fp32 on such a CPU: pass the precision it
+picks, from its start-up table, where they differ).
 """
 import argparse
 import contextlib
