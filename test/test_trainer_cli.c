@@ -89,7 +89,7 @@ Test(cli, sample_longer_than_sequence_uses_a_sliding_window) {
     char out[512];
     join_path(out, sizeof(out), dir, "sample.txt");
     char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "%s -s 1 -g 40", base);
+    snprintf(cmd, sizeof(cmd), "%s -e d1 -s 1 -g 40", base);
     RunResult r = run_cmd(cmd, out);
     cr_assert(r.exited && r.status == 0, "status %d: %s", r.status, r.err);
     char* text = read_text(out);
@@ -124,7 +124,7 @@ static GPT2Config tiny(int vocab) {
     return c;
 }
 
-Test(cli, shard_smaller_than_one_batch) { expect_error("--rows contiguous -b 16 -t 256", train); }
+Test(cli, shard_smaller_than_one_batch) { expect_error("-e d1 --rows contiguous -b 16 -t 256", train); }
 
 // --rows random needs one row (T+1 tokens) per shard, not a batch
 Test(cli, shard_smaller_than_one_row) {
@@ -292,7 +292,7 @@ static const char* auto_fixed(void) {
 static char* run_auto(const char* name, const char* extra) {
     char out[512], cmd[4096];
     snprintf(out, sizeof(out), "%s/%s.txt", dir, name);
-    snprintf(cmd, sizeof(cmd), "%s -o %s/%s %s", base, dir, name, extra);
+    snprintf(cmd, sizeof(cmd), "%s -e d1 -o %s/%s %s", base, dir, name, extra);  // d1: the choice, not its speed
     RunResult r = run_cmd(cmd, out);
     cr_assert(r.exited && r.status == 0, "%s: exit %d; stderr: %s", cmd, r.status, r.err);
     return read_text(out);
