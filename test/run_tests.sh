@@ -2,6 +2,10 @@
 # test/run_tests.sh — runs the tests it is given in order (make test, make check), keeps going past a failure,
 # and ends with each test's wall time and CPU time (user + system, its processes together; on a shared machine
 # the steadier of the two), slowest first, and the totals; exits 1 if any failed.
+# The test programs that include the trainer run without its start-up (llmc/cpu_blas.h), which sets libgomp's
+# wait policy to passive: without it, the threads of one test spin between parallel regions and take the cores
+# from the test Criterion runs beside it. A policy the caller set wins.
+export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
 times=$(mktemp); trap 'rm -f "$times"' EXIT
 tck=$(getconf CLK_TCK)
 cpu() { awk -v t="$tck" '{ printf "%.2f", ($16 + $17) / t }' /proc/$$/stat; }  # this shell's finished children
