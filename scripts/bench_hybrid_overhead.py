@@ -44,18 +44,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 # one micro batch per step (these configs) has no look-ahead by default (the gate cannot measure): the
 # look-ahead arm asks for the default beta0 of runs whose gate measures
-# (name, flags, whether the drift family's timing flags apply: another method refuses them)
-ARMS = [("baseline", [], False), ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"], True),
-        ("hybrid predict", ["--hybrid", "--lookahead", "0.5", "--predict-steps", "2", "--full-steps", "4"], True),
-        ("hybrid gpa", ["--hybrid", "gpa"], False), ("hybrid linefit", ["--hybrid", "linefit"], False),
-        ("baseline --ema", ["--ema", "0.95"], False)]
+ARMS = [("baseline", []), ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"]),
+        ("hybrid predict", ["--hybrid", "--lookahead", "0.5", "--predict-steps", "2", "--full-steps", "4"]),
+        ("hybrid gpa", ["--hybrid", "gpa"]), ("hybrid linefit", ["--hybrid", "linefit"]),
+        ("baseline --ema", ["--ema", "0.95"])]
+# the drift family's (the arms with --lookahead); another method refuses them
 TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
 
 
-def run_trainer(trainer, model, B, T, steps, flags, timing, out, env, precision, extra):
+def run_trainer(trainer, model, B, T, steps, flags, out, env, precision, extra):
     cmd = [trainer, "-e", model, "-b", B, "-t", T, "-x", str(steps), "-v", "0", "-s", "0", "-l", "1e-3", "-o", out,
            "--precision", precision] + extra
-    cmd += flags + (TIMING_FLAGS if timing else [])
+    cmd += flags + (TIMING_FLAGS if "--lookahead" in flags else [])
     r = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"error: {' '.join(cmd)} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-500:]}")
@@ -111,19 +111,18 @@ def main():
     try:
         for spec in a.configs.split(","):
             model, B, T, steps = spec.split(":")
-            times = {name: {} for name, _, _ in ARMS}
+            times = {name: {} for name, _ in ARMS}
             for rnd in range(a.rounds):
-                for name, flags, timing in ARMS:
+                for name, flags in ARMS:
                     out = os.path.join(tmp, f"{model}_{name.replace(' ', '_').replace('-', '')}_{rnd}")
-                    run_trainer(a.trainer, model, B, T, int(steps), flags, timing, out, env, a.precision,
-                                shlex.split(a.args))
+                    run_trainer(a.trainer, model, B, T, int(steps), flags, out, env, a.precision, shlex.split(a.args))
                     phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
             res = {name: medians(by) for name, by in times.items()}
-            for name, _, _ in ARMS:
+            for name, _ in ARMS:
                 print(f"  {model} B={B} T={T} {name} ({a.rounds} runs of {steps} steps): " +
                       ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
             base, nbase = res["baseline"].get("full", (None, 0))
-            for name, _, _ in ARMS[1:]:
+            for name, _ in ARMS[1:]:
                 r = res[name]
                 full, nf = r.get("measured", (None, 0))
                 corr, nc = r.get("correct", (None, 0))
