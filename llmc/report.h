@@ -60,9 +60,9 @@ static inline void report_config_end(int resume_step) {
 }
 
 // summary.json; extra: more "key": value pairs of the trainer and its features (each with a leading ", "),
-// or ""
+// or "". Sized from its parts, once at the end of a run: a long vocabulary path or a long extra is written
+// whole, never cut into invalid JSON.
 static inline void report_summary(TrainRun* run, const char* extra) {
-    char body[4096];
     char val[64];
     if (run->last_val_loss >= 0.0f) { snprintf(val, sizeof(val), "%.9g", run->last_val_loss); } else { snprintf(val, sizeof(val), "null"); }
     char gns[64] = "null", bpb[64] = "null";
@@ -79,23 +79,31 @@ static inline void report_summary(TrainRun* run, const char* extra) {
         }
         snprintf(kept, sizeof(kept), ", \"val_loss_%s\": %s, \"val_bpb_%s\": %s", run->kept_label, kv, run->kept_label, kb);
     }
-    char vocab[1024] = "null";  // the vocabulary it trained with (llmc/vocab.h), a JSON string
-    if (run->cfg.vocab_dir != NULL) {
+    // the vocabulary it trained with (llmc/vocab.h), a JSON string: each byte at most two
+    const char* vdir = run->cfg.vocab_dir;
+    char* vocab = (char*)mallocCheck(vdir != NULL ? 2 * strlen(vdir) + 3 : 5);
+    if (vdir != NULL) {
         size_t k = 0;
         vocab[k++] = '"';
-        for (const char* p = run->cfg.vocab_dir; *p != '\0' && k < sizeof(vocab) - 3; p++) {
+        for (const char* p = vdir; *p != '\0'; p++) {
             if (*p == '"' || *p == '\\') { vocab[k++] = '\\'; }
             vocab[k++] = (unsigned char)*p < 0x20 ? '?' : *p;
         }
         vocab[k++] = '"';
         vocab[k] = '\0';
+    } else {
+        strcpy(vocab, "null");
     }
-    snprintf(body, sizeof(body),
-             "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"val_bpb\": %s%s, \"train_loss\": %.9g, "
-             "\"backward\": %llu, \"tokens\": %llu, \"gradient_noise_scale\": %s, \"vocab\": %s%s",
-             run->step, run->train_time_s, val, bpb, kept, run->last_train_loss, (unsigned long long)run->backward,
-             (unsigned long long)run->tokens, gns, vocab, extra);
+    const char* fmt = "\"steps\": %d, \"train_time_s\": %.6f, \"val_loss\": %s, \"val_bpb\": %s%s, \"train_loss\": %.9g, "
+                      "\"backward\": %llu, \"tokens\": %llu, \"gradient_noise_scale\": %s, \"vocab\": %s%s";
+    int n = snprintf(NULL, 0, fmt, run->step, run->train_time_s, val, bpb, kept, run->last_train_loss,
+                     (unsigned long long)run->backward, (unsigned long long)run->tokens, gns, vocab, extra);
+    char* body = (char*)mallocCheck((size_t)n + 1);
+    snprintf(body, (size_t)n + 1, fmt, run->step, run->train_time_s, val, bpb, kept, run->last_train_loss,
+             (unsigned long long)run->backward, (unsigned long long)run->tokens, gns, vocab, extra);
     logger_write_summary(&run->logger, body);
+    free(body);
+    free(vocab);
     printf("done: %d steps, %.2f s training time, %llu backward passes\n", run->step, run->train_time_s,
            (unsigned long long)run->backward);
     if (isfinite(run_gns(run))) {

@@ -97,6 +97,25 @@ def a_checkpoint_knows_its_vocabulary():
 
 
 @test
+def a_long_vocabulary_path_is_written_whole():
+    """summary.json names the vocabulary however long its path (here past 1,500 bytes, with a quote and a
+    backslash to escape): the summary is sized from its parts, never cut into invalid JSON"""
+    d = data()
+    deep = os.path.join(TMP, *(["v" * 200] * 7), 'a "quoted" \\ name')
+    shutil.copytree(d["vocab"], deep)
+    out = os.path.join(TMP, "run_long")
+    run([TRAINER, "-e", d["model"], "-i", os.path.join(TMP, "beside", "train_*.bin"), "-b", "2", "-t", "32", "-x", "1",
+         "-v", "0", "-s", "0", "--vocab", deep, "-o", out])
+    text = open(os.path.join(out, "summary.json")).read()
+    try:
+        summary = json.loads(text)
+    except ValueError as e:
+        raise AssertionError(f"summary.json is not JSON ({e}): ...{text[-200:]!r}")
+    if summary.get("vocab") != deep or "precision" not in summary:
+        raise AssertionError(f"summary.json's vocab is {str(summary.get('vocab'))[-80:]!r}, expected ...{deep[-80:]!r}")
+
+
+@test
 def a_prompt_in_another_vocabulary_is_refused():
     d = data()
     lone = os.path.join(TMP, "lone")
