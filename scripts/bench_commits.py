@@ -8,7 +8,11 @@ ms, the ratio B / A of each round (its two runs side by side) with their median 
 is on one side of 1 (resolved) or straddles it (not resolved: the machine's noise is larger than the
 difference; more rounds or a quieter machine), and whether the two agree on the last step's loss as
 bench_gpt2 prints it (6 decimals: a change meant to keep the numerics must print "same"; the trainer's own
-runs, compared by scripts/same_bits.py, are the bit-exact check).
+runs, compared by scripts/same_bits.py, are the bit-exact check). Then, per config, where the difference
+lies: each phase of a step (bench_gpt2's profile) as B's time minus A's, a share of A's step, per round
+(median and range): a change that touches one pass (the optimizer's, say) shows there at that pass's
+scale, while the products, which dominate a step, carry most of a VM's noise; a phase whose range holds
+0 shows no difference this machine can see.
 
 Use it for a speed change's before/after on one machine (compare only what one run measures); `make
 bench` gives the absolute figures of one build. Needs a quiet machine.
@@ -87,7 +91,7 @@ def resolve_precision(asked, has_bf16):
 def step(binary, spec, a, env):
     depth, B, T = spec[0][1:], spec[1], spec[2]
     d = run_json([binary, depth, B, T, str(a.steps), "2", "0", a.precision], env)
-    return d["median_ms"], d["loss"]
+    return d["median_ms"], d["loss"], d.get("phases_ms", {})
 
 
 def round_order(r):
@@ -100,6 +104,18 @@ def ratios(ms_a, ms_b):
     every round's ratio is on the same side of 1"""
     rs = [b / a for a, b in zip(ms_a, ms_b)]
     return statistics.median(rs), min(rs), max(rs), max(rs) < 1.0 or min(rs) > 1.0
+
+
+def phase_shares(steps_a, phases_a, phases_b):
+    """per phase (those both builds profile): (median, lowest, highest) over rounds of (B's phase ms - A's) /
+    A's mean step ms in that round, in per cent of a step; the profile's phases are means over the timed
+    steps, so each round's differences add up to B's mean step minus A's"""
+    out = {}
+    names = [n for n in phases_a[0] if all(n in p for p in phases_a + phases_b)]
+    for n in names:
+        d = [100.0 * (pb[n] - pa[n]) / s for s, pa, pb in zip(steps_a, phases_a, phases_b)]
+        out[n] = (statistics.median(d), min(d), max(d))
+    return out
 
 
 def main():
@@ -125,13 +141,18 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads))
     with built_at([ca, cb], "build/bench_gpt2") as (ba, bb):
         ms = {(i, w): [] for i in range(len(specs)) for w in "ab"}
+        phases = {(i, w): [] for i in range(len(specs)) for w in "ab"}
+        mean_step = {i: [] for i in range(len(specs))}
         loss = {}
         binaries = {"a": ba, "b": bb}
         for r in range(a.rounds):
             for i, spec in enumerate(specs):
                 for w in round_order(r):
-                    t, l = step(binaries[w], spec, a, env)
+                    t, l, ph = step(binaries[w], spec, a, env)
                     ms[(i, w)].append(t)
+                    phases[(i, w)].append(ph)
+                    if w == "a":
+                        mean_step[i].append(sum(ph.values()) or t)
                     loss[(i, w)] = l
             print(f"round {r + 1} of {a.rounds} done", file=sys.stderr, flush=True)
         print(f"median step ms over {a.rounds} interleaved rounds of {a.steps} steps ({a.steps - 2} timed), "
@@ -144,6 +165,17 @@ def main():
             same = "same" if loss[(i, "a")] == loss[(i, "b")] else f"{loss[(i, 'a')]} vs {loss[(i, 'b')]}"
             rng = f"{lo:.3f}-{hi:.3f}" + ("" if resolved or a.rounds < 2 else " (not resolved)")
             print(f"| {d} B={B} T={T} | {int(B) * int(T)} | {ma:.0f} | {mb:.0f} | {med:.3f} | {rng} | {same} |")
+        if not all(phases[(i, w)][0] for i in range(len(specs)) for w in "ab"):
+            return  # a build whose bench_gpt2 has no profile
+        print(f"\nwhere the difference lies: per phase, B's ms minus A's as a % of A's step, median over the "
+              f"{a.rounds} rounds [lowest, highest]\n")
+        names = list(phase_shares(mean_step[0], phases[(0, "a")], phases[(0, "b")]))
+        print("| config | " + " | ".join(names) + " |")
+        print("|---|" + "---|" * len(names))
+        for i, (d, B, T) in enumerate(specs):
+            sh = phase_shares(mean_step[i], phases[(i, "a")], phases[(i, "b")])
+            cells = [f"{sh[n][0]:+.2f} [{sh[n][1]:+.2f}, {sh[n][2]:+.2f}]" if n in sh else "—" for n in names]
+            print(f"| {d} B={B} T={T} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

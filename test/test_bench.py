@@ -219,6 +219,18 @@ def bench_commits_alternates_and_says_when_noise_wins():
 
 
 @test
+def bench_commits_says_which_phase_the_difference_is_in():
+    from bench_commits import phase_shares
+    # two rounds: the optimizer 1 and 2 ms slower on steps of 100 and 200 ms (1% of a step both times), the
+    # products +1 ms and -2 ms (noise: its range holds 0); a phase only one build profiles is left out
+    sh = phase_shares([100.0, 200.0], [{"gemm": 90.0, "adamw": 10.0, "old": 1.0}, {"gemm": 180.0, "adamw": 20.0}],
+                      [{"gemm": 91.0, "adamw": 11.0}, {"gemm": 178.0, "adamw": 22.0}])
+    assert set(sh) == {"gemm", "adamw"}, sh
+    assert all(abs(x - y) < 1e-9 for x, y in zip(sh["adamw"], (1.0, 1.0, 1.0))), sh
+    assert all(abs(x - y) < 1e-9 for x, y in zip(sh["gemm"], (0.0, -1.0, 1.0))), sh
+
+
+@test
 def bench_commits_times_what_the_cpu_has():
     from bench_commits import cpu_has_bf16, resolve_precision
     tmp = tempfile.mkdtemp()
