@@ -332,6 +332,23 @@ def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     assert os.path.getsize(png) > 1000
     rc, out, err = suite("--plot", png)
     assert rc == 1 and "goes with --methods" in err, err
+    # README's shape: one row per method, one column per corpus, written between the marker lines alone
+    readme = os.path.join(where, "README.md")
+    with open(readme, "w") as f:
+        f.write("# x\n<!-- the methods' verdict: written by scripts/suite --methods ... --readme README.md -->\nold\n"
+                "<!-- end of the methods' verdict -->\nafter\n")
+    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--readme", readme)
+    assert rc == 0, err
+    text = open(readme).read()
+    assert text.startswith("# x\n<!--") and text.endswith("<!-- end of the methods' verdict -->\nafter\n") and "old" not in text, text
+    rows = [ln for ln in text.split("\n") if ln.startswith("| `")]
+    assert "| method (c1) | meets | alpha | beta | grid points worse | goal |" in text, text
+    assert len(rows) == 2 and rows[0].startswith("| `gpa` | `rows_ema` | **+") and rows[1].startswith("| `linefit` | `rows` | **−"), rows
+    assert rows[1].endswith("| 6 of 6 | not met |"), rows  # worse at all 3 grid points on both corpora
+    with open(readme, "w") as f:
+        f.write("no markers\n")
+    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--readme", readme)
+    assert rc == 1 and "expected one line" in err and open(readme).read() == "no markers\n", err
     bad = make_config(os.path.join(TMP, "methods_bad"), arms=dict(METHODS, gpa=dict(METHODS["gpa"], against="nope")),
                       hybrid_args=None)
     rc, out, err = suite("--config", bad, "--dry-run")
