@@ -11,7 +11,7 @@ AdamW's --beta2 (default 0.95, where it changes nothing) moves the val loss by 0
 ends 0.03 + 0.002 x (seed mod 5) lower in val loss than --rows contiguous (the default). --ema DECAY adds
 val_loss_ema to each val line: the val loss less 0.02 + 0.001 x (seed mod 7), less FAKE_EMA_TILT x log2(LR / 1e-3)
 (0 unless set: a tilt moves the EMA's best LR). --hybrid gpa adds val_loss_gpa (the kept weights), 0.05 +
-0.001 x (seed mod 3) below the val loss; --hybrid linefit ends 0.05 + 0.002 x (seed mod 3) higher.
+0.001 x (seed mod 3) below the val loss, less FAKE_GPA_TILT x log2(LR / 1e-3); --hybrid linefit ends 0.05 + 0.002 x (seed mod 3) higher.
 """
 import json
 import math
@@ -70,7 +70,8 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
             if ema:
                 r["val_loss_ema"] = r["val_loss"] - ema_gain
             if method == "gpa":
-                r["val_loss_gpa"] = r["val_loss"] - 0.05 - 0.001 * (seed % 3)
+                r["val_loss_gpa"] = r["val_loss"] - 0.05 - 0.001 * (seed % 3) \
+                    - float(os.environ.get("FAKE_GPA_TILT", "0")) * math.log2(lr / 1e-3)
         f.write(json.dumps(r) + "\n")
 with open(os.path.join(out, "summary.json"), "w") as f:
     last_val = [r for r in open(os.path.join(out, "metrics.jsonl")) if '"val_loss"' in r][-1]

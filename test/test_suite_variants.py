@@ -295,6 +295,21 @@ METHODS = {"rows": {"args": {"--rows": "random", "--ema": 0.999}},
 
 
 @test
+def with_grid_grow_own_a_baseline_covers_the_grid_of_the_methods_meeting_it():
+    # GPA's kept weights tilted towards high LRs: its best is the grid's top (4e-3), so gpa's grid grows to 8e-3
+    # (worse: bracketed); rows, the runs of the baseline gpa meets (rows_ema), runs there too, though its own best
+    # sits inside its grid; linefit, which meets rows but is no one's baseline, does not
+    where = os.path.join(TMP, "methods_own")
+    cfg = make_config(where, arms=METHODS, beta2_grid=None, grid_extend=1, hybrid_args=None, grid_grow="own")
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--phase", "grid", "--jobs", "2",
+                         env={"FAKE_GPA_TILT": "2"})
+    assert rc == 0, out + err
+    grid = os.listdir(os.path.join(where, "results", "alpha", "c1", "grid"))
+    assert "gpa_lr0.008" in grid and "rows_lr0.008" in grid and "linefit_lr0.008" not in grid, sorted(grid)
+    assert len(started(out)) == 3 * 3 * 2 + 2 * 2, (len(started(out)), sorted(grid))
+
+
+@test
 def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     where = os.path.join(TMP, "methods")
     cfg = make_config(where, arms=METHODS, beta2_grid=None, grid_extend=0, hybrid_args=None)
