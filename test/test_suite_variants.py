@@ -310,6 +310,36 @@ def with_grid_grow_own_a_baseline_covers_the_grid_of_the_methods_meeting_it():
 
 
 @test
+def a_method_with_several_baselines_meets_the_strongest():
+    # gpa against [rows_c, rows_ema]: rows_c (llm.c's layout, no average) ends higher than rows_ema on every seed
+    # (the fake: rows apart 0.03 lower, the EMA 0.02 lower), so gpa meets rows_ema; README's table says so
+    where = os.path.join(TMP, "methods_two")
+    arms = dict(METHODS, rows_c={"args": {"--rows": "contiguous"}},
+                gpa=dict(METHODS["gpa"], against=["rows_c", "rows_ema"]))
+    cfg = make_config(where, arms=arms, beta2_grid=None, grid_extend=0, hybrid_args=None)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2")
+    assert rc == 0, out + err
+    s = json.load(open(os.path.join(where, "results", "alpha", "c1", "summary.json")))
+    m = {r["arm"]: r for r in s["methods"]}
+    assert m["gpa"]["against"] == "rows_ema" and m["gpa"]["candidates"] == ["rows_c", "rows_ema"], m["gpa"]
+    assert m["linefit"]["against"] == "rows" and m["linefit"]["candidates"] == ["rows"], m["linefit"]
+    report = open(os.path.join(where, "results", "alpha", "c1", "report.md")).read()
+    assert "meets the strongest" in report and any(ln.startswith("| gpa |") and "| rows_ema |" in ln for ln in report.split("\n")), report
+    readme = os.path.join(where, "README.md")
+    with open(readme, "w") as f:
+        f.write("<!-- the methods' verdict: written by scripts/suite --methods ... --readme README.md -->\n"
+                "<!-- end of the methods' verdict -->\n")
+    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--readme", readme)
+    assert rc == 0, err
+    row = [ln for ln in open(readme).read().split("\n") if ln.startswith("| `gpa`")]
+    assert len(row) == 1 and "| `rows_c` or `rows_ema` |" in row[0] and "(rows_ema)" in row[0], row
+    bad = make_config(os.path.join(TMP, "methods_two_bad"), arms=dict(arms, gpa=dict(arms["gpa"], against=["rows", "gpa"])),
+                      hybrid_args=None)
+    rc, out, err = suite("--config", bad, "--dry-run")
+    assert rc == 1 and "\"against\" must name another arm" in err, err
+
+
+@test
 def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     where = os.path.join(TMP, "methods")
     cfg = make_config(where, arms=METHODS, beta2_grid=None, grid_extend=0, hybrid_args=None)
