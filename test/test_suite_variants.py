@@ -309,6 +309,17 @@ def with_grid_grow_own_a_baseline_covers_the_grid_of_the_methods_meeting_it():
     assert len(started(out)) == 3 * 3 * 2 + 2 * 2, (len(started(out)), sorted(grid))
 
 
+def readme_written(where, cfg, before, inside, after=""):
+    """(exit status, the file's text after, or stderr on failure): a README.md in where with the verdict's marker
+    lines around inside, rewritten by --methods over where's results with --readme"""
+    readme = os.path.join(where, "README.md")
+    with open(readme, "w") as f:
+        f.write(before + "<!-- the methods' verdict: written by scripts/suite --methods ... --readme README.md -->\n"
+                + inside + "<!-- end of the methods' verdict -->\n" + after)
+    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--readme", readme)
+    return rc, open(readme).read() if rc == 0 else err
+
+
 @test
 def a_method_with_several_baselines_meets_the_strongest():
     # gpa against [rows_c, rows_ema]: rows_c (llm.c's layout, no average) ends higher than rows_ema on every seed
@@ -325,13 +336,9 @@ def a_method_with_several_baselines_meets_the_strongest():
     assert m["linefit"]["against"] == "rows" and m["linefit"]["candidates"] == ["rows"], m["linefit"]
     report = open(os.path.join(where, "results", "alpha", "c1", "report.md")).read()
     assert "meets the strongest" in report and any(ln.startswith("| gpa |") and "| rows_ema |" in ln for ln in report.split("\n")), report
-    readme = os.path.join(where, "README.md")
-    with open(readme, "w") as f:
-        f.write("<!-- the methods' verdict: written by scripts/suite --methods ... --readme README.md -->\n"
-                "<!-- end of the methods' verdict -->\n")
-    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--readme", readme)
-    assert rc == 0, err
-    row = [ln for ln in open(readme).read().split("\n") if ln.startswith("| `gpa`")]
+    rc, text = readme_written(where, cfg, "", "")
+    assert rc == 0, text
+    row = [ln for ln in text.split("\n") if ln.startswith("| `gpa`")]
     assert len(row) == 1 and "| `rows_c` or `rows_ema` |" in row[0] and "(rows_ema)" in row[0], row
     bad = make_config(os.path.join(TMP, "methods_two_bad"), arms=dict(arms, gpa=dict(arms["gpa"], against=["rows", "gpa"])),
                       hybrid_args=None)
@@ -378,18 +385,14 @@ def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     rc, out, err = suite("--plot", png)
     assert rc == 1 and "goes with --methods" in err, err
     # README's shape: one row per method, one column per corpus, written between the marker lines alone
-    readme = os.path.join(where, "README.md")
-    with open(readme, "w") as f:
-        f.write("# x\n<!-- the methods' verdict: written by scripts/suite --methods ... --readme README.md -->\nold\n"
-                "<!-- end of the methods' verdict -->\nafter\n")
-    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--readme", readme)
-    assert rc == 0, err
-    text = open(readme).read()
+    rc, text = readme_written(where, cfg, "# x\n", "old\n", "after\n")
+    assert rc == 0, text
     assert text.startswith("# x\n<!--") and text.endswith("<!-- end of the methods' verdict -->\nafter\n") and "old" not in text, text
     rows = [ln for ln in text.split("\n") if ln.startswith("| `")]
     assert "| method (c1) | meets | alpha | beta | grid points worse | goal |" in text, text
     assert len(rows) == 2 and rows[0].startswith("| `gpa` | `rows_ema` | **+") and rows[1].startswith("| `linefit` | `rows` | **−"), rows
     assert rows[1].endswith("| 6 of 6 | not met |"), rows  # worse at all 3 grid points on both corpora
+    readme = os.path.join(where, "README.md")
     with open(readme, "w") as f:
         f.write("no markers\n")
     rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--readme", readme)
