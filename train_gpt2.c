@@ -1776,15 +1776,15 @@ int main(int argc, char** argv) {
             break;
         }
     }
-    char extra[3072] = "";
-    hybrid_summary(&tr.hybrid, run, extra, sizeof(extra));
-    size_t n = strlen(extra);  // the precision, and auto's measurement (ms of a step's products) where it took one
-    snprintf(extra + n, sizeof(extra) - n, ", \"precision\": \"%s\", \"precision_probe_ms\": ", tr.model.bf16 ? "bf16" : "fp32");
-    n = strlen(extra);
-    if (probe.measured) {
-        snprintf(extra + n, sizeof(extra) - n, "{\"fp32\": %.3f, \"bf16\": %.3f}", probe.ms[0], probe.ms[1]);
-    } else {
-        snprintf(extra + n, sizeof(extra) - n, "null");
+    // the precision and auto's measurement (ms of a step's products) where it took one, then hybrid's pairs
+    char extra[3072];
+    char probe_ms[64] = "null";
+    if (probe.measured) { snprintf(probe_ms, sizeof(probe_ms), "{\"fp32\": %.3f, \"bf16\": %.3f}", probe.ms[0], probe.ms[1]); }
+    snprintf(extra, sizeof(extra), ", \"precision\": \"%s\", \"precision_probe_ms\": %s", tr.model.bf16 ? "bf16" : "fp32",
+             probe_ms);
+    if (!hybrid_summary(&tr.hybrid, run, extra, sizeof(extra))) {
+        fprintf(stderr, "warning: summary.json: hybrid's fields did not all fit in %zu bytes; written without the rest\n",
+                sizeof(extra));
     }
     report_summary(run, extra);
 

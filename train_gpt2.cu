@@ -1140,7 +1140,9 @@ int main(int argc, char** argv) {
         if (run->rank0) {
             char extra[3072];
             snprintf(extra, sizeof(extra), ", \"peak_device_mib\": %.1f, \"processes\": %d", tr.peak_device_mib, np);
-            hybrid_summary(&tr.hybrid, run, extra, sizeof(extra));
+            if (!hybrid_summary(&tr.hybrid, run, extra, sizeof(extra))) {
+                fprintf(stderr, "warning: summary.json: hybrid's fields did not all fit in %zu bytes; written without the rest\n", sizeof(extra));
+            }
             report_summary(run, extra);
             printf("peak device memory %.1f MiB\n", tr.peak_device_mib);
         }

@@ -289,12 +289,19 @@ static inline const char* hybrid_phase_name(const HybridState* h) { return hybri
 
 // the method's fields of this step's metrics.jsonl line (the method's name first)
 static inline int hybrid_step_json(const HybridState* h, char* buf, size_t n) {
-    int w = snprintf(buf, n, "\"method\": \"%s\"", h->method->name);
-    if (h->method->step_json != NULL && w > 0 && (size_t)w + 2 < n) {
-        w += snprintf(buf + w, n - (size_t)w, ", ");
-        w += h->method->step_json(h->self, buf + w, n - (size_t)w);
+    size_t pos = 0;
+    buf[0] = '\0';
+    metrics_append(buf, n, &pos, "\"method\": \"%s\"", h->method->name);
+    if (h->method->step_json != NULL && pos + 2 < n) {  // the method's fields whole after ", ", or left out
+        int w = h->method->step_json(h->self, buf + pos + 2, n - pos - 2);
+        if (w < 0 || (size_t)w >= n - pos - 2) {
+            buf[pos] = '\0';
+            return (int)n;
+        }
+        memcpy(buf + pos, ", ", 2);
+        pos += 2 + (size_t)w;
     }
-    return w;
+    return (int)pos;
 }
 
 // With one micro batch per step (over every process) B_noise cannot be measured: the noise gate cannot
@@ -327,11 +334,12 @@ static inline void hybrid_print_summary(const HybridState* h, FILE* f) {
     h->method->print_summary(h->self, f);
 }
 
-// the summary's "key": value pairs (no braces), for the trainer's summary.json
-static inline int hybrid_summary_fields(const HybridState* h, char* buf, size_t n) {
+// the summary's "key": value pairs (no braces), for the trainer's summary.json: their length, or n where
+// they did not all fit in n bytes (buf then holds the ones that did, whole)
+static inline size_t hybrid_summary_fields(const HybridState* h, char* buf, size_t n) {
     size_t pos = metrics_summary_fields(&h->metrics, buf, n);
-    if (pos + 32 < n) { pos += (size_t)snprintf(buf + pos, n - pos, ", \"method\": \"%s\"", h->method->name); }
-    return h->method->summary_fields(h->self, buf, n);
+    metrics_append(buf, n, &pos, ", \"method\": \"%s\"", h->method->name);
+    return pos < n ? (size_t)h->method->summary_fields(h->self, buf, n) : n;
 }
 
 // ----------------------------------------------------------------------------

@@ -117,8 +117,10 @@ typedef struct HybridMethod {
     void (*io)(HybridIO* io, void* self, float* const* bufs, float* keep);
     int (*run_open)(const void* self);             // a Predict run is open (the keep buffer matters); NULL: never
     void (*print_summary)(const void* self, FILE* f);
-    int (*summary_fields)(const void* self, char* buf, size_t n);  // "key": value pairs, no braces
-    int (*step_json)(const void* self, char* buf, size_t n);       // this step's metrics.jsonl fields; NULL: none
+    // "key": value pairs, no braces, appended to buf with metrics_field: buf's new length, or n where some
+    // did not fit (those left out whole)
+    int (*summary_fields)(const void* self, char* buf, size_t n);
+    int (*step_json)(const void* self, char* buf, size_t n);  // this step's metrics.jsonl fields (snprintf's return); NULL: none
     int (*event)(const void* self, char* buf, size_t n);           // a log line for this step (0: none); NULL
     void (*what)(const void* self, char* buf, size_t n);           // a Predict step's text for the step line; NULL
     // on the GPU (HYBRID_ON_DEVICE(fn): NULL in a CPU build): a measured step's update and a Predict step as

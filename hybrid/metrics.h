@@ -8,6 +8,7 @@
 #define HYBRID_METRICS_H
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <sys/resource.h>
 #include "hybrid/hio.h"
@@ -34,14 +35,30 @@ static inline int metrics_total_steps(const HybridMetrics* m) {
     return t;
 }
 
-// appends `, "key": value` (null when not finite) at buf[*pos]
-static inline void metrics_field(char* buf, size_t n, size_t* pos, const char* key, double v, int integer) {
+// appends printf-style text at buf[*pos] whole, or nothing where it does not fit in n bytes: then *pos
+// becomes n, so that every later append is refused too and the caller can tell that something was left
+// out. Either way buf stays NUL-terminated and cut only between fields, so summary.json stays valid JSON
+// (a field cut in the middle, or a position past the end, would write past the caller's buffer).
+static inline void metrics_append(char* buf, size_t n, size_t* pos, const char* fmt, ...) {
     if (*pos >= n) { return; }
-    int w;
-    if (!isfinite(v)) { w = snprintf(buf + *pos, n - *pos, "%s\"%s\": null", *pos ? ", " : "", key); }
-    else if (integer) { w = snprintf(buf + *pos, n - *pos, "%s\"%s\": %.0f", *pos ? ", " : "", key, v); }
-    else { w = snprintf(buf + *pos, n - *pos, "%s\"%s\": %.9g", *pos ? ", " : "", key, v); }
-    if (w > 0) { *pos += (size_t)w; }
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(buf + *pos, n - *pos, fmt, ap);
+    va_end(ap);
+    if (w < 0 || (size_t)w >= n - *pos) {
+        buf[*pos] = '\0';
+        *pos = n;
+        return;
+    }
+    *pos += (size_t)w;
+}
+
+// appends `, "key": value` (null when not finite) at buf[*pos], whole or not at all (metrics_append)
+static inline void metrics_field(char* buf, size_t n, size_t* pos, const char* key, double v, int integer) {
+    const char* sep = *pos ? ", " : "";
+    if (!isfinite(v)) { metrics_append(buf, n, pos, "%s\"%s\": null", sep, key); }
+    else if (integer) { metrics_append(buf, n, pos, "%s\"%s\": %.0f", sep, key, v); }
+    else { metrics_append(buf, n, pos, "%s\"%s\": %.9g", sep, key, v); }
 }
 
 // steps and time per phase, the share of steps without a backward, the decision cost, peak RSS

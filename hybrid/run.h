@@ -99,23 +99,31 @@ static inline void hybrid_checkpoint_load(HybridState* h, const TrainRun* run, i
 
 // ----------------------------------------------------------------------------
 // the summary: hybrid's table on the console (hybrid mode on), and its pairs appended to summary.json's
-// extra (extra: a NUL-terminated string of n bytes): the steps per phase, and hybrid's own numbers
+// extra (extra: a NUL-terminated string of n bytes): the steps per phase, and hybrid's own numbers. Returns
+// 0 where they did not all fit (extra then holds the ones that did, still valid JSON), else 1.
 
-static inline void hybrid_summary(const HybridState* h, const TrainRun* run, char* extra, size_t n) {
+static inline int hybrid_summary(const HybridState* h, const TrainRun* run, char* extra, size_t n) {
     size_t pos = strlen(extra);
-    if (pos + 2 >= n) { return; }
     if (!hybrid_enabled(h)) {
-        snprintf(extra + pos, n - pos, ", \"phase_steps\": {\"full\": %d}", run->step);
-        return;
+        metrics_append(extra, n, &pos, ", \"phase_steps\": {\"full\": %d}", run->step);
+        return pos < n;
     }
-    const int* ps = h->metrics.steps;
-    pos += (size_t)snprintf(extra + pos, n - pos,
-                            ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
-                            ps[HYBRID_PHASE_WARMUP], ps[HYBRID_PHASE_FULL], ps[HYBRID_PHASE_PREDICT], ps[HYBRID_PHASE_CORRECT]);
-    if (pos + 2 >= n) { return; }
-    pos += (size_t)hybrid_summary_fields(h, extra + pos, n - pos - 2);
-    snprintf(extra + pos, n - pos, "}");
     if (run->rank0) { hybrid_print_summary(h, stdout); }
+    const int* ps = h->metrics.steps;
+    metrics_append(extra, n, &pos,
+                   ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
+                   ps[HYBRID_PHASE_WARMUP], ps[HYBRID_PHASE_FULL], ps[HYBRID_PHASE_PREDICT], ps[HYBRID_PHASE_CORRECT]);
+    if (pos + 2 >= n) {  // not even room for the braces' close: leave hybrid's object out
+        if (pos < n) { extra[pos - strlen(", \"hybrid\": {")] = '\0'; }
+        return 0;
+    }
+    size_t room = n - pos - 1;  // one byte kept for the closing brace
+    size_t w = hybrid_summary_fields(h, extra + pos, room);
+    int fit = w < room;
+    pos += strlen(extra + pos);
+    extra[pos++] = '}';
+    extra[pos] = '\0';
+    return fit;
 }
 
 #endif // HYBRID_RUN_H

@@ -871,6 +871,73 @@ Test(state, summary_fields_and_table) {
     sim_free(&s);
 }
 
+// the value of peak_rss_mib (which may grow between two calls) as "R", so that two outputs compare
+static void mask_rss(char* s) {
+    char* v = strstr(s, "\"peak_rss_mib\": ");
+    if (v == NULL) { return; }
+    v += strlen("\"peak_rss_mib\": ");
+    char* end = v + strcspn(v, ",}");
+    if (end == v) { return; }
+    *v = 'R';
+    memmove(v + 1, end, strlen(end) + 1);
+}
+
+// A buffer too small for every field gets the fields that fit, each whole: a prefix of the full output cut
+// between two fields, never a byte past its end, and the caller is told (the return is n); summary.json's
+// extra gets the same, its object closed. The fields are fixed, so this is how a new field that outgrew the
+// trainers' 3,072 bytes would show; and the real ones must fit there with room.
+Test(state, summary_fields_cut_whole) {
+    HybridConfig c;
+    config(&c, 2, 3, 5);
+    Sim s;
+    sim_init(&s);
+    HybridState h;
+    hybrid_for(&h, &c, &s);
+    Trace* tr = calloc(1, sizeof(Trace));
+    sim_run(&h, &s, 0, STEPS, tr, NULL);
+    static char full[4096], got[4096 + 16];
+    memset(got, 0, sizeof(got));
+    size_t len = hybrid_summary_fields(&h, full, sizeof(full));
+    cr_assert_eq(len, strlen(full));
+    cr_assert_lt(len, 1536, "hybrid's fields take %zu bytes: half the trainers' 3,072 at most", len);
+    mask_rss(full);
+    for (size_t n = 1; n <= len + 1; n++) {
+        memset(got, 0x5a, sizeof(got));
+        size_t w = hybrid_summary_fields(&h, got, n);
+        for (size_t i = n; i < sizeof(got); i++) { cr_assert_eq(got[i], 0x5a, "n %zu: byte %zu written", n, i); }
+        size_t k = strnlen(got, n);
+        cr_assert_lt(k, n, "n %zu: not NUL-terminated", n);
+        cr_assert_eq(w, n <= len ? n : len, "n %zu: returned %zu", n, w);
+        mask_rss(got);
+        size_t km = strlen(got);
+        cr_assert(km == 0 || (strncmp(got, full, km) == 0 && (full[km] == ',' || full[km] == '\0')),
+                  "n %zu: '%s' is not the full output cut between fields", n, got);
+    }
+    TrainRun run;
+    memset(&run, 0, sizeof(run));
+    run.step = STEPS;
+    static char extra[4096 + 16];
+    const char* head = ", \"precision\": \"fp32\"";
+    snprintf(extra, sizeof(extra), "%s", head);
+    cr_assert(hybrid_summary(&h, &run, extra, 4096));
+    size_t all = strlen(extra);
+    for (size_t n = strlen(head) + 1; n <= all + 1; n++) {
+        memset(extra, 0x5a, sizeof(extra));
+        snprintf(extra, n, "%s", head);
+        int fit = hybrid_summary(&h, &run, extra, n);
+        for (size_t i = n; i < sizeof(extra); i++) { cr_assert_eq(extra[i], 0x5a, "n %zu: byte %zu written", n, i); }
+        cr_assert_lt(strnlen(extra, n), n, "n %zu: not NUL-terminated", n);
+        cr_assert_eq(fit, n > all, "n %zu: fit %d", n, fit);
+        int depth = 0;
+        for (const char* p = extra; *p; p++) { depth += *p == '{' ? 1 : *p == '}' ? -1 : 0; }
+        cr_assert_eq(depth, 0, "n %zu: braces unbalanced in '%s'", n, extra);
+        cr_assert(strncmp(extra, head, strlen(head)) == 0, "n %zu: %s", n, extra);
+    }
+    free(tr);
+    hybrid_free(&h);
+    sim_free(&s);
+}
+
 // the per-step fields of metrics.jsonl
 Test(state, step_json) {
     HybridConfig c;
