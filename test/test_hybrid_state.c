@@ -109,6 +109,16 @@ typedef struct {
     int verified;             // rollbacks whose parameters matched the pre-run copy bit for bit
 } Trace;
 
+// what most tests start from: the simulated trainer, the look-ahead with Predict runs of 2 every 3 measured
+// steps after 5 of warm-up (config), and an empty trace
+static Trace* start(HybridState* h, Sim* s) {
+    HybridConfig c;
+    config(&c, 2, 3, 5);
+    sim_init(s);
+    hybrid_for(h, &c, s);
+    return calloc(1, sizeof(Trace));
+}
+
 // run steps [from, to) as train_gpt2.c does; snapshot (P floats, or NULL): the test's own copy of the
 // parameters before each Predict run, to check rollbacks against
 static void sim_run(HybridState* h, Sim* s, int from, int to, Trace* tr, float* snapshot) {
@@ -320,13 +330,9 @@ static int count_full_after(const Trace* tr, int step) {
 }
 
 Test(state, rollback_restores_theta0_and_backs_off) {
-    HybridConfig c;
-    config(&c, 2, 3, 5);
     Sim s;
-    sim_init(&s);
     HybridState h;
-    hybrid_for(&h, &c, &s);
-    Trace* tr = calloc(1, sizeof(Trace));
+    Trace* tr = start(&h, &s);
     float* snap = malloc(s.P * 4);
     // runs: 10-11 + Correct 12 (rolled back: gap 6), 19-20 + 21 (rolled back: gap 12), 34-35 + 36 (clean:
     // gap 6), 43-44 + 45 (clean: gap 3, K)
@@ -432,13 +438,9 @@ Test(state, predict_coefficients_follow_the_drift_capped) {
 // the cap, with the statistics set by hand before a run's first step; then the step itself: theta +=
 // fl(c_b m_b) exactly, theta_0 kept on the first step only
 Test(state, predict_cap_and_step) {
-    HybridConfig c;
-    config(&c, 2, 3, 5);
     Sim s;
-    sim_init(&s);
     HybridState h;
-    hybrid_for(&h, &c, &s);
-    Trace* tr = calloc(1, sizeof(Trace));
+    Trace* tr = start(&h, &s);
     sim_run(&h, &s, 0, 10, tr, NULL);
     // per block: (<delta,m>, |m|^2, |delta|^2)
     const double stats[NB * 3] = {0, 4, 4,     // |m| = |delta|: one step
@@ -816,13 +818,9 @@ static void want_field(const char* buf, const char* key, double v) {
 }
 
 Test(state, summary_fields_and_table) {
-    HybridConfig c;
-    config(&c, 2, 3, 5);
     Sim s;
-    sim_init(&s);
     HybridState h;
-    hybrid_for(&h, &c, &s);
-    Trace* tr = calloc(1, sizeof(Trace));
+    Trace* tr = start(&h, &s);
     memset(g_sabotage, 0, sizeof(g_sabotage));
     g_sabotage[12] = 1e3f;
     sim_run(&h, &s, 0, STEPS, tr, NULL);
@@ -887,13 +885,9 @@ static void mask_rss(char* s) {
 // extra gets the same, its object closed. The fields are fixed, so this is how a new field that outgrew the
 // trainers' 3,072 bytes would show; and the real ones must fit there with room.
 Test(state, summary_fields_cut_whole) {
-    HybridConfig c;
-    config(&c, 2, 3, 5);
     Sim s;
-    sim_init(&s);
     HybridState h;
-    hybrid_for(&h, &c, &s);
-    Trace* tr = calloc(1, sizeof(Trace));
+    Trace* tr = start(&h, &s);
     sim_run(&h, &s, 0, STEPS, tr, NULL);
     static char full[4096], got[4096 + 16];
     memset(got, 0, sizeof(got));
@@ -940,13 +934,9 @@ Test(state, summary_fields_cut_whole) {
 
 // the per-step fields of metrics.jsonl
 Test(state, step_json) {
-    HybridConfig c;
-    config(&c, 2, 3, 5);
     Sim s;
-    sim_init(&s);
     HybridState h;
-    hybrid_for(&h, &c, &s);
-    Trace* tr = calloc(1, sizeof(Trace));
+    Trace* tr = start(&h, &s);
     char buf[256];
     sim_run(&h, &s, 0, 1, tr, NULL);  // warm-up: no look-ahead yet
     hybrid_step_json(&h, buf, sizeof(buf));
