@@ -160,13 +160,8 @@ static void gpa_device_update(void* self, const HybridDeviceStep* s) {
     const ApplyAdamStep* st = &s->adam;
     float bc1, bc2;
     apply_bias_corrections(st, &bc1, &bc2);
-    const int block = 512;
-    if (s->hi > s->lo) {
-        gpa_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(
-            s->master, (floatX*)s->params, s->grads, s->m, s->v, s->bufs[0], s->block_offsets, s->block_wd, s->nblocks,
-            s->lo, s->hi, *st, bc1, bc2, gp->cfg.mu_y, gp->cfg.mu_x, s->seed);
-        cudaCheck(cudaGetLastError());
-    }
+    HYBRID_LAUNCH_RANGE(gpa_kernel, s, s->master, (floatX*)s->params, s->grads, s->m, s->v, s->bufs[0], s->block_offsets,
+                        s->block_wd, s->nblocks, s->lo, s->hi, *st, bc1, bc2, gp->cfg.mu_y, gp->cfg.mu_x, s->seed);
     gp->updates++;
 }
 #endif

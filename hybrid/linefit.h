@@ -250,24 +250,15 @@ static void linefit_device_update(void* self, const HybridDeviceStep* s) {
     const ApplyAdamStep* st = &s->adam;
     float bc1, bc2;
     apply_bias_corrections(st, &bc1, &bc2);
-    const int block = 512;
-    if (s->hi > s->lo) {
-        linefit_update_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(
-            s->master, (floatX*)s->params, s->grads, s->m, s->v, s->bufs[0], s->bufs[1], s->block_offsets, s->block_wd,
-            s->nblocks, s->lo, s->hi, *st, bc1, bc2, l->tau, l->n == 0, s->seed);
-        cudaCheck(cudaGetLastError());
-    }
+    HYBRID_LAUNCH_RANGE(linefit_update_kernel, s, s->master, (floatX*)s->params, s->grads, s->m, s->v, s->bufs[0], s->bufs[1],
+                        s->block_offsets, s->block_wd, s->nblocks, s->lo, s->hi, *st, bc1, bc2, l->tau, l->n == 0, s->seed);
     linefit_recorded(l);
 }
 
 static void linefit_device_predict(void* self, const HybridDeviceStep* s) {
     Linefit* l = (Linefit*)self;
-    const int block = 512;
-    if (s->hi > s->lo) {
-        linefit_jump_kernel<<<ceil_div((long)(s->hi - s->lo), block), block, 0, (cudaStream_t)s->stream>>>(
-            s->master, (floatX*)s->params, s->bufs[0], s->bufs[1], s->lo, s->hi, l->a, l->b, s->seed);
-        cudaCheck(cudaGetLastError());
-    }
+    HYBRID_LAUNCH_RANGE(linefit_jump_kernel, s, s->master, (floatX*)s->params, s->bufs[0], s->bufs[1], s->lo, s->hi, l->a, l->b,
+                        s->seed);
     linefit_jumped(l);
 }
 #endif

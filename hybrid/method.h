@@ -84,6 +84,15 @@ typedef struct {
 
 #ifdef __CUDACC__
 #define HYBRID_ON_DEVICE(fn) fn
+// a method's kernel over the step's range [lo, hi) of the flat parameters, one thread per weight, on the
+// step's stream; the kernel's first thread is weight lo
+#define HYBRID_LAUNCH_RANGE(kernel, s, ...)                                                                       \
+    do {                                                                                                      \
+        if ((s)->hi > (s)->lo) {                                                                              \
+            kernel<<<ceil_div((long)((s)->hi - (s)->lo), 512), 512, 0, (cudaStream_t)(s)->stream>>>(__VA_ARGS__); \
+            cudaCheck(cudaGetLastError());                                                                    \
+        }                                                                                                     \
+    } while (0)
 #else
 #define HYBRID_ON_DEVICE(fn) NULL
 #endif
