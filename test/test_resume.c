@@ -2,6 +2,7 @@
 // a run resumed from a checkpoint logs the same losses, grad norms and val losses, bit for bit, and ends
 // with the same weights as an uninterrupted run; -nk prunes; loss falls; changed flags are refused;
 // the look-ahead resumes inside its window; the gradient noise scale's inputs are what they claim.
+#include <dirent.h>
 #include <float.h>
 #include <math.h>
 #include "trainer_test_util.h"
@@ -30,6 +31,42 @@ static void train(const char* extra, const char* out_dir) {
     snprintf(log, sizeof(log), "%s.stdout", out_dir);
     RunResult r = run_cmd(cmd, log);
     cr_assert(r.exited && r.status == 0, "%s failed (%d): %s", cmd, r.status, r.err);
+}
+
+// a (straight through) and b (the same flags), then b's checkpoints after step `from` forgotten (their DONE
+// markers) and b resumed (-y 1): it must say it resumed from `from`, and then redo the later steps as a did
+// them. a, b: the runs' directories, dir/TAG_straight and dir/TAG_resumed (512 bytes each)
+static void straight_and_resumed(const char* run_flags, int from, const char* tag, char* a, char* b) {
+    char name[128], path[700], again[1024];
+    snprintf(name, sizeof(name), "%s_straight", tag);
+    join_path(a, 512, dir, name);
+    snprintf(name, sizeof(name), "%s_resumed", tag);
+    join_path(b, 512, dir, name);
+    train(run_flags, a);
+    train(run_flags, b);
+    DIR* d = opendir(b);
+    cr_assert_not_null(d, "%s", b);
+    int forgot = 0;
+    for (struct dirent* e; (e = readdir(d)) != NULL;) {
+        int k;
+        if (sscanf(e->d_name, "DONE_%d", &k) == 1 && k > from) {
+            join_path(path, sizeof(path), b, e->d_name);
+            cr_assert_eq(unlink(path), 0, "%s", path);
+            forgot++;
+        }
+    }
+    closedir(d);
+    cr_assert_gt(forgot, 0, "%s: no checkpoint after step %d", b, from);
+    snprintf(again, sizeof(again), "%s -y 1", run_flags);
+    train(again, b);
+    snprintf(path, sizeof(path), "%s.stdout", b);
+    char* out = read_text(path);
+    cr_assert_not_null(out, "%s", path);
+    const char* row = strstr(out, "resumed from step");
+    int got = -1;
+    cr_assert(row != NULL && sscanf(row + strcspn(row, "|") + 1, "%d", &got) == 1 && got == from,
+              "%s resumed from step %d, not %d", b, got, from);
+    free(out);
 }
 
 static void assert_same_file(const char* a, const char* b) {
@@ -72,15 +109,8 @@ static int state_blob_cmp(const char* a, const char* b) {
 }
 
 Test(resume, resume_from_a_middle_checkpoint_is_bit_exact) {
-    char a[512], b[512], path[700], pa[700], pb[700];
-    join_path(a, sizeof(a), dir, "straight");
-    join_path(b, sizeof(b), dir, "resumed");
-    train("-x 12 -n 6", a);
-    train("-x 12 -n 6", b);
-    // forget the end of run b: it resumes from step 6 and must redo steps 7..12 exactly
-    join_path(path, sizeof(path), b, "DONE_00000012");
-    cr_assert_eq(unlink(path), 0);
-    train("-x 12 -n 6 -y 1", b);
+    char a[512], b[512], pa[700], pb[700];
+    straight_and_resumed("-x 12 -n 6", 6, "plain", a, b);  // b redoes steps 7..12
     char* ma = metrics_without_times(a);
     char* mb = metrics_without_times(b);
     cr_assert_eq(count_lines(ma), 13, "step 0 (val) + 12 steps");
@@ -97,15 +127,7 @@ Test(resume, resume_from_a_middle_checkpoint_is_bit_exact) {
 // --rows random: the resume replays the epoch's permutation from the record and continues bit for bit
 Test(resume, rows_random_resume_from_a_middle_checkpoint_is_bit_exact) {
     char a[512], b[512], path[700], pa[700], pb[700];
-    join_path(a, sizeof(a), dir, "rows_straight");
-    join_path(b, sizeof(b), dir, "rows_resumed");
-    train("-x 12 -n 5 --rows random", a);
-    train("-x 12 -n 5 --rows random", b);
-    join_path(path, sizeof(path), b, "DONE_00000012");
-    cr_assert_eq(unlink(path), 0);
-    join_path(path, sizeof(path), b, "DONE_00000010");
-    cr_assert_eq(unlink(path), 0);
-    train("-x 12 -n 5 --rows random -y 1", b);  // from step 5
+    straight_and_resumed("-x 12 -n 5 --rows random", 5, "rows", a, b);  // from step 5
     char* ma = metrics_without_times(a);
     char* mb = metrics_without_times(b);
     cr_assert_str_eq(ma, mb);
@@ -280,17 +302,8 @@ Test(resume, beta1_flag_changes_the_run) {
 // hybrid mode's look-ahead: a checkpoint inside its window (steps 2..12 of 12) holds the drift, the
 // betas in the weights and the back-off; the resumed run continues bit-exactly
 Test(resume, lookahead_resume_inside_the_window_is_bit_exact) {
-    char a[512], b[512], path[700], pa[700], pb[700];
-    join_path(a, sizeof(a), dir, "la_straight");
-    join_path(b, sizeof(b), dir, "la_resumed");
-    const char* la = "-x 12 -n 6 --hybrid --lookahead 0.5 --hybrid-warmup 2";
-    train(la, a);
-    train(la, b);
-    join_path(path, sizeof(path), b, "DONE_00000012");
-    cr_assert_eq(unlink(path), 0);
-    char again[256];
-    snprintf(again, sizeof(again), "%s -y 1", la);
-    train(again, b);
+    char a[512], b[512], pa[700], pb[700];
+    straight_and_resumed("-x 12 -n 6 --hybrid --lookahead 0.5 --hybrid-warmup 2", 6, "la", a, b);
     char* ma = metrics_without_times(a);
     char* mb = metrics_without_times(b);
     cr_assert_str_eq(ma, mb);
@@ -349,13 +362,7 @@ Test(resume, gradient_noise_scale_from_the_first_micro_batch) {
 // reports the uninterrupted run's value, not that of steps 10-12 alone
 Test(resume, gradient_noise_scale_survives_a_resume) {
     char a[512], b[512], path[700];
-    join_path(a, sizeof(a), dir, "gns_straight");
-    join_path(b, sizeof(b), dir, "gns_resumed");
-    train("-x 12 -n 9", a);
-    train("-x 12 -n 9", b);
-    join_path(path, sizeof(path), b, "DONE_00000012");  // b resumes from step 9 and rewrites its summary
-    cr_assert_eq(unlink(path), 0);
-    train("-x 12 -n 9 -y 1", b);
+    straight_and_resumed("-x 12 -n 9", 9, "gns", a, b);  // b rewrites its summary from step 9
     double want = NAN, got = NAN;
     join_path(path, sizeof(path), a, "summary.json");
     char* sa = read_text(path);
@@ -463,13 +470,7 @@ Test(resume, ema_is_the_bias_corrected_average_of_the_trained_weights) {
 // writes the same model (the average) and state (the trained weights: every byte but the training seconds)
 Test(resume, ema_resume_is_bit_exact) {
     char a[512], b[512], path[700], pa[700], pb[700];
-    join_path(a, sizeof(a), dir, "ema_straight");
-    join_path(b, sizeof(b), dir, "ema_resumed");
-    train("-x 12 -n 6 --ema 0.8", a);
-    train("-x 12 -n 6 --ema 0.8", b);
-    join_path(path, sizeof(path), b, "DONE_00000012");
-    cr_assert_eq(unlink(path), 0);
-    train("-x 12 -n 6 --ema 0.8 -y 1", b);
+    straight_and_resumed("-x 12 -n 6 --ema 0.8", 6, "ema", a, b);
     char* ma = metrics_without_times(a);
     char* mb = metrics_without_times(b);
     cr_assert_str_eq(ma, mb);
