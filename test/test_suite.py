@@ -83,6 +83,23 @@ def dry_run_lists_the_grid_and_runs_nothing():
 
 
 @test
+def cell_args_replace_a_cells_own_flags_and_an_arm_still_wins():
+    cfg = make_config(os.path.join(TMP, "cellargs"), cell_args={"-t": 16, "-u": 3},
+                      hybrid_args={"--hybrid": 1, "-u": 5})
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 0, err
+    cmds = [ln for ln in out.split("\n") if ln.startswith("  ")]
+    base = [c for c in cmds if "--hybrid" not in c]
+    hyb = [c for c in cmds if "--hybrid 1" in c]
+    assert base and hyb and len(base) + len(hyb) == len(cmds), out
+    assert all(" -t 16 " in c and " -t 8 " not in c and " -u 3 " in c for c in base), base[0]  # the cell's -t 8 replaced
+    assert all(" -t 16 " in c and " -u 5 " in c and " -u 3 " not in c for c in hyb), hyb[0]  # the arm's -u wins
+    cfg = make_config(os.path.join(TMP, "cellargs_bad"), cell_args={"-x": 20})
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 1 and "'cell_args': flag -x is set by the suite per run" in err, err
+
+
+@test
 def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     cfg, out, _ = run_shard("run", "c1", "beta")
     assert len(started(out)) == 12 + 9, len(started(out))  # the grid, then 3 seeds x (baseline, long baseline, hybrid)
