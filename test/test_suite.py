@@ -100,6 +100,18 @@ def cell_args_replace_a_cells_own_flags_and_an_arm_still_wins():
 
 
 @test
+def every_committed_suite_config_loads():
+    """A study starts from a committed config: each must pass the suite's checks (a dry run of its development
+    shard, which needs no data), so that a broken one fails here, not hours into a study."""
+    paths = sorted(glob.glob(os.path.join(ROOT, "configs", "suite", "*.json")))
+    configs = [p for p in paths if "cells" in json.load(open(p))]  # the others are cells
+    assert len(configs) >= 5, paths
+    for p in configs:
+        rc, out, err = suite("--config", os.path.relpath(p, ROOT), "--corpus", "default", "--phase", "grid", "--dry-run")
+        assert rc == 0 and "runs finished" in out, (p, err)
+
+
+@test
 def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     cfg, out, _ = run_shard("run", "c1", "beta")
     assert len(started(out)) == 12 + 9, len(started(out))  # the grid, then 3 seeds x (baseline, long baseline, hybrid)
