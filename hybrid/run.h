@@ -110,11 +110,12 @@ static inline int hybrid_summary(const HybridState* h, const TrainRun* run, char
     }
     if (run->rank0) { hybrid_print_summary(h, stdout); }
     const int* ps = h->metrics.steps;
-    metrics_append(extra, n, &pos,
-                   ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}, \"hybrid\": {",
+    metrics_append(extra, n, &pos, ", \"phase_steps\": {\"warmup\": %d, \"full\": %d, \"predict\": %d, \"correct\": %d}",
                    ps[HYBRID_PHASE_WARMUP], ps[HYBRID_PHASE_FULL], ps[HYBRID_PHASE_PREDICT], ps[HYBRID_PHASE_CORRECT]);
-    if (pos + 2 >= n) {  // not even room for the braces' close: leave hybrid's object out
-        if (pos < n) { extra[pos - strlen(", \"hybrid\": {")] = '\0'; }
+    size_t before = pos;
+    metrics_append(extra, n, &pos, ", \"hybrid\": {");
+    if (pos + 2 >= n) {  // no room for the object and its closing brace: leave hybrid's object out
+        if (before < n) { extra[before] = '\0'; }
         return 0;
     }
     size_t room = n - pos - 1;  // one byte kept for the closing brace

@@ -32,8 +32,10 @@ static inline void rm_rf(const char* dir) {
     cr_assert_eq(system(cmd), 0);
 }
 
+// dir/name in out; a path that does not fit fails the test rather than naming another file
 static inline void join_path(char* out, size_t size, const char* dir, const char* name) {
-    snprintf(out, size, "%s/%s", dir, name);
+    int w = snprintf(out, size, "%s/%s", dir, name);
+    cr_assert(w >= 0 && (size_t)w < size, "path %s/%s longer than %zu bytes", dir, name, size);
 }
 
 // a shard with an explicit header (magic, version, declared count, vocab) and `n` tokens of data
@@ -97,7 +99,7 @@ static inline char* read_text(const char* path) {
 
 // metrics.jsonl without the wall-clock fields ("ms" and "train_time_s" sit between grad_norm and tokens)
 static inline char* metrics_without_times(const char* out_dir) {
-    char path[600];
+    char path[1024];
     join_path(path, sizeof(path), out_dir, "metrics.jsonl");
     char* text = read_text(path);
     cr_assert_not_null(text, "no %s", path);
