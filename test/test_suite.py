@@ -15,6 +15,7 @@ Prints 'N passed, N failed'; exits 1 if any failed.
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -97,6 +98,21 @@ def cell_args_replace_a_cells_own_flags_and_an_arm_still_wins():
     cfg = make_config(os.path.join(TMP, "cellargs_bad"), cell_args={"-x": 20})
     rc, out, err = suite("--config", cfg, "--dry-run")
     assert rc == 1 and "'cell_args': flag -x is set by the suite per run" in err, err
+
+
+@test
+def cell_lr_grid_replaces_a_named_cells_grid_only():
+    cfg = make_config(os.path.join(TMP, "cellgrid"), cell_lr_grid={"c1": [0.003, 0.006]})
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 0, err
+    cmds = [ln for ln in out.split("\n") if ln.startswith("  ")]
+    lrs = {cell: sorted({float(re.search(r" -l (\S+)", c).group(1)) for c in cmds if f"/{cell}/" in c})
+           for cell in ("c1", "c2")}
+    assert lrs == {"c1": [0.003, 0.006], "c2": [0.001, 0.002, 0.004]}, lrs
+    for bad in ({"c3": [0.001, 0.002]}, {"c1": [0.002, 0.001]}, {"c1": [0.001]}):
+        cfg = make_config(os.path.join(TMP, "cellgrid_bad"), cell_lr_grid=bad)
+        rc, out, err = suite("--config", cfg, "--dry-run")
+        assert rc == 1 and "'cell_lr_grid'" in err, (bad, err)
 
 
 @test
