@@ -173,6 +173,11 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     # the other shard is untouched, and its dry run lists only its own grid
     rc, out, err = suite("--config", cfg, "--dry-run")
     assert "beta/c1 grid: 12 of 12" in out and "alpha/c1 grid: 0 of 12" in out and "beta/c2 grid: 0 of 12" in out, out
+    # runs are keyed by the trainer: a dry run with another one finds none finished, and names the one they ran with
+    other = os.path.join(where, "other_trainer")
+    os.symlink(FAKE, other)
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--dry-run", "--trainer", other)
+    assert rc == 0 and f"beta/c1 grid: 0 of 12 runs finished with {other}; some ran with {FAKE}" in out, out
 
 
 @test
