@@ -11,6 +11,9 @@
 #   ln_lastchunk    column sums (reduce.cuh): the chunk sum leaves out the last chunk (seen by layernorm)
 #   mm_lastchunk    the same fault, seen by the matmul check's bias gradient
 #   mm_dgelu_twice  GELU's backward applied a second time after the DGELU epilogue
+#   gpa_x_kept      GPA's kernel: the average x is computed but never stored (seen by hybrid_methods)
+#   lf_tau_dropped  Linefit's kernel: the time-weighted sum adds w instead of tau * w (hybrid_methods)
+#   lf_jump_slope   Linefit's jump: the fitted line's slope term left out (hybrid_methods)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 OUTD=build/broken
@@ -32,12 +35,16 @@ build)
     }
     mk good_layernorm layernorm true || fail=1
     mk good_matmul matmul true || fail=1
+    mk good_hybrid_methods hybrid_methods true || fail=1
     mk ln_lastwarp layernorm "sed -i 's/for (int w = 0; w < LN_BWD_WARPS; w++) { a += sum_dw/for (int w = 0; w < LN_BWD_WARPS - 1; w++) { a += sum_dw/' llmc/layernorm.cuh && grep -q 'LN_BWD_WARPS - 1' llmc/layernorm.cuh" || fail=1
     mk ln_onegroup layernorm "sed -i 's/dim3 grid(chunks, ceil_div(C, 32 \* PACK \* LN_BWD_PACKS));/dim3 grid(chunks, 1);/' llmc/layernorm.cuh && grep -q 'grid(chunks, 1)' llmc/layernorm.cuh" || fail=1
     LASTCHUNK="sed -i 's/for (int k = threadIdx.y; k < chunks; k += 32)/for (int k = threadIdx.y; k < chunks - 1; k += 32)/' llmc/reduce.cuh && grep -q 'chunks - 1' llmc/reduce.cuh"
     mk ln_lastchunk layernorm "$LASTCHUNK" || fail=1
     mk mm_lastchunk matmul "$LASTCHUNK" || fail=1
     mk mm_dgelu_twice matmul "sed -i 's/^    matmul_lt(dweight, CUDA_R_32F, inp, dout, NULL, NULL, C, OC, N, false, true, 1.0f, stream);/    if (pre_gelu) { gelu_backward(dinp, pre_gelu, dinp, (size_t)N * C, stream); }\n&/' llmc/matmul.cuh && grep -q 'if (pre_gelu) { gelu_backward' llmc/matmul.cuh" || fail=1
+    mk gpa_x_kept hybrid_methods "sed -i 's/^    x\\[i\\] = xi;/    (void)xi;/' hybrid/gpa.h && grep -q '(void)xi;' hybrid/gpa.h" || fail=1
+    mk lf_tau_dropped hybrid_methods "sed -i 's/s1\\[i\\] = __fmaf_rn(tau, w, s1\\[i\\]);/s1[i] = __fadd_rn(w, s1[i]);/' hybrid/linefit.h && grep -q 's1\\[i\\] = __fadd_rn(w, s1\\[i\\]);' hybrid/linefit.h" || fail=1
+    mk lf_jump_slope hybrid_methods "sed -i 's/float w = __fmaf_rn(a, s0\\[i\\], __fmul_rn(b, s1\\[i\\]));/float w = __fmul_rn(a, s0[i]);/' hybrid/linefit.h && grep -q 'float w = __fmul_rn(a, s0\\[i\\]);' hybrid/linefit.h" || fail=1
     rm -rf "$W"
     exit $fail
     ;;
