@@ -5,10 +5,10 @@ data/heldout_extract.py — one held-out corpus as plain-text documents of a few
     data/heldout_extract.py NAME OUTDIR     # writes OUTDIR/train.jsonl, OUTDIR/val.jsonl ({"text": ...} per line)
 
 NAME is one of CORPORA below; each reads the files a Debian package installed (data/prepare_heldout.sh
-installs them or names them). Paragraphs (blank-line separated blocks, or a source's own units: a
+and, for the two large corpora, data/prepare_large.sh install them or name them). Paragraphs (blank-line separated blocks, or a source's own units: a
 dictionary entry, a fortune) are joined in source order into documents of at least DOC_BYTES bytes; a
 corpus larger than MAX_BYTES keeps every k-th document (k the smallest that fits), so the documents come
-from the whole source, not its first pages. Document i (0-based, after that thinning) goes to val when
+from the whole source, not its first pages; the large corpora (LARGE) keep every document. Document i (0-based, after that thinning) goes to val when
 i % 10 == 9, the rule of `./tokenize encode --val-every 10`. Everything is in a fixed order (sorted file
 names, no randomness), so the same package versions give the same bytes.
 Standard library only.
@@ -71,7 +71,29 @@ def debian_reference():
         yield paragraphs(f.read().decode("utf-8", "replace"))
 
 
-CORPORA = {"perl-doc": perl_doc, "gcide": dict_gcide, "fortunes": fortunes, "debian-reference": debian_reference}
+def linux_doc():
+    # linux-doc-*: the kernel's Documentation, reStructuredText and plain text as shipped (gzipped); the
+    # translations (not English) and the devicetree bindings (mostly schemas) left out
+    root = sorted(glob.glob("/usr/share/doc/linux-doc-*/Documentation"))[-1]
+    skip = (os.path.join(root, "translations") + "/", os.path.join(root, "devicetree", "bindings") + "/")
+    for f in sorted(glob.glob(os.path.join(root, "**", "*.gz"), recursive=True)):
+        if f.startswith(skip) or not (f.endswith(".rst.gz") or f.endswith(".txt.gz")):
+            continue
+        with gzip.open(f) as fh:
+            yield paragraphs(fh.read().decode("utf-8", "replace"))
+
+
+def python_doc():
+    # python3.*-doc: the documentation's reStructuredText sources as the HTML edition ships them
+    root = sorted(glob.glob("/usr/share/doc/python3.*/html/_sources"))[-1]
+    for f in sorted(glob.glob(os.path.join(root, "**", "*.rst.txt"), recursive=True)):
+        with open(f, "rb") as fh:
+            yield paragraphs(fh.read().decode("utf-8", "replace"))
+
+
+CORPORA = {"perl-doc": perl_doc, "gcide": dict_gcide, "fortunes": fortunes, "debian-reference": debian_reference,
+           "linux-doc": linux_doc, "python-doc": python_doc}
+LARGE = {"linux-doc", "python-doc"}  # kept whole: corpora for models a size up (data/prepare_large.sh)
 
 
 def documents(groups):
@@ -102,7 +124,7 @@ def main():
     docs = documents(CORPORA[name]())
     total = sum(len(d.encode("utf-8")) for d in docs)
     k = 1
-    while total / k > MAX_BYTES:
+    while name not in LARGE and total / k > MAX_BYTES:
         k += 1
     docs = docs[::k]
     os.makedirs(out, exist_ok=True)
