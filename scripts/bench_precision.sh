@@ -24,7 +24,7 @@ done
 declare -A total
 for r in $(seq 0 $((ROUNDS - 1))); do
   for p in $(order_of $r); do
-    OMP_NUM_THREADS=2 ./train_gpt2 -i 'data/small4096/train_*.bin' -e d2 -b 8 -t 128 -x 2800 -l 2e-3 -u 140 -q 0.1 -c 0.1 -v 400 -s 0 --precision $p -o /tmp/bp_qs_$p > /tmp/bp_qs_$p.log 2>&1
+    OMP_NUM_THREADS=2 ./train_gpt2 -i 'data/small4096/train_*.bin' -e d2 -b 8 -t 128 -x 2800 -l 3e-3 -u 1000 --beta2 0.99 -q 0.1 -c 0.1 -v 400 -s 0 --precision $p -o /tmp/bp_qs_$p > /tmp/bp_qs_$p.log 2>&1
     t=$(grep '^done' /tmp/bp_qs_$p.log | sed -E 's/.* ([0-9.]+) s training time.*/\1/')
     total[$p]=$(echo "${total[$p]:-0} + $t" | bc)
     echo "quick start round $r --precision $p: ${t} s training time | $(grep -E '^\| precision' /tmp/bp_qs_$p.log | head -1 | tr -s ' ')"
