@@ -347,6 +347,30 @@ def a_method_with_several_baselines_meets_the_strongest():
 
 
 @test
+def a_method_that_met_a_weaker_baseline_has_not_met_the_goal():
+    # gpa meets rows_c alone (llm.c's layout: the fake ends it 0.03 above rows apart) and saves steps against it on
+    # both corpora, while linefit meets rows, scored alike (the raw weights) and stronger: gpa met a weaker baseline
+    # than the trainer makes, so its goal is not met, and the table and README say why
+    where = os.path.join(TMP, "methods_weaker")
+    arms = dict(METHODS, rows_c={"args": {"--rows": "contiguous"}}, gpa=dict(METHODS["gpa"], against="rows_c"))
+    cfg = make_config(where, arms=arms, beta2_grid=None, grid_extend=0, hybrid_args=None)
+    for corpus in ("alpha", "beta"):
+        rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", corpus, "--jobs", "2")
+        assert rc == 0, out + err
+    rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"))
+    assert rc == 0, err
+    row = [ln for ln in out.split("\n") if ln.startswith("| gpa | 2 |")]
+    assert len(row) == 1 and "| alpha, beta |" in row[0] and row[0].endswith("| 2 | not met (a weaker baseline) |"), (row, out)
+    assert "- gpa on alpha c1 met rows_c, which ended 0.0" in out and "above rows (scored alike)" in out, out
+    line = [ln for ln in out.split("\n") if ln.startswith("| linefit | 2 |")]
+    assert len(line) == 1 and line[0].endswith("| 0 | not met |"), line
+    rc, text = readme_written(where, cfg, "", "")
+    assert rc == 0, text
+    row = [ln for ln in text.split("\n") if ln.startswith("| `gpa`")]
+    assert len(row) == 1 and row[0].endswith("| not met (a weaker baseline) |"), row
+
+
+@test
 def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     where = os.path.join(TMP, "methods")
     cfg = make_config(where, arms=METHODS, beta2_grid=None, grid_extend=0, hybrid_args=None)
