@@ -8,10 +8,13 @@
 # is reported, not fatal: other versions give other, equally usable corpora).
 # usage: data/prepare_heldout.sh [NAME...]   (default: all four: perl-doc gcide fortunes debian-reference)
 # Needs the packages below (installed with apt-get when run as root, else named) and `make tokenize`.
+# data/prepare_large.sh runs this script for the two large corpora: CORPUS_ROOT (default data/heldout) is where
+# the corpora and reference.sha256 go, CORPUS_PACKAGES (default the four's) what they need.
 set -eu
 cd "$(dirname "$0")/.."
 names=${*:-perl-doc gcide fortunes debian-reference}
-pkgs="perl-doc dict-gcide fortunes-min fortunes debian-reference-en"
+pkgs=${CORPUS_PACKAGES:-perl-doc dict-gcide fortunes-min fortunes debian-reference-en}
+root=${CORPUS_ROOT:-data/heldout}
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -26,7 +29,7 @@ fi
 n=1024
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for name in $names; do
-    dir=data/heldout/$name
+    dir=$root/$name
     mkdir -p "$dir" "$tmp/$name/tr" "$tmp/$name/va"
     /usr/bin/python3 data/heldout_extract.py "$name" "$tmp/$name"
     ./tokenize learn -n "$n" -o "$dir/vocab" --jsonl text "$tmp/$name/train.jsonl" >/dev/null
@@ -45,8 +48,8 @@ done
 for p in $pkgs; do dpkg-query -W -f '${Package} ${Version}\n' "$p"; done
 status=0
 for name in $names; do
-    for f in data/heldout/$name/train_000000.bin data/heldout/$name/val_000000.bin data/heldout/$name/vocab/tokenizer.bin; do
-        want=$(grep " $f\$" data/heldout/reference.sha256 2>/dev/null | cut -d' ' -f1 || true)
+    for f in $root/$name/train_000000.bin $root/$name/val_000000.bin $root/$name/vocab/tokenizer.bin; do
+        want=$(grep " $f\$" $root/reference.sha256 2>/dev/null | cut -d' ' -f1 || true)
         got=$(sha256sum "$f" | cut -d' ' -f1)
         if [ -z "$want" ]; then echo "$f: no reference checksum ($got)"
         elif [ "$want" = "$got" ]; then echo "$f: matches the reference"
