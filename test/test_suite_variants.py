@@ -364,6 +364,10 @@ def a_method_that_met_a_weaker_baseline_has_not_met_the_goal():
     assert "- gpa on alpha c1 met rows_c, which ended 0.0" in out and "above rows (scored alike)" in out, out
     line = [ln for ln in out.split("\n") if ln.startswith("| linefit | 2 |")]
     assert len(line) == 1 and line[0].endswith("| 0 | not met |"), line
+    # and the margin against the cell's lowest baseline of any kind, as means: gpa's against rows, linefit's none
+    note = [ln for ln in out.split("\n") if ln.startswith("- gpa on alpha c1: ")]
+    assert len(note) == 1 and "against rows (" in note[0] and "the cell's lowest baseline of any kind" in note[0], out
+    assert "- linefit on alpha c1: " not in out, out
     rc, text = readme_written(where, cfg, "", "")
     assert rc == 0, text
     row = [ln for ln in text.split("\n") if ln.startswith("| `gpa`")]
