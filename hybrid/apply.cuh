@@ -8,7 +8,8 @@
  *   rollback: theta = keep, bit-exactly, no other copy
  *   adamw+lookahead: a measured step's AdamW update fused with the drift update, the look-ahead and the
  *             per-block <delta,d>, |d|^2, |delta|^2 (double, fixed grid, fixed-order chunk sums): one pass
- *             over theta, g, m, v and d, the weights rounded exactly as the plain kernel
+ *             over theta, g, m, v and d (and the trainer's EMA where it keeps one), the weights rounded
+ *             exactly as the plain kernel
  * Products and sums use __fmul_rn/__fadd_rn/__fmaf_rn exactly where the CPU loops round (they are
  * compiled without contraction, and write their fused multiply-adds as fmaf), so both give the same bits.
  * Every kernel works on a range [lo, hi) of the flat parameters: this rank's ZeRO-1 shard, or all.
@@ -102,6 +103,8 @@ typedef struct {
     float lr, beta1, beta2, eps, grad_scale;
     float bc1, bc2, gamma, omg;
     const float* la_beta;  // the look-ahead: (2*nblocks) device, beta_prev then beta_next
+    float* ema;            // (padded P) device, indexed like master, or NULL: the trainer's EMA (--ema)
+    float ema_w, ema_k;
 } HybridAdamArgs;
 
 __global__ void hybrid_adamw_lookahead_kernel(double* partial, float* master, floatX* params, const float* grads,
@@ -133,6 +136,7 @@ __global__ void hybrid_adamw_lookahead_kernel(double* partial, float* master, fl
         float out = __fmaf_rn(bn, mn, pn);
         master[i] = out;
         params[i] = round_to_floatX(out, i, seed);
+        if (a.ema != NULL) { a.ema[i] = average_ema_element(a.ema[i], out, a.ema_w, a.ema_k); }
         dot = fma((double)delta, (double)dold, dot);
         dd = fma((double)dold, (double)dold, dd);
         uu = fma((double)delta, (double)delta, uu);
@@ -172,6 +176,9 @@ void hybrid_adamw_lookahead_device(double* stats, double* partial, float* master
     a.gamma = gamma;
     a.omg = 1.0f - gamma;
     a.la_beta = la_beta;
+    a.ema = st->ema;
+    a.ema_w = st->ema_w;
+    a.ema_k = st->ema_k;
     hybrid_adamw_lookahead_kernel<<<nblocks * HYBRID_GPU_CHUNKS, OBSERVE_THREADS, 0, stream>>>(
         partial, master, params, grads, m, v, d, a, offsets, st->weight_decay, lo, hi, seed);
     cudaCheck(cudaGetLastError());

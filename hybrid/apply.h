@@ -6,6 +6,7 @@
  * down what that kernel must compute. Three loops:
  *   apply_adamw_lookahead  a measured step: AdamW fused with the drift update and the look-ahead, and the
  *                          per-block statistics the facade needs; one pass over theta, g, m, v and the drift
+ *                          (and the trainer's EMA of the weights, where it keeps one)
  *   apply_predict          a Predict step: theta_b += fl(coef_b * m_b), no forward, no backward
  *   apply_rollback         undo a Predict run, bit-exactly
  *
@@ -28,6 +29,7 @@
 #include <stdint.h>
 #include <string.h>
 #include "llmc/adamw.h"  // adamw_element
+#include "llmc/average.h" // average_ema_element: a trainer's EMA, folded in the same pass
 #include "llmc/bf16.h"   // bf16_from_float
 
 // no contraction inside the loops that must round exactly as written (GCC: per function; clang: the
@@ -123,6 +125,9 @@ typedef struct {
                         // pass from the weights it writes, so that a bf16 trainer needs no pass of its own
     int zero_grads;     // each gradient set to 0 where it is read (hybrid_update: the trainer's next step
                         // accumulates into them with no zeroing pass of its own, as after gpt2_update)
+    float* ema;         // (P) or NULL: the trainer's EMA of the weights (--ema, llmc/average.h), into which the
+                        // pass folds each weight it writes, e = ema_w p + ema_k e, as the trainer's own pass does
+    float ema_w, ema_k; // the EMA's coefficients for this update (average_ema_coefs)
 } ApplyAdamStep;
 
 // AdamW's bias corrections 1 - beta^t of the step, as every update pass (CPU or device) computes them
@@ -131,20 +136,34 @@ static inline void apply_bias_corrections(const ApplyAdamStep* st, float* bc1, f
     *bc2 = 1.0f - powf(st->beta2, (float)st->t);
 }
 
+// one element of the fused pass: AdamW, the drift, the look-ahead (pf: the weight as written), the statistics;
+// ZERO and AFTER: what a variant adds (the gradient zeroed, the bf16 copy, the EMA)
 #define APPLY_ADAMW_LOOP(ZERO, AFTER)                                                      \
     _Pragma("omp simd reduction(+:dot, dd, uu)")                                           \
     for (size_t i = lo; i < hi; i++) {                                                     \
         float p = params[i];                                                               \
         float pn = adamw_element(p, grads[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd); \
         ZERO                                                                               \
-        params[i] = pn;                                                                    \
         float delta = pn - p;                                                              \
         float dold = d[i];                                                                 \
+        float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta));                         \
+        d[i] = mn;                                                                         \
+        float pf = fmaf(bn, mn, pn);                                                       \
+        params[i] = pf;                                                                    \
         AFTER                                                                              \
         dot += (double)delta * dold;                                                       \
         dd += (double)dold * dold;                                                         \
         uu += (double)delta * delta;                                                       \
     }
+#define APPLY_ZERO grads[i] = 0.0f;
+#define APPLY_P16 p16[i] = bf16_from_float(pf);
+#define APPLY_EMA e[i] = average_ema_element(e[i], pf, ew, ek);
+// the four variants of what follows each weight, for one choice of ZERO (each a constant of its loop, so all vectorise)
+#define APPLY_ADAMW_VARIANTS(ZERO)                                                         \
+    if (p16 != NULL && e != NULL) { APPLY_ADAMW_LOOP(ZERO, APPLY_P16 APPLY_EMA) }          \
+    else if (p16 != NULL) { APPLY_ADAMW_LOOP(ZERO, APPLY_P16) }                            \
+    else if (e != NULL) { APPLY_ADAMW_LOOP(ZERO, APPLY_EMA) }                              \
+    else { APPLY_ADAMW_LOOP(ZERO, ) }
 
 static inline void apply_adamw_lookahead(float* params, float* grads, float* m, float* v, float* d,
                                          const ApplyAdamStep* st, float gamma, const float* beta_prev,
@@ -155,6 +174,8 @@ static inline void apply_adamw_lookahead(float* params, float* grads, float* m, 
     apply_bias_corrections(st, &bc1, &bc2);
     const float omg = 1.0f - gamma;
     uint16_t* const p16 = st->params16;
+    float* const e = st->ema;
+    const float ew = st->ema_w, ek = st->ema_k;
     #pragma omp parallel
     for (int b = 0; b < nblocks; b++) {
         const size_t n = offsets[b + 1] - offsets[b];
@@ -165,21 +186,11 @@ static inline void apply_adamw_lookahead(float* params, float* grads, float* m, 
             size_t lo, hi;
             apply_chunk(offsets, b, c, chunk, &lo, &hi);
             double dot = 0.0, dd = 0.0, uu = 0.0;
-            #define APPLY_AFTER_16 float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta)); d[i] = mn; \
-                                   float pf = fmaf(bn, mn, pn); params[i] = pf; p16[i] = bf16_from_float(pf);
-            #define APPLY_AFTER float mn = fmaf(gamma, dold, omg * fmaf(bp, dold, delta)); d[i] = mn; \
-                                params[i] = fmaf(bn, mn, pn);
-            if (p16 != NULL && st->zero_grads) {
-                APPLY_ADAMW_LOOP(grads[i] = 0.0f;, APPLY_AFTER_16)
-            } else if (p16 != NULL) {
-                APPLY_ADAMW_LOOP(, APPLY_AFTER_16)
-            } else if (st->zero_grads) {
-                APPLY_ADAMW_LOOP(grads[i] = 0.0f;, APPLY_AFTER)
+            if (st->zero_grads) {
+                APPLY_ADAMW_VARIANTS(APPLY_ZERO)
             } else {
-                APPLY_ADAMW_LOOP(, APPLY_AFTER)
+                APPLY_ADAMW_VARIANTS()
             }
-            #undef APPLY_AFTER_16
-            #undef APPLY_AFTER
             double* out = partial + ((size_t)b * APPLY_CHUNKS + c) * 3;
             out[0] = dot; out[1] = dd; out[2] = uu;
         }

@@ -158,6 +158,7 @@ static void hybrid_device_update(HybridDevice* d, HybridState* h, const HybridBu
     HybridUpdate u = drift_update_numbers(dr, h->lr, grad_scale, t);
     ApplyAdamStep st = u.adam;
     st.weight_decay = d->block_wd;
+    hybrid_step_ema(h, &st, t);  // the trainer's EMA (device memory), folded in the same kernel
     size_t lo = b->lo, hi = b->lo + b->shard;
     // the look-ahead's betas, as hybrid_plan decided them (hybrid/lookahead.h)
     cudaCheck(cudaMemcpyAsync(d->la_beta, u.beta_prev, (size_t)d->nblocks * sizeof(float), cudaMemcpyHostToDevice, b->stream));

@@ -331,7 +331,7 @@ typedef struct {
 static inline HybridUpdate drift_update_numbers(const Drift* d, float lr, float grad_scale, int t) {
     HybridUpdate u;
     const HybridModel* m = &d->model;
-    ApplyAdamStep st = {m->beta1, m->beta2, m->eps, m->weight_decay, t, lr, grad_scale, NULL, 0};
+    ApplyAdamStep st = {m->beta1, m->beta2, m->eps, m->weight_decay, t, lr, grad_scale, NULL, 0, NULL, 0.0f, 0.0f};
     u.adam = st;
     u.gamma = d->la.gamma;
     u.beta_prev = d->la.beta_prev;
@@ -348,7 +348,7 @@ static const ArgTable predict_table = {NULL, 0, NULL, NULL, 0, NULL, 0, NULL, NU
 #define DRIFT_ROW(NAME, ABOUT, INIT)                                                                        \
     {NAME, ABOUT, &lookahead_table, 1, 0, 1, 1, INIT, drift_free, drift_plan, drift_update, drift_predict, drift_check,   \
      drift_skip, drift_observe, drift_io, drift_run_open, drift_print_summary, drift_summary_fields,          \
-     drift_step_json, drift_event, drift_what, NULL, NULL}  /* on the GPU: hybrid/device.cuh's drift kernels */
+     drift_step_json, drift_event, drift_what, NULL, NULL, 1}  /* on the GPU: hybrid/device.cuh's drift kernels */
 
 static const HybridMethod lookahead_method = DRIFT_ROW(
     "lookahead", "the weights a step ahead along their drift before each gradient (--lookahead beta0, 0.5 unless given)",

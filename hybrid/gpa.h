@@ -170,7 +170,7 @@ static const HybridMethod gpa_method = {
     "gpa", "generalized primal averaging: gradients at y = mu_y x + (1 - mu_y) z, AdamW steps z, x (kept) averages z",
     &gpa_table, 1, 1, 0, 1,
     gpa_init, gpa_free, gpa_plan, gpa_update, NULL, NULL, NULL, gpa_observe, gpa_io, NULL, gpa_print_summary,
-    gpa_summary_fields, NULL, NULL, NULL, HYBRID_ON_DEVICE(gpa_device_update), NULL,
+    gpa_summary_fields, NULL, NULL, NULL, HYBRID_ON_DEVICE(gpa_device_update), NULL, 0,
 };
 
 #endif // HYBRID_GPA_H

@@ -11,7 +11,8 @@
  *     hybrid_observe(h, loss or NAN, loss_micro1 (p.observe) or NAN, grad_norm or NAN, noise_s, noise_g2
  *                    (or NAN: one micro batch), ms);
  * A method that keeps weights apart (GPA's average) hands them to the trainer's evaluation facility
- * (llmc/average.h) through hybrid_kept_weights. The keep buffer is any P-float buffer idle from a Predict
+ * (llmc/average.h) through hybrid_kept_weights; a trainer's own EMA of the weights (--ema) is folded into the
+ * update of a method whose row says it can (hybrid_set_ema, hybrid_takes_ema). The keep buffer is any P-float buffer idle from a Predict
  * run's first step to its Correct step's backward (the gradients). Allocation happens in hybrid_init only:
  * the method's state and its P-float buffers (host memory, where the trainer is not a GPU's). Depends on
  * llmc/args.h (the flag table's rows) and llmc/utils.h (the clock).
@@ -137,6 +138,8 @@ typedef struct {
     float* bufs[HYBRID_MAX_BUFFERS]; // the method's P-float buffers (host), or NULL (a GPU keeps its own)
     int owns_bufs;              // hybrid_init allocated them (else the caller lent them: hybrid_use_buffers)
     uint16_t* params16;         // (P) the trainer's bf16 weight copy, rounded in the fused pass; NULL: none
+    float* ema;                 // (P) the trainer's EMA of the weights (--ema), folded in the method's pass; NULL: none
+    float ema_decay;            // its beta
     HybridMetrics metrics;
     // the step in progress
     int step;                   // 0-based
@@ -231,9 +234,17 @@ static inline int hybrid_check(HybridState* h, float loss) {
     return h->method != NULL && h->method->check != NULL ? h->method->check(h->self, loss) : 0;
 }
 
+// the trainer's EMA into a step's numbers: its buffer and its coefficients for update t (none: left NULL)
+static inline void hybrid_step_ema(const HybridState* h, ApplyAdamStep* st, int t) {
+    st->ema = h->ema;
+    st->ema_w = st->ema_k = 0.0f;
+    if (h->ema != NULL) { average_ema_coefs(h->ema_decay, t, &st->ema_w, &st->ema_k); }
+}
+
 // the AdamW numbers of this step's update (t: AdamW's 1-based count)
 static inline ApplyAdamStep hybrid_adam_step(const HybridState* h, float grad_scale, int t) {
-    ApplyAdamStep st = {h->model.beta1, h->model.beta2, h->model.eps, h->weight_decay, t, h->lr, grad_scale, h->params16, 1};
+    ApplyAdamStep st = {h->model.beta1, h->model.beta2, h->model.eps, h->weight_decay, t, h->lr, grad_scale, h->params16, 1, NULL, 0.0f, 0.0f};
+    hybrid_step_ema(h, &st, t);
     return st;
 }
 
@@ -252,6 +263,16 @@ static inline void hybrid_apply_predict(HybridState* h, const HybridPlan* p, flo
 // the trainer keeps a bf16 copy of the weights (P values, NULL: none): the fused pass rounds it as it writes
 // the weights, as the trainer's own AdamW pass does
 static inline void hybrid_set_bf16_copy(HybridState* h, uint16_t* params16) { h->params16 = params16; }
+
+// whether the method's update folds a trainer's EMA of the weights in (else the trainer refuses --ema with it)
+static inline int hybrid_takes_ema(const HybridState* h) { return h->method == NULL || h->method->folds_ema; }
+
+// the trainer keeps an EMA of the weights (--ema; llmc/average.h): ema (P floats, where the update writes the
+// weights: host, or the GPU's device memory), decay its beta; each measured update folds its weights in
+static inline void hybrid_set_ema(HybridState* h, float* ema, float decay) {
+    h->ema = ema;
+    h->ema_decay = decay;
+}
 
 // a measured step that was skipped (non-finite loss or norm): no update
 static inline void hybrid_skip_update(HybridState* h) {

@@ -268,7 +268,7 @@ static const HybridMethod linefit_method = {
     &linefit_table, 2, 0, 1, 1,
     linefit_init, linefit_free, linefit_plan, linefit_update, linefit_predict, NULL, linefit_skip, linefit_observe,
     linefit_io, NULL, linefit_print_summary, linefit_summary_fields, NULL, NULL, linefit_what,
-    HYBRID_ON_DEVICE(linefit_device_update), HYBRID_ON_DEVICE(linefit_device_predict),
+    HYBRID_ON_DEVICE(linefit_device_update), HYBRID_ON_DEVICE(linefit_device_predict), 0,
 };
 
 #endif // HYBRID_LINEFIT_H

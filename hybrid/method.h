@@ -11,7 +11,7 @@
  *   step's AdamW pass, with whatever the method fuses into it), predict (a step without a batch),
  *   check (a Correct step's loss, which may roll a Predict run back), observe (after every step);
  *   its resume record (io: everything a resumed run needs, bit for bit) and its summary (lines and
- *   summary.json fields).
+ *   summary.json fields); whether its update folds a trainer's EMA of the weights (--ema) in.
  * The parts of the seed's design card keep their names where a method has them: the phase controller is
  * plan, the residual store is what a method keeps of the measured trajectory (its buffers and io), the
  * divergence monitor is check with the trainer's exact rollback.
@@ -136,6 +136,9 @@ typedef struct HybridMethod {
     // kernels on the step's range, the host bookkeeping as update and predict do it
     void (*device_update)(void* self, const HybridDeviceStep* s);
     void (*device_predict)(void* self, const HybridDeviceStep* s);
+    int folds_ema;              // 1: its update folds ApplyAdamStep's ema in (CPU and GPU), so a trainer's --ema
+                                // runs with it; 0: the trainer refuses --ema (the method keeps its own average,
+                                // or moves the weights outside the update)
 } HybridMethod;
 
 #define HYBRID_MAX_BUFFERS 2

@@ -3,6 +3,8 @@
 // as the plain AdamW loop followed by a plainly written drift and look-ahead loop, and sums its statistics
 // as a plain loop does; hybrid/lookahead.h's window, cap and back-off.
 #include <criterion/criterion.h>
+#include <float.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <omp.h>
@@ -167,7 +169,7 @@ Test(apply, fused_adamw_equals_plain_adamw_then_statistics) {
     off[0] = 0;
     for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
     const size_t P = off[NB];
-    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, 9, 3e-4f, 0.7f, NULL, 0};
+    const ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, 9, 3e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
     const float zero[NB] = {0};
     static double one_thread[NB * 3];
     for (int threads = 1; threads <= 2; threads++) {
@@ -212,7 +214,7 @@ Test(apply, fused_statistics_match_double_precision_math) {
         g[i] = 1e-3f * random_normal(&rng);
     }
     const float wd = 0.1f;
-    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 1.0f, NULL, 0};
+    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, &wd, 10, 1e-4f, 1.0f, NULL, 0, NULL, 0.0f, 0.0f};
     double stats[3], partial[APPLY_CHUNKS * 3];
     const float zero = 0.0f;
     apply_adamw_lookahead(params, g, m, v, d, &st, 0.9f, &zero, &zero, off, 1, partial, stats);
@@ -263,7 +265,7 @@ Test(apply, lookahead_pass_equals_the_reference_loop_over_steps) {
     double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3];
     for (int t = 1; t <= 4; t++) {  // the betas change between steps, as the schedule and the caps change them
         for (int b = 0; b < NB; b++) { bn[b] = t == 1 ? 0.0f : 0.1f * t + 0.05f * b; }
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL, 0};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
         reference_lookahead(ref.p, ref.g, ref.m, ref.v, ref.d, off, &st, GAMMA, bp, bn);
         omp_set_num_threads(2);
         apply_adamw_lookahead(fused.p, fused.g, fused.m, fused.v, fused.d, &st, GAMMA, bp, bn, off, NB,
@@ -292,7 +294,7 @@ Test(apply, lookahead_pass_rounds_the_bf16_copy_and_zeroes_the_gradients) {
     double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3], stats16[NB * 3];
     for (int t = 1; t <= 3; t++) {
         for (int b = 0; b < NB; b++) { bn[b] = 0.2f * t; }
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL, 0};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
         apply_adamw_lookahead(plain.p, plain.g, plain.m, plain.v, plain.d, &st, GAMMA, bp, bn, off, NB,
                               partial, stats);
         st.params16 = p16;
@@ -322,6 +324,85 @@ Test(apply, lookahead_pass_rounds_the_bf16_copy_and_zeroes_the_gradients) {
     }
     free(p16); free(z16);
     fused_free(&plain); fused_free(&with16); fused_free(&zeroed);
+}
+
+// a trainer's EMA of the weights (--ema), folded in the same pass: with and without the bf16 copy and the
+// gradients zeroed, the weights, drift, moments and statistics are the plain pass's, bit for bit; the EMA is
+// the trainer's own EMA element applied to the weights the pass wrote (what gpt2_update folds), bit for bit,
+// and the bias-corrected average of those weights over the steps (llmc/average.h), computed here in double
+Test(apply, lookahead_pass_folds_the_ema) {
+    size_t off[NB + 1];
+    off[0] = 0;
+    for (int b = 0; b < NB; b++) { off[b + 1] = off[b] + sizes[b]; }
+    const size_t P = off[NB];
+    const int steps = 4;
+    const float decay = 0.7f;
+    FusedState plain, folded[4];
+    fused_state(&plain, off, 23);
+    float* ema[4];
+    uint16_t* p16[4];
+    for (int k = 0; k < 4; k++) {
+        fused_state(&folded[k], off, 23);
+        ema[k] = (float*)malloc(P * sizeof(float));
+        memcpy(ema[k], folded[k].p, P * sizeof(float));  // the buffer starts as the weights (average_init_ema)
+        p16[k] = (uint16_t*)calloc(P, sizeof(uint16_t));
+    }
+    float* ref = (float*)malloc(P * sizeof(float));
+    memcpy(ref, plain.p, P * sizeof(float));
+    double* hist = (double*)calloc(P * steps, sizeof(double));  // the weights after each update
+    float bp[NB] = {0}, bn[NB];
+    double partial[NB * APPLY_CHUNKS * 3], stats[NB * 3], statsk[NB * 3];
+    for (int t = 1; t <= steps; t++) {
+        for (int b = 0; b < NB; b++) { bn[b] = t == 1 ? 0.0f : 0.15f * t + 0.05f * b; }
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, WD, t, 3e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
+        float* grads_t = (float*)malloc(P * sizeof(float));
+        memcpy(grads_t, plain.g, P * sizeof(float));
+        apply_adamw_lookahead(plain.p, plain.g, plain.m, plain.v, plain.d, &st, GAMMA, bp, bn, off, NB, partial, stats);
+        float w, kk;
+        average_ema_coefs(decay, t, &w, &kk);
+        for (size_t i = 0; i < P; i++) { ref[i] = average_ema_element(ref[i], plain.p[i], w, kk); }
+        for (size_t i = 0; i < P; i++) { hist[(size_t)(t - 1) * P + i] = plain.p[i]; }
+        for (int k = 0; k < 4; k++) {  // k: bit 0 the bf16 copy, bit 1 the gradients zeroed
+            ApplyAdamStep sk = st;
+            sk.ema = ema[k];
+            sk.ema_w = w;
+            sk.ema_k = kk;
+            sk.params16 = (k & 1) ? p16[k] : NULL;
+            sk.zero_grads = (k & 2) != 0;
+            memcpy(folded[k].g, grads_t, P * sizeof(float));
+            apply_adamw_lookahead(folded[k].p, folded[k].g, folded[k].m, folded[k].v, folded[k].d, &sk, GAMMA, bp, bn,
+                                  off, NB, partial, statsk);
+            same_bits(folded[k].p, plain.p, P, "params (EMA folded)", 2);
+            same_bits(folded[k].d, plain.d, P, "drift (EMA folded)", 2);
+            same_bits(folded[k].m, plain.m, P, "m (EMA folded)", 2);
+            same_bits(folded[k].v, plain.v, P, "v (EMA folded)", 2);
+            cr_assert_eq(memcmp(statsk, stats, sizeof(stats)), 0, "statistics differ with the EMA folded (variant %d)", k);
+            same_bits(ema[k], ref, P, "the EMA against the trainer's EMA element", 2);
+            if (k & 1) {
+                for (size_t i = 0; i < P; i++) { cr_assert_eq(p16[k][i], bf16_from_float(plain.p[i]), "bf16 copy [%zu]", i); }
+            }
+        }
+        free(grads_t);
+        double norm = (1.0 - decay) / (1.0 - pow(decay, t)), worst = 0.0, apart = 0.0;
+        for (size_t i = 0; i < P; i++) {
+            double r = 0.0, big = 0.0;
+            for (int s = 0; s < t; s++) {
+                double x = hist[(size_t)s * P + i];
+                r += pow(decay, t - 1 - s) * x;
+                big = fmax(big, fabs(x));
+            }
+            r *= norm;
+            worst = fmax(worst, fabs(ema[0][i] - r) / (1e-30 + big));
+            apart = fmax(apart, fabs(ema[0][i] - plain.p[i]));
+        }
+        cr_assert_lt(worst, 4 * FLT_EPSILON, "step %d: the EMA is %.3g of its weights' scale from the closed form", t, worst);
+        if (t == 1) { cr_assert_eq(apart, 0.0, "the first update's weights start the average"); }
+        else { cr_assert_gt(apart, 0.0, "step %d: the average is not the weights", t); }
+        memcpy(bp, bn, sizeof(bp));
+    }
+    for (int k = 0; k < 4; k++) { free(ema[k]); free(p16[k]); fused_free(&folded[k]); }
+    free(ref); free(hist);
+    fused_free(&plain);
 }
 
 Test(lookahead, window_schedule_cap_and_backoff) {

@@ -438,13 +438,14 @@ static float* read_state_weights(const char* out_dir, int step, size_t n) {
 
 // The kept model after update t is the bias-corrected EMA of the trained weights after every update so far,
 // sum_s beta^(t-s) (1 - beta) p_s / (1 - beta^t), computed here in double from the trained weights each
-// step's state file carries; after the first update it is those weights exactly
-Test(resume, ema_is_the_bias_corrected_average_of_the_trained_weights) {
+// step's state file carries; after the first update it is those weights exactly. run_flags: the run's (with
+// --ema 0.7), name: its folder
+static void assert_ema_closed_form(const char* run_flags, const char* name) {
     char a[512];
-    join_path(a, sizeof(a), dir, "ema_ref");
+    join_path(a, sizeof(a), dir, name);
     const int steps = 6;
     const double beta = 0.7;
-    train("-x 6 -n 1 -v 0 --ema 0.7", a);
+    train(run_flags, a);
     size_t n;
     float* p[6];
     for (int s = 0; s < steps; s++) {
@@ -459,35 +460,82 @@ Test(resume, ema_is_the_bias_corrected_average_of_the_trained_weights) {
             worst = fmax(worst, fabs(e[i] - ref) / (1e-30 + big));  // in units of that scale
             apart = fmax(apart, fabs(e[i] - p[s][i]));
         }
-        cr_assert_lt(worst, 4 * FLT_EPSILON, "step %d: the kept model is %.3g of its weights' scale from the closed form", s + 1, worst);
-        if (s > 0) { cr_assert_gt(apart, 1e-5, "step %d: the average is not the trained weights", s + 1); }
+        cr_assert_lt(worst, 4 * FLT_EPSILON, "%s: step %d: the kept model is %.3g of its weights' scale from the closed form",
+                     name, s + 1, worst);
+        if (s > 0) { cr_assert_gt(apart, 1e-5, "%s: step %d: the average is not the trained weights", name, s + 1); }
         free(e);
     }
     for (int s = 0; s < steps; s++) { free(p[s]); }
 }
 
+Test(resume, ema_is_the_bias_corrected_average_of_the_trained_weights) {
+    assert_ema_closed_form("-x 6 -n 1 -v 0 --ema 0.7", "ema_ref");
+}
+
+// with the look-ahead (from its second step) the method's fused pass folds the EMA in: the average is of
+// the weights it wrote, the look-ahead point included, as the baseline's is of AdamW's
+Test(resume, ema_with_the_lookahead_is_the_bias_corrected_average) {
+    assert_ema_closed_form("-x 6 -n 1 -v 0 --ema 0.7 --hybrid lookahead --hybrid-warmup 1", "ema_la_ref");
+    // and the look-ahead did act: its trained weights are not AdamW's
+    char a[512], c[512];
+    join_path(a, sizeof(a), dir, "ema_la_ref");
+    join_path(c, sizeof(c), dir, "ema_la_plain");
+    train("-x 6 -n 6 -v 0 --ema 0.7", c);
+    size_t n;
+    free(read_model_weights(a, 6, &n));
+    float* wa = read_state_weights(a, 6, n);
+    float* wc = read_state_weights(c, 6, n);
+    cr_assert_neq(memcmp(wa, wc, n * sizeof(float)), 0, "the look-ahead's weights are AdamW's");
+    free(wa); free(wc);
+}
+
 // resumed from a middle checkpoint, a run with --ema logs the same numbers (val_loss_ema included) and
 // writes the same model (the average) and state (the trained weights: every byte but the training seconds)
-Test(resume, ema_resume_is_bit_exact) {
-    char a[512], b[512], path[700], pa[700], pb[700];
-    straight_and_resumed("-x 12 -n 6 --ema 0.8", 6, "ema", a, b);
+static void assert_ema_resume_bit_exact(const char* run_flags, int from, int last, const char* tag) {
+    char a[512], b[512], path[700], pa[700], pb[700], name[64];
+    straight_and_resumed(run_flags, from, tag, a, b);
     char* ma = metrics_without_times(a);
     char* mb = metrics_without_times(b);
     cr_assert_str_eq(ma, mb);
-    cr_assert(isfinite(metric_at(a, 12, "val_loss_ema")) && isfinite(metric_at(a, 12, "val_bpb_ema")) == 0,
+    cr_assert(isfinite(metric_at(a, last, "val_loss_ema")) && isfinite(metric_at(a, last, "val_bpb_ema")) == 0,
               "val_loss_ema at the last step (no tokenizer for these shards: no bits per byte)");
-    cr_assert(metric_at(a, 12, "val_loss_ema") != metric_at(a, 12, "val_loss"));
-    join_path(pa, sizeof(pa), a, "model_00000012.bin");
-    join_path(pb, sizeof(pb), b, "model_00000012.bin");
+    cr_assert(metric_at(a, last, "val_loss_ema") != metric_at(a, last, "val_loss"));
+    snprintf(name, sizeof(name), "model_%08d.bin", last);
+    join_path(pa, sizeof(pa), a, name);
+    join_path(pb, sizeof(pb), b, name);
     assert_same_file(pa, pb);
     size_t n;
-    float* wa = read_state_weights(a, 12, (free(read_model_weights(a, 12, &n)), n));
-    float* wb = read_state_weights(b, 12, n);
+    float* wa = read_state_weights(a, last, (free(read_model_weights(a, last, &n)), n));
+    float* wb = read_state_weights(b, last, n);
     cr_assert_arr_eq(wa, wb, n * sizeof(float), "the trained weights survive the resume");
     join_path(path, sizeof(path), a, "summary.json");
     char* sa = read_text(path);
     cr_assert_not_null(strstr(sa, "\"val_loss_ema\": "), "summary.json has the average's val loss: %s", sa);
     free(ma); free(mb); free(wa); free(wb); free(sa);
+}
+
+Test(resume, ema_resume_is_bit_exact) {
+    assert_ema_resume_bit_exact("-x 12 -n 6 --ema 0.8", 6, 12, "ema");
+}
+
+// the look-ahead's window (steps 2..12) spans the checkpoint; the EMA's trained weights are the look-ahead's
+Test(resume, ema_with_the_lookahead_resume_is_bit_exact) {
+    assert_ema_resume_bit_exact("-x 12 -n 6 --ema 0.8 --hybrid --lookahead 0.5 --hybrid-warmup 2", 6, 12, "ema_la");
+}
+
+// with Predict runs the EMA folds the measured updates only (a Predict step moves the weights outside the
+// update, and a rollback takes them back); the checkpoint at step 12 falls inside a run (Predict steps 11
+// and 12, asserted below), and the resumed run goes on bit for bit all the same
+Test(resume, ema_with_predict_runs_resume_is_bit_exact) {
+    assert_ema_resume_bit_exact("-x 24 -n 12 --ema 0.8 --hybrid --hybrid-warmup 2 --predict-steps 2 --full-steps 2", 12, 24,
+                                "ema_pr");
+    char a[512], path[700];
+    join_path(a, sizeof(a), dir, "ema_pr_straight");
+    join_path(path, sizeof(path), a, "metrics.jsonl");
+    char* m = read_text(path);
+    cr_assert_not_null(strstr(m, "{\"step\": 12, \"phase\": \"predict\""), "step 12 is no Predict step: %s", m);
+    cr_assert_not_null(strstr(m, "\"phase\": \"correct\""), "no Correct step: %s", m);
+    free(m);
 }
 
 // the model a run with --ema writes is an llm.c model file, and it is what val_loss_ema measured: a run
@@ -506,12 +554,16 @@ Test(resume, ema_model_loads_as_an_llmc_model_and_is_what_val_loss_ema_measured)
     cr_assert(metric_at(a, 6, "val_loss") != kept, "the model file is the average, not the trained weights");
 }
 
-Test(resume, ema_changed_refused_and_not_with_hybrid_or_x0) {
+Test(resume, ema_changed_refused_and_not_with_gpa_linefit_or_x0) {
     expect_resume_refused("-x 4 -n 2 --ema 0.9", "-x 4 --ema 0.95 -y 1", "refuse_ema", "flag --ema: 0.95 differs from the checkpoint's 0.9");
     char cmd[4096];
-    snprintf(cmd, sizeof(cmd), "%s -x 2 --ema 0.9 --hybrid 1", flags);
+    // a method that keeps its own average, or moves the weights outside its update, takes no EMA
+    snprintf(cmd, sizeof(cmd), "%s -x 2 --ema 0.9 --hybrid gpa", flags);
     RunResult r = run_cmd(cmd, NULL);
-    assert_one_line_error(&r, "flag --ema: not with --hybrid");
+    assert_one_line_error(&r, "flag --ema: not with --hybrid gpa");
+    snprintf(cmd, sizeof(cmd), "%s -x 2 --ema 0.9 --hybrid linefit", flags);
+    r = run_cmd(cmd, NULL);
+    assert_one_line_error(&r, "flag --ema: not with --hybrid linefit");
     // -x 0 trains nothing: an average or a method asked for beside it is refused, not ignored
     snprintf(cmd, sizeof(cmd), "%s -x 0 -g 2 --ema 0.9", flags);
     r = run_cmd(cmd, NULL);

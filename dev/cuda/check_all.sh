@@ -19,6 +19,7 @@
 #   ema          --ema: resumed as above (val_loss_ema too) with the same model file (the average) at step 20,
 #                and over 6 steps with a checkpoint each, every model file is the bias-corrected EMA of the
 #                trained weights the state files carry (llmc/average.h), computed in numpy
+#   ema lookahead   the same with the look-ahead (--hybrid lookahead), whose fused kernel folds the EMA in
 #   cpu-vs-gpu   the largest |loss difference| to the CPU trainer over 20 steps, same flags (< 0.1), and the
 #                largest relative difference of the gradient norm and the first micro batch's (< 0.1)
 # The cuDNN round also runs the host-only graph check and says whether cuDNN found an engine (if not, the
@@ -112,13 +113,13 @@ run_resume() {  # extra flags...
     timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "$@" -o "$out.r" -y 1 > "$out.r.out" 2>&1 || { tail -n 5 "$out.r.out"; return 1; }
     same_losses "$out" "$out.r" 10
 }
-run_ema() {
-    run_resume --ema 0.9 || return 1
+run_ema() {  # [extra flags, for the closed form: a method whose update folds the EMA in]
+    run_resume --ema 0.9 "$@" || return 1
     grep -q '"val_loss_ema"' "$W/resume/metrics.jsonl" || { echo "no val_loss_ema in $W/resume/metrics.jsonl"; return 1; }
     cmp "$W/resume/model_00000020.bin" "$W/resume.r/model_00000020.bin" || return 1
     local out=$W/ema_ref
     rm -rf "$out"
-    timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -x 6 -n 1 -v 0 --ema 0.7 -o "$out" > "$out.out" 2>&1 || { tail -n 5 "$out.out"; return 1; }
+    timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -x 6 -n 1 -v 0 --ema 0.7 "$@" -o "$out" > "$out.out" 2>&1 || { tail -n 5 "$out.out"; return 1; }
     "$PY" - "$out" 6 0.7 <<'PYEOF'
 import sys
 import numpy as np
@@ -238,7 +239,7 @@ round() {  # TAG USE_CUDNN
     echo "############ round $tag (USE_CUDNN=$cudnn)"
     if [ "$cudnn" = 1 ] && ! "${mk[@]}" -n -B train_gpt2cu 2>/dev/null | grep -q -- -DENABLE_CUDNN; then
         for k in "graph check" "build" "${KERNELS[@]}" "cudnn engine" "pytorch" "recompute" "resume baseline" \
-                 "resume hybrid" "ema" "resume gpa" "resume linefit" "cpu-vs-gpu"; do
+                 "resume hybrid" "ema" "ema lookahead" "resume gpa" "resume linefit" "cpu-vs-gpu"; do
             result "[$tag] $k" skipped "the Makefile finds no cuDNN (cudnn.h and libcudnn.so)"
         done
         return
@@ -263,7 +264,7 @@ round() {  # TAG USE_CUDNN
         check "[$tag] $k" timeout "$TMO" "./dev/cuda/$k"
     done
     if [ -n "$why" ]; then
-        for k in "cudnn engine" "pytorch" "recompute" "resume baseline" "resume hybrid" "ema" "resume gpa" \
+        for k in "cudnn engine" "pytorch" "recompute" "resume baseline" "resume hybrid" "ema" "ema lookahead" "resume gpa" \
                  "resume linefit" "cpu-vs-gpu"; do
             if [ "$cudnn" = 0 ] && [ "$k" = "cudnn engine" ]; then continue; fi
             result "[$tag] $k" skipped "$why"
@@ -297,6 +298,7 @@ round() {  # TAG USE_CUDNN
     check "[$tag] resume baseline" run_resume --hybrid 0
     check "[$tag] resume hybrid" run_resume "${HYBRID[@]}"
     check "[$tag] ema" run_ema
+    check "[$tag] ema lookahead" run_ema --hybrid lookahead --hybrid-warmup 1
     check "[$tag] resume gpa" run_gpa
     check "[$tag] resume linefit" run_linefit
     check "[$tag] hybrid alone is the baseline" run_hybrid_alone

@@ -72,7 +72,7 @@ int main(void) {
     float* d_v2 = (float*)cudaMallocCheck(P * sizeof(float));
     floatX* d_x2 = (floatX*)cudaMallocCheck(P * sizeof(floatX));
     {
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 0.7f, NULL, 0};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
         float zeros[2 * nblocks] = {0};
         float* d_zeros = to_device_f(zeros, 2 * nblocks);
         ApplyAdamStep dst = st;
@@ -125,7 +125,7 @@ int main(void) {
     // the look-ahead (apply_adamw_lookahead): the same pass with beta_prev and beta_next * d added;
     // weights to a few ulp of the CPU loop (as above), the drift to 1e-8 absolute
     {
-        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 0.7f, NULL, 0};
+        ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
         ApplyAdamStep dst = st;
         dst.weight_decay = d_wd;
         float betas[2 * nblocks];
@@ -150,7 +150,7 @@ int main(void) {
     }
     // timing: the fused pass vs the plain AdamW kernel over all blocks
     {
-        ApplyAdamStep dst = {0.9f, 0.95f, 1e-8f, d_wd, 5, 2e-4f, 0.7f, NULL, 0};
+        ApplyAdamStep dst = {0.9f, 0.95f, 1e-8f, d_wd, 5, 2e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
         float betas[2 * nblocks];
         for (int b = 0; b < 2 * nblocks; b++) { betas[b] = 0.3f; }
         float* d_betas = to_device_f(betas, 2 * nblocks);

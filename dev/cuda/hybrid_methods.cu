@@ -47,7 +47,7 @@ static HybridDeviceStep bench_step(Bench* b, float* const* d_bufs, int t, float 
     HybridDeviceStep s;
     s.master = b->d_theta; s.params = b->d_x; s.grads = b->d_g; s.m = b->d_m; s.v = b->d_v; s.bufs = d_bufs;
     s.block_offsets = b->d_off; s.block_wd = b->d_wd; s.nblocks = NB; s.lo = 0; s.hi = b->P;
-    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, b->wd, t, lr, 0.5f, NULL, 0};
+    ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, b->wd, t, lr, 0.5f, NULL, 0, NULL, 0.0f, 0.0f};
     s.adam = st;
     s.seed = 42u + (uint32_t)t;
     s.stream = 0;
@@ -68,7 +68,7 @@ int main(void) {
         float* d_bufs[1] = {d_xk};
         void* gpu = gpa_init(&b.model, &c, NULL, NULL);
         for (int t = 1; t <= 5; t++) {
-            ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, b.wd, t, 1e-2f, 0.5f, NULL, 0};
+            ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, b.wd, t, 1e-2f, 0.5f, NULL, 0, NULL, 0.0f, 0.0f};
             gpa_update(cpu, &b.model, &st, b.theta, b.g, b.m, b.v, bufs);
             HybridDeviceStep s = bench_step(&b, d_bufs, t, 1e-2f);
             gpa_device_update(gpu, &s);
@@ -106,7 +106,7 @@ int main(void) {
                 linefit_device_predict(gpu, &s);
                 jumped++;
             } else {
-                ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, b.wd, step + 1, 1e-2f, 0.5f, NULL, 0};
+                ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, b.wd, step + 1, 1e-2f, 0.5f, NULL, 0, NULL, 0.0f, 0.0f};
                 linefit_update(cpu, &b.model, &st, b.theta, b.g, b.m, b.v, bufs);
                 linefit_device_update(gpu, &s);
             }
