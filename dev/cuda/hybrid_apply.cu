@@ -122,12 +122,18 @@ int main(void) {
         free(pr); free(mr); free(vr); free(dref); free(pf); free(pp); free(mf); free(mp); free(vf); free(vp);
         free(xf); free(xp);
     }
-    // the look-ahead (apply_adamw_lookahead): the same pass with beta_prev and beta_next * d added;
-    // weights to a few ulp of the CPU loop (as above), the drift to 1e-8 absolute
+    // the look-ahead (apply_adamw_lookahead): the same pass with beta_prev and beta_next * d added, and a
+    // trainer's EMA folded in; weights and the EMA to a few ulp of the CPU loop (as above), the drift to 1e-8
     {
         ApplyAdamStep st = {0.9f, 0.95f, 1e-8f, wd, 5, 2e-4f, 0.7f, NULL, 0, NULL, 0.0f, 0.0f};
+        float* eref = (float*)mallocCheck(P * 4);
+        for (size_t i = 0; i < P; i++) { eref[i] = theta[i] * 0.999f; }  // an average a little off the weights
+        float* d_e = to_device_f(eref, P);
+        average_ema_coefs(0.9f, 5, &st.ema_w, &st.ema_k);
+        st.ema = eref;
         ApplyAdamStep dst = st;
         dst.weight_decay = d_wd;
+        dst.ema = d_e;
         float betas[2 * nblocks];
         for (int b = 0; b < nblocks; b++) { betas[b] = 0.1f * b; betas[nblocks + b] = 0.45f - 0.05f * b; }
         float* d_betas = to_device_f(betas, 2 * nblocks);
@@ -145,7 +151,9 @@ int main(void) {
                                       d_off, nblocks, 0, P, 42u, 0);
         ok &= check_close("look-ahead weights vs CPU", from_device_f(d_theta, P), pr, P, 1e-7f, 1e-6f);
         ok &= check_close("look-ahead drift vs CPU", from_device_f(d_d, P), dref, P, 1e-8f, 1e-5f);
-        free(pr); free(mr); free(vr); free(dref);
+        ok &= check_close("look-ahead EMA vs CPU", from_device_f(d_e, P), eref, P, 1e-7f, 1e-6f);
+        free(pr); free(mr); free(vr); free(dref); free(eref);
+        cudaCheck(cudaFree(d_e));
         cudaCheck(cudaFree(d_betas));
     }
     // timing: the fused pass vs the plain AdamW kernel over all blocks
