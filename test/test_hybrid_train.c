@@ -234,6 +234,19 @@ Test(hybrid_train, noise_gate_through_the_binary, .timeout = 300) {
     free(want); free(got); free(base); free(closed); free(none);
 }
 
+// an EMA beside hybrid mode with nothing on: the drift family's fused pass folds it exactly as the baseline's
+// AdamW pass does, so the run is the baseline's with the same --ema bit for bit, val_loss_ema included
+Test(hybrid_train, hybrid_alone_with_an_ema_is_the_baseline_with_it) {
+    corpus();
+    cr_assert_eq(trainer(DIR "/alone_ema", "-x 12 -v 4 -m 2 -d 64 --ema 0.9 --hybrid"), 0);
+    cr_assert_eq(trainer(DIR "/alone_ema_base", "-x 12 -v 4 -m 2 -d 64 --ema 0.9"), 0);
+    char *la = as_baseline(DIR "/alone_ema"), *lb = as_baseline(DIR "/alone_ema_base");
+    cr_assert(la != NULL, "a step with a look-ahead, a Predict run or a rollback");
+    cr_assert(strstr(lb, "\"val_loss_ema\"") != NULL, "no val_loss_ema in the baseline's metrics");
+    cr_assert_str_eq(la, lb, "metrics.jsonl differs from the baseline's with the same EMA");
+    free(la); free(lb);
+}
+
 // nothing is on by default: `--hybrid` alone is the baseline's run bit for bit, at one micro batch per step
 // and at two (where the gate measures), and the trainer says so at start-up, before the first step, with
 // how to turn the look-ahead on; a look-ahead given at one micro batch runs ungated, with a warning that
