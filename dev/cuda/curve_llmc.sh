@@ -12,6 +12,8 @@
 # draws the curves and writes the table. Environment (defaults in brackets):
 #   DEPTH [12]  STEPS [300]  B [16]  T [1024]  LR [6e-4]  WARMUP [30]  VAL_EVERY [25]  VAL_BATCHES [5]  SEEDS [1 2]
 #   LLMC_RUNS [2]  DATA [data/default]  TMO [600 s per run]
+#   LLMC_FP32 [0]: 1 where LLMC_BINARY is llm.c built with PRECISION=FP32 (it loads fp32 model files: it gets the
+#   same bf16-rounded weights as ours, written fp32), to see whether llm.c's bf16 gradients are the curves' gap
 set -u
 [ $# -eq 3 ] || { echo "usage: $0 OUT_DIR OURS_BINARY LLMC_BINARY" >&2; exit 2; }
 cd "$(dirname "$0")/../.." || exit 1
@@ -19,7 +21,7 @@ OUT=$1 OURS=$2 LLMC=$3
 mkdir -p "$OUT" || exit 1
 DEPTH=${DEPTH:-12} STEPS=${STEPS:-300} B=${B:-16} T=${T:-1024} LR=${LR:-6e-4} WARMUP=${WARMUP:-30} VAL_EVERY=${VAL_EVERY:-25}
 VAL_BATCHES=${VAL_BATCHES:-5} SEEDS=${SEEDS:-1 2} LLMC_RUNS=${LLMC_RUNS:-2} DATA=${DATA:-data/default}
-TMO=${TMO:-600}
+TMO=${TMO:-600} LLMC_FP32=${LLMC_FP32:-0}
 # python: the first of $PYTHON, /usr/bin/python3, python3 that has torch and numpy (as check_all.sh)
 PY=python3
 for cand in "${PYTHON:-}" /usr/bin/python3 python3; do
@@ -69,7 +71,7 @@ for run in $(seq 1 "$LLMC_RUNS"); do
     dir="$OUT/llmc_run$run"
     rm -rf "$dir" && mkdir -p "$dir"
     echo "--- llm.c, run $run"
-    timeout "$TMO" "$LLMC" "${FLAGS[@]}" -e "$INIT_BF16" -o "$dir" > "$OUT/llmc_run$run.log" 2>&1 ||
+    timeout "$TMO" "$LLMC" "${FLAGS[@]}" -e "$([ "$LLMC_FP32" = 1 ] && echo "$INIT" || echo "$INIT_BF16")" -o "$dir" > "$OUT/llmc_run$run.log" 2>&1 ||
         { FAILED=1; tail -n 5 "$OUT/llmc_run$run.log"; }
 done
 rm -f "$INIT" "$INIT_BF16"  # 0.75 GB at d12; the seed and the script make them again
