@@ -1718,13 +1718,9 @@ int main(int argc, char** argv) {
         run->kept_label = tr.avg.label;
     }
     if (cfg->ema > 0.0f) {  // the EMA: one buffer, a copy of the weights until the first update folds in
-        if (!hybrid_takes_ema(&tr.hybrid)) {
-            fatal("flag --ema: not with --hybrid %s (it keeps its own average, or moves the weights outside the update that averages them)",
-                  tr.hybrid.method->name);
-        }
         average_init_ema(&tr.avg, tr.model.params_memory, tr.model.num_parameters, cfg->ema);
         tr.model.average = &tr.avg;
-        hybrid_set_ema(&tr.hybrid, tr.avg.weights, cfg->ema);  // a method's update folds it in its own pass
+        hybrid_set_ema(&tr.hybrid, tr.avg.weights, cfg->ema);  // the method's update folds it (or refuses it)
         run->kept_label = tr.avg.label;
     }
     if (resume_step >= 0) {  // counters, AdamW state, data position (and hybrid state) of the checkpoint

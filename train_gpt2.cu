@@ -1055,17 +1055,13 @@ int main(int argc, char** argv) {
         if (hybrid_enabled(&tr.hybrid)) { hybrid_device_init(&tr.hybrid_dev, &tr.hybrid, &hb); }
         size_t Ppad = tr.model.num_parameters_padded;
         if (cfg->ema > 0.0f) {  // the EMA: one device buffer, a copy of the weights until the first update folds in
-            if (!hybrid_takes_ema(&tr.hybrid)) {
-                fatal("flag --ema: not with --hybrid %s (it keeps its own average, or moves the weights outside the update that averages them)",
-                      tr.hybrid.method->name);
-            }
             tr.avg.weights = (float*)cudaMallocCheck(Ppad * sizeof(float));
             cudaCheck(cudaMemcpy(tr.avg.weights, tr.model.master_weights, Ppad * sizeof(float), cudaMemcpyDeviceToDevice));
             tr.avg.n = Ppad;
             tr.avg.ema_decay = cfg->ema;
             tr.avg.label = "ema";
             tr.model.average = &tr.avg;
-            hybrid_set_ema(&tr.hybrid, tr.avg.weights, cfg->ema);  // a method's kernel folds it in its own pass
+            hybrid_set_ema(&tr.hybrid, tr.avg.weights, cfg->ema);  // the method's kernel folds it (or refuses it)
             run->kept_label = tr.avg.label;
             cudaCheck(cudaMallocHost((void**)&tr.host_trained, P * sizeof(float)));
         }

@@ -268,8 +268,13 @@ static inline void hybrid_set_bf16_copy(HybridState* h, uint16_t* params16) { h-
 static inline int hybrid_takes_ema(const HybridState* h) { return h->method == NULL || h->method->folds_ema; }
 
 // the trainer keeps an EMA of the weights (--ema; llmc/average.h): ema (P floats, where the update writes the
-// weights: host, or the GPU's device memory), decay its beta; each measured update folds its weights in
+// weights: host, or the GPU's device memory), decay its beta; each measured update folds its weights in. A
+// method whose update does not fold it stops the run with one line.
 static inline void hybrid_set_ema(HybridState* h, float* ema, float decay) {
+    if (!hybrid_takes_ema(h)) {
+        fatal("flag --ema: not with --hybrid %s (it keeps its own average, or moves the weights outside the update that averages them)",
+              h->method->name);
+    }
     h->ema = ema;
     h->ema_decay = decay;
 }
