@@ -95,6 +95,11 @@ def cell_args_replace_a_cells_own_flags_and_an_arm_still_wins():
     assert base and hyb and len(base) + len(hyb) == len(cmds), out
     assert all(" -t 16 " in c and " -t 8 " not in c and " -u 3 " in c for c in base), base[0]  # the cell's -t 8 replaced
     assert all(" -t 16 " in c and " -u 5 " in c and " -u 3 " not in c for c in hyb), hyb[0]  # the arm's -u wins
+    # the report says which of the cell's flags the config replaced (the cell's own text describes its own)
+    rc, out, err = suite("--config", cfg, "--report-only")
+    reports = glob.glob(os.path.join(TMP, "cellargs", "results", "*", "*", "report.md"))
+    assert rc == 0 and reports, err
+    assert all("This config replaces the cell's flags with -t 16 -u 3." in open(r).read() for r in reports), reports
     cfg = make_config(os.path.join(TMP, "cellargs_bad"), cell_args={"-x": 20})
     rc, out, err = suite("--config", cfg, "--dry-run")
     assert rc == 1 and "'cell_args': flag -x is set by the suite per run" in err, err
