@@ -183,6 +183,12 @@ def a_shard_runs_its_grid_then_best_against_best_and_resumes():
     os.symlink(FAKE, other)
     rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--dry-run", "--trainer", other)
     assert rc == 0 and f"beta/c1 grid: 0 of 12 runs finished with {other}; some ran with {FAKE}" in out, out
+    # and a report with it would overwrite the cell's report with gaps: refused, the report untouched
+    report = os.path.join(res, "beta", "c1", "report.md")
+    before = open(report).read()
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "beta", "--report-only", "--trainer", other)
+    assert rc == 1 and f"some runs were made with {FAKE}: pass it as --trainer (no report written)" in err, (out, err)
+    assert open(report).read() == before
 
 
 @test
