@@ -26,8 +26,10 @@ baseline in the same run.
    (a += s*b) in the same run with the same threads.
 Prints the OpenBLAS core in use. As scripts/bench.py, every run is on the kernels a user who sets nothing gets:
 the variables that override the choice (bench.KERNEL_VARS: OPENBLAS_CORETYPE, ...) are left out, with a note.
+--arms times a subset (each with the arm it is timed against), e.g. more rounds of one pair in the same time:
+  scripts/bench_hybrid_overhead.py --arms "hybrid lookahead --ema" --rounds 7 --micro ''
 usage: scripts/bench_hybrid_overhead.py [--threads 2] [--configs d2:8:64:40,d6:8:256:16] [--rounds 3] [--skip 3]
-       [--args "more trainer flags"]
+       [--args "more trainer flags"] [--arms "NAME,..."]
 """
 import argparse
 import json
@@ -93,6 +95,20 @@ def fmt(x, n):
     return f"{x:.2f} ({n})" if x is not None else "-"
 
 
+def select_arms(spec):
+    """ARMS in their order, restricted to the names in `spec` (comma-separated) and the arms they are timed
+    against; all of them when `spec` is empty"""
+    if not spec:
+        return list(ARMS)
+    names = [n.strip() for n in spec.split(",") if n.strip()]
+    known = [name for name, _ in ARMS]
+    for n in names:
+        if n not in known:
+            sys.exit(f"error: flag --arms: no arm '{n}' (arms: {', '.join(known)})")
+    want = set(names) | {AGAINST.get(n, "baseline") for n in names}
+    return [(name, flags) for name, flags in ARMS if name in want]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
@@ -104,7 +120,10 @@ def main():
     p.add_argument("--micro", default="build/bench_hybrid", help="the passes' bench ('' to skip)")
     p.add_argument("--args", default="", help="more trainer flags for every run, e.g. the study model's data "
                    "and vocabulary: \"-i 'data/small1024/train_*.bin' --vocab data/small1024/vocab\"")
+    p.add_argument("--arms", default="", help="only these arms, comma-separated (default: all): "
+                   + "; ".join(name for name, _ in ARMS))
     a = p.parse_args()
+    arms = select_arms(a.arms)
     env = default_env(dict(os.environ, OMP_NUM_THREADS=str(a.threads), OPENBLAS_NUM_THREADS=str(a.threads)))
     overrides = [f"{k}={os.environ[k]}" for k in KERNEL_VARS if k in os.environ]
     if overrides:
@@ -115,17 +134,19 @@ def main():
     try:
         for spec in a.configs.split(","):
             model, B, T, steps = spec.split(":")
-            times = {name: {} for name, _ in ARMS}
+            times = {name: {} for name, _ in arms}
             for rnd in range(a.rounds):
-                for name, flags in ARMS:
+                for name, flags in arms:
                     out = os.path.join(tmp, f"{model}_{name.replace(' ', '_').replace('-', '')}_{rnd}")
                     run_trainer(a.trainer, model, B, T, int(steps), flags, out, env, a.precision, shlex.split(a.args))
                     phase_times(os.path.join(out, "metrics.jsonl"), a.skip, times[name])
             res = {name: medians(by) for name, by in times.items()}
-            for name, _ in ARMS:
+            for name, _ in arms:
                 print(f"  {model} B={B} T={T} {name} ({a.rounds} runs of {steps} steps): " +
                       ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
-            for name, _ in ARMS[1:]:
+            for name, _ in arms:
+                if name == "baseline" or AGAINST.get(name, "baseline") not in res:
+                    continue  # the reference, or an arm whose reference did not run (it ran as another's)
                 base, nbase = res[AGAINST.get(name, "baseline")].get("full", (None, 0))
                 r = res[name]
                 full, nf = r.get("measured", (None, 0))
