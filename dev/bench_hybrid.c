@@ -3,7 +3,9 @@
  * measures them: on a random-init dN model (GPT-2 vocab), the median time of the plain AdamW update
  * (gpt2_update), the same update fused with hybrid mode's drift and look-ahead (hybrid_update, what every
  * measured step of hybrid mode runs instead), a Predict step (apply_predict: a run's first step, which also
- * keeps theta_0 for the rollback, and a later one) and a rollback (apply_rollback), next to a bandwidth
+ * keeps theta_0 for the rollback, and a later one) and a rollback (apply_rollback), the two AdamW passes again
+ * folding the trainer's EMA of the weights (--ema: the look-ahead keeping it meets the baseline keeping it),
+ * GPA's and Linefit's measured steps, next to a bandwidth
  * probe a += s*b over buffers far larger than the caches, with the same threads. Bytes are counted as
  * STREAM counts them (each float read or written once).
  * Every round runs each pass once, in turn (medians over the rounds after warm-up), so that on a shared
@@ -18,7 +20,7 @@
 
 #define MAX_REPS 64
 #define WARMUP 3
-#define NPASS 8
+#define NPASS 10
 
 static double median(double* x, int n) {  // insertion sort: n is small
     for (int i = 1; i < n; i++) {
@@ -97,6 +99,9 @@ int main(int argc, char** argv) {
         if (strcmp(HYBRID_METHODS[k]->name, "linefit") == 0) { hc.enabled = k + 2; hybrid_init(&hl, &hc, offsets, nb, 1000, 1024.0, 1e-3f, 0.9f, 0.95f, 1e-8f, wd, NULL, 1); }
     }
     if (bf16_on) { hybrid_set_bf16_copy(&hg, model.params_bf16); hybrid_set_bf16_copy(&hl, model.params_bf16); }
+    // the trainer's EMA of the weights (--ema 0.95), folded by gpt2_update and by the look-ahead's pass
+    WeightAverage avg;
+    average_init_ema(&avg, model.params_memory, P, 0.95f);
     // the probe over two buffers of >= 128 MiB each (far past any cache here), or the model's size
     size_t tn = P > ((size_t)32 << 20) ? P : ((size_t)32 << 20);
     float *ta = (float*)mallocCheck(tn * 4), *tb = (float*)mallocCheck(tn * 4);
@@ -128,6 +133,17 @@ int main(int argc, char** argv) {
                     break;
                 case 5: // the rollback of a run: theta_0 back from the keep buffer
                     apply_rollback(model.params_memory, keep, P);
+                    break;
+                case 8:  // the baseline keeping an EMA (--ema)
+                    model.average = &avg;
+                    gpt2_update(&model, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, step++);
+                    model.average = NULL;
+                    break;
+                case 9:  // the look-ahead keeping the same EMA, folded into its fused pass
+                    hybrid_set_ema(&h, avg.weights, 0.95f);
+                    hybrid_update(&h, model.params_memory, model.grads_memory, model.m_memory, model.v_memory, 1.0f, step++);
+                    hybrid_set_ema(&h, NULL, 0.0f);
+                    break;
             }
             if (r >= WARMUP) { times[pass][r - WARMUP] = omp_get_wtime() - t0; }
         }
@@ -135,7 +151,7 @@ int main(int argc, char** argv) {
     double t[NPASS];
     for (int pass = 0; pass < NPASS; pass++) { t[pass] = median(times[pass], reps); }
     double t_probe = t[0], t_plain = t[1], t_fused = t[2], t_pred_first = t[3], t_pred = t[4], t_rollback = t[5];
-    double t_gpa = t[6], t_linefit = t[7];
+    double t_gpa = t[6], t_linefit = t[7], t_plain_ema = t[8], t_fused_ema = t[9];
     double bw = 3.0 * 4.0 * tn / t_probe / 1e9;  // GB/s
     // floats per parameter read + written by each pass (the AdamW passes also write the gradients, zeroed;
     // the bf16 copy not counted)
@@ -147,6 +163,8 @@ int main(int argc, char** argv) {
         {"Rollback (apply_rollback)", t_rollback, 2},
         {"AdamW + GPA's average (--hybrid gpa)", t_gpa, 10},
         {"AdamW + Linefit's sums, a recording step (--hybrid linefit)", t_linefit, 12},
+        {"AdamW + EMA (gpt2_update, --ema)", t_plain_ema, 10},
+        {"AdamW + drift + look-ahead + EMA (hybrid_update, --ema)", t_fused_ema, 12},
     };
     const char* core = openblas_get_corename();
     printf("d%d: %zu parameters in %d blocks, %d threads, OpenBLAS core %s; medians of %d after %d warm-up\n", depth, P,
@@ -162,10 +180,11 @@ int main(int argc, char** argv) {
     }
     printf("{\"depth\": %d, \"params\": %zu, \"threads\": %d, \"blas_core\": \"%s\", \"probe_gbs\": %.3f, "
            "\"adamw_ms\": %.4f, \"fused_ms\": %.4f, \"predict_first_ms\": %.4f, \"predict_ms\": %.4f, "
-           "\"rollback_ms\": %.4f, \"gpa_ms\": %.4f, \"linefit_ms\": %.4f}\n",
+           "\"rollback_ms\": %.4f, \"gpa_ms\": %.4f, \"linefit_ms\": %.4f, \"adamw_ema_ms\": %.4f, \"fused_ema_ms\": %.4f}\n",
            depth, P, omp_get_max_threads(), core, bw, t_plain * 1e3, t_fused * 1e3, t_pred_first * 1e3, t_pred * 1e3,
-           t_rollback * 1e3, t_gpa * 1e3, t_linefit * 1e3);
+           t_rollback * 1e3, t_gpa * 1e3, t_linefit * 1e3, t_plain_ema * 1e3, t_fused_ema * 1e3);
     hybrid_free(&h); hybrid_free(&hg); hybrid_free(&hl);
+    average_free(&avg);
     free(offsets); free(wd); free(drift); free(keep); free(coef); free(ta); free(tb);
     gpt2_free(&model);
     return 0;

@@ -22,8 +22,8 @@ baseline in the same run.
    steps to time (the first run waits for 10 measured losses: a config needs more than 12 steps to have
    one); these flags change no per-step work.
 2. build/bench_hybrid at each config's depth: the passes alone (plain AdamW, AdamW fused with the drift
-   and the look-ahead, Predict steps, the rollback) in bytes moved and GB/s against a bandwidth probe
-   (a += s*b) in the same run with the same threads.
+   and the look-ahead, Predict steps, the rollback, GPA's and Linefit's steps, both AdamW passes folding
+   --ema) in bytes moved and GB/s against a bandwidth probe (a += s*b) in the same run with the same threads.
 Prints the OpenBLAS core in use. As scripts/bench.py, every run is on the kernels a user who sets nothing gets:
 the variables that override the choice (bench.KERNEL_VARS: OPENBLAS_CORETYPE, ...) are left out, with a note.
 --arms times a subset (each with the arm it is timed against), e.g. more rounds of one pair in the same time:
