@@ -54,6 +54,11 @@ ARMS = [("baseline", []), ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"
         ("hybrid lookahead --ema", ["--hybrid", "--lookahead", "0.5", "--ema", "0.95"])]
 # the arm each is timed against (else the baseline): the look-ahead keeping an EMA meets the baseline keeping it
 AGAINST = {"hybrid lookahead --ema": "baseline --ema"}
+
+
+def against(name):
+    """the arm `name` is timed against"""
+    return AGAINST.get(name, "baseline")
 # the drift family's (the arms with --lookahead); another method refuses them
 TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
 
@@ -105,7 +110,7 @@ def select_arms(spec):
     for n in names:
         if n not in known:
             sys.exit(f"error: flag --arms: no arm '{n}' (arms: {', '.join(known)})")
-    want = set(names) | {AGAINST.get(n, "baseline") for n in names}
+    want = set(names) | {against(n) for n in names}
     return [(name, flags) for name, flags in ARMS if name in want]
 
 
@@ -145,15 +150,15 @@ def main():
                 print(f"  {model} B={B} T={T} {name} ({a.rounds} runs of {steps} steps): " +
                       ", ".join(f"{k} {v[0]:.2f} ms ({v[1]})" for k, v in sorted(res[name].items())), flush=True)
             for name, _ in arms:
-                if name == "baseline" or AGAINST.get(name, "baseline") not in res:
+                if name == "baseline" or against(name) not in res:
                     continue  # the reference, or an arm whose reference did not run (it ran as another's)
-                base, nbase = res[AGAINST.get(name, "baseline")].get("full", (None, 0))
+                base, nbase = res[against(name)].get("full", (None, 0))
                 r = res[name]
                 full, nf = r.get("measured", (None, 0))
                 corr, nc = r.get("correct", (None, 0))
                 pred, npr = r.get("predict", (None, 0))
                 back, nback = r.get("rolled back", (None, 0))
-                label = name if name not in AGAINST else f"{name} (against {AGAINST[name]})"
+                label = name if name not in AGAINST else f"{name} (against {against(name)})"
                 rows.append((f"{model} B={B} T={T}", label, base, nbase, full, nf, corr, nc, pred, npr, back, nback))
             if a.micro:
                 r = subprocess.run([a.micro, model[1:], "9"], env=env, cwd=ROOT, capture_output=True, text=True)
