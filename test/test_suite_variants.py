@@ -402,6 +402,14 @@ def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     assert m["gpa"]["grid_worse"] == 0 and m["gpa"]["grid_compared"] == 3, m["gpa"]
     report = open(os.path.join(res, "report.md")).read()
     assert "## Each method against the baseline it meets" in report and "| linefit | 0.002 |" in report, report
+    # and at every grid point: linefit's margin over rows, positive and significant at all three LRs, its best marked
+    margins = report.split("## Each method against its baseline at every grid point")[1]
+    table = [ln for ln in margins.split("linefit − rows (")[1].split("\n\n")[1].split("\n") if ln]
+    pts = sorted(m["linefit"]["grid"], key=lambda g: g["lr"])
+    assert table[0] == "| peak LR | — |" and len(table) == 2 + len(pts) == 5, table
+    for g, ln in zip(pts, table[2:]):
+        assert ln.startswith(f"| {cl.fmt_num(g['lr'])} | **{g['paired']['mean']:+.4f} ± "), (ln, g)
+    assert sum("(m" in ln for ln in table) == 1 and sum("b)" in ln for ln in table) == 1, table
     # over cells: one row per method and cell, the goal per method; the plot
     png = os.path.join(where, "methods.png")
     rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--plot", png)
