@@ -54,13 +54,13 @@ ARMS = [("baseline", []), ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"
         ("hybrid lookahead --ema", ["--hybrid", "--lookahead", "0.5", "--ema", "0.95"])]
 # the arm each is timed against (else the baseline): the look-ahead keeping an EMA meets the baseline keeping it
 AGAINST = {"hybrid lookahead --ema": "baseline --ema"}
+# the drift family's (the arms with --lookahead); another method refuses them
+TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
 
 
 def against(name):
     """the arm `name` is timed against"""
     return AGAINST.get(name, "baseline")
-# the drift family's (the arms with --lookahead); another method refuses them
-TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
 
 
 def run_trainer(trainer, model, B, T, steps, flags, out, env, precision, extra):
