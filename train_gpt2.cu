@@ -1044,6 +1044,7 @@ int main(int argc, char** argv) {
         fatal("flag %s: -x 0 only writes text from the model", cfg->ema > 0.0f ? "--ema" : "--hybrid");
     }
     run_setup(run, mc->vocab_size, resume_step);
+    run_resolve_beta2(run, resume_step);  // --beta2 -1: by the tokens per step, or the checkpoint's
     if (cfg->max_steps == 0) {
         if (run->rank0) { generate(&tr); }
     } else {

@@ -38,6 +38,7 @@ typedef struct {
     Sampler sampler;          // its stream is saved
     Logger logger;
     int grad_accum;           // micro batches per step and process
+    int beta2_auto;           // --beta2 -1 resolved (llmc/run_state.h): 1 by the tokens per step, 2 by the checkpoint
     int total_steps;
     int step;                 // steps completed (saved)
     int adam_steps;           // AdamW updates applied (saved)

@@ -100,6 +100,21 @@ static inline int run_state_recorded(const TrainRun* run, int step, const char* 
     return config_record_value(record, flag, out, size);
 }
 
+// --beta2 -1 (the default): config_beta2_auto's value at this run's tokens per step; a resumed run keeps the
+// value its checkpoint recorded, which built its moments (a checkpoint from before --beta2 was recorded: llm.c's).
+// run->beta2_auto says which chose (the start-up table shows it). After run_setup: it knows the tokens per step.
+static inline void run_resolve_beta2(TrainRun* run, int resume_step) {
+    run->beta2_auto = 0;
+    if (run->cfg.beta2 != -1.0f) { return; }
+    char recorded[64];
+    run->beta2_auto = resume_step >= 0 ? 2 : 1;
+    if (resume_step >= 0 && run_state_recorded(run, resume_step, "--beta2", recorded, sizeof(recorded))) {
+        run->cfg.beta2 = strtof(recorded, NULL);
+    } else {
+        run->cfg.beta2 = resume_step >= 0 ? ADAM_BETA2 : config_beta2_auto(run_tokens_per_step(run));
+    }
+}
+
 // reads the state file of checkpoint `step` into s (m, v into the given buffers), checks it against
 // the flags and restores the counters and data position. weights: (P) for the trained weights of a run whose
 // model file keeps others (llmc/average.h), NULL for a run that trains the weights it keeps; a file must

@@ -46,6 +46,12 @@ DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}  # weight decay o
 # the K AdamW steps of the debug state (test/test_gpt2.c uses the same constants)
 DEBUG_STEPS, DEBUG_LR, DEBUG_WD = 10, 1e-4, 0.01
 BETA1, BETA2, ADAM_EPS, GRAD_CLIP = 0.9, 0.95, 1e-8, 1.0
+# --beta2 -1 (the default), as llmc/config.h's config_beta2_auto: 0.99 at up to this many tokens per step, else 0.95
+BETA2_SMALL, BETA2_SMALL_TOKENS = 0.99, 8192
+
+
+def beta2_auto(tokens_per_step):
+    return BETA2_SMALL if tokens_per_step <= BETA2_SMALL_TOKENS else BETA2
 
 
 def fail(msg):
@@ -224,8 +230,9 @@ class AdamW:
     """llm.c's update, by hand: m,v moments, bias correction, p -= lr*(mhat/(sqrt(vhat)+eps) + wd*p),
     with wd only on the 2-D weights and the gradient multiplied by grad_scale (clipping) first."""
 
-    def __init__(self, model):
+    def __init__(self, model, beta1=BETA1, beta2=BETA2):
         self.model = model
+        self.beta1, self.beta2 = beta1, beta2
         self.state = [(name, x, torch.zeros_like(x), torch.zeros_like(x)) for name, x in model.leaves()]
         self.t = 0
 
@@ -233,12 +240,14 @@ class AdamW:
     def step(self, lr, wd, grad_scale):
         self.t += 1
         t = self.t
-        bc1 = 1.0 - float(np.float32(BETA1) ** np.float32(t))
-        bc2 = 1.0 - float(np.float32(BETA2) ** np.float32(t))
+        b1, b2 = self.beta1, self.beta2
+        bc1 = 1.0 - float(np.float32(b1) ** np.float32(t))
+        bc2 = 1.0 - float(np.float32(b2) ** np.float32(t))
+        c1, c2 = float(np.float32(1.0) - np.float32(b1)), float(np.float32(1.0) - np.float32(b2))  # as C's 1.0f - beta
         for name, p, m, v in self.state:
             g = p.grad * grad_scale
-            m.mul_(BETA1).add_(g, alpha=1.0 - BETA1)
-            v.mul_(BETA2).addcmul_(g, g, value=1.0 - BETA2)
+            m.mul_(b1).add_(g, alpha=c1)
+            v.mul_(b2).addcmul_(g, g, value=c2)
             upd = (m / bc1) / ((v / bc2).sqrt() + ADAM_EPS)
             if name in DECAYED and wd != 0.0:
                 upd.add_(p, alpha=wd)
@@ -455,7 +464,7 @@ def cmd_train(a):
     train = DataLoader(a.i, B, T, cfg["V"], a.rows, a.seed)
     val = DataLoader(a.j, B, T, cfg["V"], "in-order", a.seed) if a.j and a.v > 0 else None
     steps = a.x if a.x > 0 else train.total_batches // accum
-    opt = AdamW(model)
+    opt = AdamW(model, a.beta1, a.beta2 if a.beta2 != -1 else beta2_auto(d))
     out = None
     if a.o:
         os.makedirs(a.o, exist_ok=True)
@@ -581,6 +590,9 @@ def main():
     p.add_argument("-q", type=float, default=1.0, help="final lr fraction")
     p.add_argument("-k", default="cosine", choices=["cosine", "linear", "constant", "wsd"], help="lr schedule")
     p.add_argument("-c", type=float, default=0.0, help="weight decay")
+    p.add_argument("--beta1", type=float, default=BETA1, help="AdamW beta1")
+    p.add_argument("--beta2", type=float, default=-1.0,
+                   help=f"AdamW beta2 (-1: {BETA2_SMALL} at up to {BETA2_SMALL_TOKENS} tokens per step, {BETA2} above)")
     p.add_argument("-v", type=int, default=20, help="val loss every N steps (0 = off)")
     p.add_argument("-m", type=int, default=20, help="val batches (<= 0: all)")
     p.add_argument("-a", type=int, default=0, help="overfit a single batch")

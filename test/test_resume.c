@@ -265,7 +265,7 @@ Test(resume, changed_init_refused) {
 }
 Test(resume, changed_adam_betas_refused) {
     expect_resume_refused("-x 4 -n 2 --beta1 0.8", "-x 4 --beta1 0.9 -y 1", "refuse_b1", "flag --beta1: 0.9 differs from the checkpoint's 0.8");
-    expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.99 -y 1", "refuse_b2", "flag --beta2: 0.99 differs from the checkpoint's 0.95");
+    expect_resume_refused("-x 4 -n 2", "-x 4 --beta2 0.95 -y 1", "refuse_b2", "flag --beta2: 0.95 differs from the checkpoint's 0.99");
 }
 Test(resume, changed_rows_refused) {
     expect_resume_refused("-x 4 -n 2 --rows contiguous", "-x 4 -y 1", "refuse_rows", "flag --rows: random differs from the checkpoint's contiguous");
@@ -296,7 +296,39 @@ Test(resume, older_state_without_flags_resumes_with_a_note) {
 
 // --beta1 reaches AdamW: another beta1 trains other weights (and the default is the old constant)
 Test(resume, beta1_flag_changes_the_run) {
-    expect_same_then_other("b1", "-x 4", "-x 4 --beta1 0.9 --beta2 0.95", "-x 4 --beta1 0.8");
+    expect_same_then_other("b1", "-x 4", "-x 4 --beta1 0.9 --beta2 0.99", "-x 4 --beta1 0.8");
+}
+
+// --beta2 -1, the default: 0.99 up to 8,192 tokens per step, llm.c's 0.95 above; three steps, since the
+// bias-corrected first step is the same for every beta2. The test's steps are 256 tokens; -d moves them
+// to the boundary and one micro batch past it.
+Test(resume, beta2_default_follows_the_tokens_per_step) {
+    expect_same_then_other("b2_small", "-x 3", "-x 3 --beta2 0.99", "-x 3 --beta2 0.95");
+    expect_same_then_other("b2_edge", "-x 3 -d 8192", "-x 3 -d 8192 --beta2 0.99", "-x 3 -d 8192 --beta2 0.95");
+    expect_same_then_other("b2_large", "-x 3 -d 8320", "-x 3 -d 8320 --beta2 0.95", "-x 3 -d 8320 --beta2 0.99");
+}
+
+// a run resumed without --beta2 keeps the beta2 its checkpoint recorded (its moments were built with it),
+// whatever the rule would pick for its tokens per step, and continues bit for bit
+Test(resume, beta2_default_on_resume_keeps_the_checkpoints) {
+    char a[512], b[512], path[700], cmd[4096];
+    join_path(a, sizeof(a), dir, "b2_kept_straight");
+    join_path(b, sizeof(b), dir, "b2_kept_resumed");
+    train("-x 8 -n 4 --beta2 0.9", a);
+    train("-x 8 -n 4 --beta2 0.9", b);
+    join_path(path, sizeof(path), b, "DONE_00000008");
+    cr_assert_eq(unlink(path), 0, "%s", path);
+    snprintf(cmd, sizeof(cmd), "%s -x 8 -n 4 -y 1 -o %s", flags, b);
+    snprintf(path, sizeof(path), "%s.stdout", b);
+    RunResult r = run_cmd(cmd, path);
+    cr_assert(r.exited && r.status == 0, "the resume without --beta2 failed (%d): %s", r.status, r.err);
+    char* out = read_text(path);
+    cr_assert_not_null(out, "%s", path);
+    cr_assert(strstr(out, "0.9: the checkpoint's") != NULL, "the table does not say the checkpoint chose beta2:\n%s", out);
+    char* ma = metrics_without_times(a);
+    char* mb = metrics_without_times(b);
+    cr_assert_str_eq(ma, mb);
+    free(ma); free(mb); free(out);
 }
 
 // hybrid mode's look-ahead: a checkpoint inside its window (steps 2..12 of 12) holds the drift, the
