@@ -5,7 +5,7 @@
 # Both programs start from the same random-init weights (d12 unless DEPTH says otherwise) (scripts/train_gpt2.py, the PyTorch reference,
 # writes them; they are rounded to bf16 and written as llm.c model files, fp32 for ours and bf16 for llm.c's
 # bf16 build, each loaded with -e) and train on the same shards with the same flags (LR
-# schedule, AdamW, clipping and the val batches are the same in both; ours reads llm.c's layout, --rows
+# schedule, AdamW (ours given llm.c's --beta2 0.95), clipping and the val batches are the same in both; ours reads llm.c's layout, --rows
 # contiguous, a micro batch as B*T consecutive tokens; the order of the train batches is each program's own shuffle). What separates two runs of one program is measured too: ours with two --seed values
 # (another data order and another stochastic rounding), llm.c twice (it has no seed flag). Then
 #   /usr/bin/python3 scripts/plot_curve_llmc.py OUT_DIR
@@ -64,7 +64,7 @@ for seed in $SEEDS; do
     dir="$OUT/ours_seed$seed"
     rm -rf "$dir"
     echo "--- ours, seed $seed"
-    timeout "$TMO" "$OURS" "${FLAGS[@]}" --rows contiguous --seed "$seed" -o "$dir" > "$OUT/ours_seed$seed.log" 2>&1 ||
+    timeout "$TMO" "$OURS" "${FLAGS[@]}" --rows contiguous --beta2 0.95 --seed "$seed" -o "$dir" > "$OUT/ours_seed$seed.log" 2>&1 ||
         { FAILED=1; tail -n 5 "$OUT/ours_seed$seed.log"; }
 done
 for run in $(seq 1 "$LLMC_RUNS"); do
