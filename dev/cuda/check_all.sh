@@ -170,6 +170,20 @@ run_hybrid_alone() {  # --hybrid with nothing on (the defaults) trains as the ba
         sed -E 's/, "method": "drift", "beta": null, "predict_run_step": null, "rollback": 0//' "$W/alone/metrics.jsonl" > "$W/alone.cmp/metrics.jsonl"
     same_losses "$W/base" "$W/alone.cmp" 0
 }
+run_beta2_default() {  # --beta2 -1 (the default) picks 0.99 at 2,048 tokens per step and 0.95 at 16,384, as on the CPU
+    local d b2 extra
+    for d in small large; do
+        extra=()
+        [ $d = large ] && extra=(-d 16384 -x 3)
+        b2=$([ $d = large ] && echo 0.95 || echo 0.99)
+        rm -rf "$W/b2_$d" "$W/b2_${d}_given"
+        timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "${extra[@]}" -o "$W/b2_$d" > "$W/b2_$d.out" 2>&1 || { tail -n 5 "$W/b2_$d.out"; return 1; }
+        timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" "${extra[@]}" --beta2 $b2 -o "$W/b2_${d}_given" > "$W/b2_${d}_given.out" 2>&1 ||
+            { tail -n 5 "$W/b2_${d}_given.out"; return 1; }
+        grep -Eq "^\| beta2 \(-1\) +\| $b2: " "$W/b2_$d.out" || { echo "the start-up table of $W/b2_$d.out does not say $b2"; return 1; }
+        same_losses "$W/b2_$d" "$W/b2_${d}_given" 0 || return 1
+    done
+}
 run_cpu_vs_gpu() {
     rm -rf "$W/gpu_cmp"
     timeout "$TMO" ./train_gpt2cu "${FLAGS[@]}" -o "$W/gpu_cmp" > "$W/gpu_cmp.out" 2>&1 || { tail -n 5 "$W/gpu_cmp.out"; return 1; }
@@ -302,6 +316,7 @@ round() {  # TAG USE_CUDNN
     check "[$tag] resume gpa" run_gpa
     check "[$tag] resume linefit" run_linefit
     check "[$tag] hybrid alone is the baseline" run_hybrid_alone
+    check "[$tag] beta2 default" run_beta2_default
     if [ $CPU_OK = 1 ]; then
         check "[$tag] cpu-vs-gpu" run_cpu_vs_gpu
     else
