@@ -47,7 +47,7 @@ DECAYED = {"wte", "wpe", "qkvw", "attprojw", "fcw", "fcprojw"}  # weight decay o
 DEBUG_STEPS, DEBUG_LR, DEBUG_WD = 10, 1e-4, 0.01
 BETA1, BETA2, ADAM_EPS, GRAD_CLIP = 0.9, 0.95, 1e-8, 1.0
 # --beta2 -1 (the default), as llmc/config.h's config_beta2_auto: 0.99 at up to this many tokens per step, else 0.95
-BETA2_SMALL, BETA2_SMALL_TOKENS = 0.99, 8192
+BETA2_SMALL, BETA2_SMALL_TOKENS = 0.99, 4096
 
 
 def beta2_auto(tokens_per_step):

@@ -299,13 +299,13 @@ Test(resume, beta1_flag_changes_the_run) {
     expect_same_then_other("b1", "-x 4", "-x 4 --beta1 0.9 --beta2 0.99", "-x 4 --beta1 0.8");
 }
 
-// --beta2 -1, the default: 0.99 up to 8,192 tokens per step, llm.c's 0.95 above; three steps, since the
+// --beta2 -1, the default: 0.99 up to 4,096 tokens per step, llm.c's 0.95 above; three steps, since the
 // bias-corrected first step is the same for every beta2. The test's steps are 256 tokens; -d moves them
 // to the boundary and one micro batch past it.
 Test(resume, beta2_default_follows_the_tokens_per_step) {
     expect_same_then_other("b2_small", "-x 3", "-x 3 --beta2 0.99", "-x 3 --beta2 0.95");
-    expect_same_then_other("b2_edge", "-x 3 -d 8192", "-x 3 -d 8192 --beta2 0.99", "-x 3 -d 8192 --beta2 0.95");
-    expect_same_then_other("b2_large", "-x 3 -d 8320", "-x 3 -d 8320 --beta2 0.95", "-x 3 -d 8320 --beta2 0.99");
+    expect_same_then_other("b2_edge", "-x 3 -d 4096", "-x 3 -d 4096 --beta2 0.99", "-x 3 -d 4096 --beta2 0.95");
+    expect_same_then_other("b2_large", "-x 3 -d 4224", "-x 3 -d 4224 --beta2 0.95", "-x 3 -d 4224 --beta2 0.99");
 }
 
 // a run resumed without --beta2 keeps the beta2 its checkpoint recorded (its moments were built with it),
