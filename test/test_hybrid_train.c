@@ -10,9 +10,6 @@
 
 #define VOCAB 256
 #define DIR "build/test_hybrid_train.d"
-#define ADAM_BETA1 0.9f  // the trainer's AdamW settings (defined in its main section)
-#define ADAM_BETA2 0.95f
-#define ADAM_EPS 1e-8f
 
 #include "tiny_run.h"  // the tiny corpus under DIR, ./train_gpt2 on it, its logs read back
 
