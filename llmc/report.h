@@ -49,12 +49,11 @@ static inline void report_config_begin(const TrainRun* run, const TrainCli* cli,
         snprintf(v, sizeof(v), "%zu", run->train_loader.total_batches); report_row("train batches/epoch", v);
         snprintf(v, sizeof(v), "%zu", run->has_val ? run->val_loader.total_batches : 0); report_row("val batches", v);
         snprintf(v, sizeof(v), "%d", run->grad_accum); report_row("grad accumulation", v);
-        if (run->beta2_auto == 1) {
-            snprintf(v, sizeof(v), "%g: %.0f tokens per step (%s %d)", run->cfg.beta2, run_tokens_per_step(run),
-                     run_tokens_per_step(run) <= ADAM_BETA2_SMALL_TOKENS ? "<=" : ">", ADAM_BETA2_SMALL_TOKENS);
+        if (run->beta2_auto != 0) {  // what chose --beta2 -1's value: the tokens per step, or the checkpoint
+            if (run->beta2_auto == 1) { snprintf(v, sizeof(v), "%g: %.0f tokens per step", run->cfg.beta2, run_tokens_per_step(run)); }
+            else { snprintf(v, sizeof(v), "%g: the checkpoint's", run->cfg.beta2); }
             report_row("beta2 (-1)", v);
         }
-        if (run->beta2_auto == 2) { snprintf(v, sizeof(v), "%g: the checkpoint's", run->cfg.beta2); report_row("beta2 (-1)", v); }
         snprintf(v, sizeof(v), "%d", run->total_steps); report_row("steps", v);
     }
 }

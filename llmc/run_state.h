@@ -106,13 +106,14 @@ static inline int run_state_recorded(const TrainRun* run, int step, const char* 
 static inline void run_resolve_beta2(TrainRun* run, int resume_step) {
     run->beta2_auto = 0;
     if (run->cfg.beta2 != -1.0f) { return; }
-    char recorded[64];
-    run->beta2_auto = resume_step >= 0 ? 2 : 1;
-    if (resume_step >= 0 && run_state_recorded(run, resume_step, "--beta2", recorded, sizeof(recorded))) {
-        run->cfg.beta2 = strtof(recorded, NULL);
-    } else {
-        run->cfg.beta2 = resume_step >= 0 ? ADAM_BETA2 : config_beta2_auto(run_tokens_per_step(run));
+    if (resume_step < 0) {
+        run->beta2_auto = 1;
+        run->cfg.beta2 = config_beta2_auto(run_tokens_per_step(run));
+        return;
     }
+    char recorded[64];
+    run->beta2_auto = 2;
+    run->cfg.beta2 = run_state_recorded(run, resume_step, "--beta2", recorded, sizeof(recorded)) ? strtof(recorded, NULL) : ADAM_BETA2;
 }
 
 // reads the state file of checkpoint `step` into s (m, v into the given buffers), checks it against
