@@ -411,6 +411,37 @@ def methods_meet_their_baselines_cell_by_cell_and_over_cells():
     for g, ln in zip(pts, table[2:]):
         assert ln.startswith(f"| {cl.fmt_num(g['lr'])} | **{g['paired']['mean']:+.4f} ± "), (ln, g)
     assert sum("(m" in ln for ln in table) == 1 and sum("b)" in ln for ln in table) == 1, table
+    # over the run: at the method's best point and its baseline's, the method − the baseline at every val step,
+    # recomputed here from the grid runs' metrics (grid seeds 1, 2), each arm by its own score
+    def curve(kind, lr, field):
+        out = {}
+        for seed in (1, 2):
+            recs = [json.loads(ln) for ln in open(os.path.join(res, "grid", f"{kind}_lr{lr:g}", f"seed{seed}", "metrics.jsonl"))]
+            out[seed] = {r["step"]: r[field] for r in recs if field in r and r["step"] > 0}
+        return out
+    over = {(o["arm"], o["lr"]): o for o in s["over_run"]}
+    for arm, field, ref, ref_field in (("gpa", "val_loss_gpa", "rows_ema", "val_loss_ema"), ("linefit", "val_loss", "rows", "val_loss")):
+        lrs = {m[arm]["lr"], s["best"][ref]}
+        assert {lr for a, lr in over if a == arm} == lrs, (arm, sorted(over))
+        for lr in lrs:
+            o, a, b = over[(arm, lr)], curve(arm, lr, field), curve("rows", lr, ref_field)
+            assert o["against"] == ref and o["steps"] == [5, 10] and o["lookahead_applied"] is None, o
+            for st, d in zip(o["steps"], o["paired"]):
+                want = sum(a[sd][st] - b[sd][st] for sd in (1, 2)) / 2
+                assert abs(d["mean"] - want) < 1e-9, (arm, lr, st, d["mean"], want)
+    table = report.split("## Over the run")[1]
+    assert "| method − baseline | point | step 5 | step 10 | look-ahead applied |" in table, table
+    assert sum(ln.startswith("| gpa − rows_ema |") for ln in table.split("\n")) == len({m["gpa"]["lr"], s["best"]["rows_ema"]}), table
+    # the look-ahead's share, where a method's summaries count its steps (as the look-ahead's do): 4 of 10 steps
+    for seed in (1, 2):
+        path = os.path.join(res, "grid", f"linefit_lr{m['linefit']['lr']:g}", f"seed{seed}", "summary.json")
+        j = json.load(open(path))
+        j["hybrid"] = {"lookahead_steps": 4, "lookahead_gated_steps": 6}
+        json.dump(j, open(path, "w"))
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--report-only")
+    assert rc == 0, err
+    line = [ln for ln in open(os.path.join(res, "report.md")) if ln.startswith("| linefit − rows |") and "(m" in ln]
+    assert len(line) == 1 and line[0].rstrip().endswith("| 40% of the steps |"), line
     # over cells: one row per method and cell, the goal per method; the plot
     png = os.path.join(where, "methods.png")
     rc, out, err = suite("--config", cfg, "--methods", os.path.join(where, "results"), "--plot", png)
