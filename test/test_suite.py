@@ -121,6 +121,42 @@ def cell_lr_grid_replaces_a_named_cells_grid_only():
 
 
 @test
+def a_config_made_from_another_says_only_what_it_changes():
+    where = os.path.join(TMP, "based")
+    make_config(where, args={"-v": 5, "-m": 2, "-q": 0.1})
+
+    def derived(file, **keys):
+        path = os.path.join(where, file)
+        with open(path, "w") as f:
+            json.dump(keys, f)
+        return path
+    # args merge flag by flag (null drops one), anything else replaces; the cells stay the base's folder's
+    cfg = derived("gpu.json", base="suite.json", name="t_gpu", description="the same on c1, -m 3, no -q",
+                  cells=["c1"], args={"-m": 3, "-q": None}, results=os.path.join(where, "results_gpu"))
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    assert rc == 0, err
+    cmds = [ln for ln in out.split("\n") if ln.startswith("  ")]
+    assert len(cmds) == 2 * (2 * 2 * 3), len(cmds)  # corpora x (seeds x arms x LRs) of c1 alone
+    assert all("/c1/" in c and "results_gpu" in c for c in cmds), cmds[0]
+    assert all(" -v 5 " in c and " -m 3 " in c and " -m 2 " not in c and " -q " not in c for c in cmds), cmds[0]
+    # a chain resolves in order: the nearest config's keys win
+    cfg = derived("gpu2.json", base="gpu.json", name="t_gpu2", description="c2 this time", cells=["c2"])
+    rc, out, err = suite("--config", cfg, "--dry-run")
+    cmds = [ln for ln in out.split("\n") if ln.startswith("  ")]
+    assert rc == 0 and cmds and all("/c2/" in c and " -m 3 " in c for c in cmds), out + err
+    # a base that is missing, the config itself, or a loop, and a config without its own name, are refused
+    for bad, msg in ((dict(base="nothere.json", name="x", description="x"), "'base': no config"),
+                     (dict(base="self.json", name="x", description="x"), "is this config or one it is made from"),
+                     (dict(base="gpu.json", description="x"), "needs its own 'name' and 'description'"),
+                     (dict(base=3, name="x", description="x"), "'base' must name another config")):
+        rc, out, err = suite("--config", derived("self.json", **bad), "--dry-run")
+        assert rc == 1 and msg in err and "Traceback" not in err, (bad, err)
+    derived("loop_a.json", base="loop_b.json", name="a", description="a")
+    rc, out, err = suite("--config", derived("loop_b.json", base="loop_a.json", name="b", description="b"), "--dry-run")
+    assert rc == 1 and "is this config or one it is made from" in err, err
+
+
+@test
 def every_committed_suite_config_loads():
     """A study starts from a committed config: each must pass the suite's checks (its loader, which needs no data:
     a fresh clone has no corpora), so that a broken one fails here, not hours into a study."""
@@ -130,7 +166,7 @@ def every_committed_suite_config_loads():
     mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("suite_module", loader))
     loader.exec_module(mod)
     paths = sorted(glob.glob(os.path.join(ROOT, "configs", "suite", "*.json")))
-    configs = [p for p in paths if "cells" in json.load(open(p))]  # the others are cells
+    configs = [p for p in paths if {"cells", "base"} & set(json.load(open(p)))]  # the others are cells
     assert len(configs) >= 5, paths
     for p in configs:
         try:

@@ -24,7 +24,10 @@ PY=python3
 for cand in "${PYTHON:-}" /usr/bin/python3 python3; do
     if [ -n "$cand" ] && "$cand" -c "import numpy" > /dev/null 2>&1; then PY=$cand; break; fi
 done
-RESULTS=$("$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["results"])' "$CONFIG") || exit 1
+# the results folder as the suite reads the config (a config made from another may take its base's)
+RESULTS=$("$PY" -c 'import importlib.machinery as m, importlib.util as u, sys
+ld = m.SourceFileLoader("suite", "scripts/suite"); s = u.module_from_spec(u.spec_from_loader("suite", ld)); ld.exec_module(s)
+print(s.read_config(sys.argv[1])["results"])' "$CONFIG") || exit 1
 if [ ! -x train_gpt2cu ]; then
     make --no-print-directory -j"$(nproc)" train_gpt2cu > "$OUTD/build.log" 2>&1 || { tail -n 5 "$OUTD/build.log"; exit 1; }
 fi
