@@ -213,6 +213,7 @@ def with_grid_grow_own_each_arm_grows_its_own_grid():
     report = open(os.path.join(res, "report.md")).read()
     row = [ln for ln in report.split("\n") if ln.startswith("| 0.008 | 0.99 |")]
     assert len(row) == 1 and row[0].split("|")[3].strip() == "—" and row[0].split("|")[4].strip() != "—", row  # contiguous, rows
+    assert row[0].split("|")[-2].strip() == "2", row  # the seeds of the arms that ran there, not of the one that did not
     assert "edge" not in report, report
     # a value it does not know is refused
     where, cfg = variants_config("own_bad", grid_grow="each")
