@@ -9,6 +9,10 @@ TRAINER=${LLMC_TRAINER:-./train_gpt2}
 PY=/usr/bin/python3
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# --precision auto times both paths at start-up; where they are close (a tiny model, a loaded machine) two fresh
+# runs can choose differently, and runs compared bit for bit must not. Pinned as the C tests pin it
+# (test/trainer_test_util.h); a value the caller sets wins.
+export LLMC_PRECISION_TEST_PROBE=${LLMC_PRECISION_TEST_PROBE:-bf16}
 NAME=$(basename "$0" .sh)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/llmc_${NAME}.XXXXXX")
 BG_PIDS=""
