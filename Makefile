@@ -467,6 +467,8 @@ test/test_compare.py: $(filter train_gpt2,$(PROGRAMS))
 # its longer suites (beta2 grids, named arms, the variants table, controls, epochs) are the slow tier's
 TESTS += test/test_suite_stats.py test/test_suite.py
 SLOW_TESTS += test/test_suite_variants.py
+# scripts/best_rule.py scores the rules that could pick an arm's best grid point (a second, no trainer)
+TESTS += test/test_best_rule.py
 
 # ---- section: documentation (README.md, docs/) ----
 # every relative link resolves inside the repository; the README's quick start works in a fresh clone
