@@ -297,6 +297,30 @@ METHODS = {"rows": {"args": {"--rows": "random", "--ema": 0.999}},
 
 
 @test
+def with_long_runs_references_only_the_baselines_run_at_two_lengths():
+    # gpa meets rows_ema, which reads rows' runs at the same best point: rows runs at 115% of the steps for it,
+    # gpa (no one's baseline) at 100% only, and the steps saved are those computed from these runs
+    where = os.path.join(TMP, "methods_refs")
+    arms = {k: v for k, v in METHODS.items() if k != "linefit"}
+    cfg = make_config(where, arms=arms, beta2_grid=None, grid_extend=0, hybrid_args=None, long_runs="references")
+    rc, out, err = suite("--config", cfg, "--cell", "c1", "--corpus", "alpha", "--jobs", "2")
+    assert rc == 0, out + err
+    res = os.path.join(where, "results", "alpha", "c1")
+    assert sorted(os.listdir(os.path.join(res, "compare"))) == ["gpa", "rows", "rows_long"], os.listdir(os.path.join(res, "compare"))
+    m = {r["arm"]: r for r in json.load(open(os.path.join(res, "summary.json")))["methods"]}
+    finals = compare_finals(res)
+    o, r, rl = finals("gpa", "val_loss_gpa"), finals("rows", "val_loss_ema"), finals("rows_long", "val_loss_ema")
+    ratios = cl.step_ratios([(a, [b, c]) for (a, b), (_, c) in zip(r, rl)], o)
+    sv = cl.one_sample_t([(a, x["saved"]) for a, x in ratios.items()], 0.0)
+    assert m["gpa"]["against"] == "rows_ema" and abs(m["gpa"]["saved"]["mean"] - sv["mean"]) < 1e-9, m
+    # any other value is refused with one line naming the config
+    bad = make_config(os.path.join(TMP, "methods_refs_bad"), arms=arms, beta2_grid=None, hybrid_args=None,
+                      long_runs="methods")
+    rc, out, err = suite("--config", bad, "--dry-run")
+    assert rc == 1 and "'long_runs' must be" in err and len(err.strip().splitlines()) == 1, (rc, err)
+
+
+@test
 def with_grid_grow_own_a_baseline_covers_the_grid_of_the_methods_meeting_it():
     # GPA's kept weights tilted towards high LRs: its best is the grid's top (4e-3), so gpa's grid grows to 8e-3
     # (worse: bracketed); rows, the runs of the baseline gpa meets (rows_ema), runs there too, though its own best
