@@ -6,6 +6,12 @@
 # wait policy to passive: without it, the threads of one test spin between parallel regions and take the cores
 # from the test Criterion runs beside it. A policy the caller set wins.
 export OMP_WAIT_POLICY="${OMP_WAIT_POLICY:-passive}"
+# --precision auto times both precisions at start-up where the CPU has native bf16; on a CPU where the two are
+# close that answer can differ from one run to the next under load, and a test comparing two runs bit for bit
+# would compare two precisions. Every test gets the answer pinned (bf16, as trainer_test_util.h and
+# reliability/lib.sh pin it when run alone); the tests of the probe itself set or unset it, and the benchmark's
+# (scripts/bench.py) run without it.
+export LLMC_PRECISION_TEST_PROBE="${LLMC_PRECISION_TEST_PROBE:-bf16}"
 times=$(mktemp); trap 'rm -f "$times"' EXIT
 tck=$(getconf CLK_TCK)
 cpu() { awk -v t="$tck" '{ printf "%.2f", ($16 + $17) / t }' /proc/$$/stat; }  # this shell's finished children
