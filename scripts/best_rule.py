@@ -149,6 +149,8 @@ def main():
     p.add_argument("--pick", type=int, default=3, help="seeds a rule picks from (default %(default)s)")
     p.add_argument("--out", help="also write the tables to this markdown file")
     a = p.parse_args()
+    if a.pick < 2:
+        die(f"flag --pick: {a.pick}; a rule needs at least 2 seeds (mean_sd takes their spread)")
     grid = read_grid(a.runs_csv)
     if not grid:
         die(f"{a.runs_csv}: no finished grid runs")

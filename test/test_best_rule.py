@@ -106,6 +106,8 @@ def the_cli_writes_its_tables_and_refuses_bad_input():
     bad = [("no_cols.csv", write_csv("no_cols.csv", [(1, 2)], header="a,b"), "not a suite runs.csv"),
            ("dup.csv", write_csv("dup.csv", rows + [rows[0]]), "seed 1 twice"),
            ("partial.csv", write_csv("partial.csv", rows[:-1]), "lack some grid points")]
+    r = subprocess.run([sys.executable, SCRIPT, csv_ok, "--pick", "1"], capture_output=True, text=True)
+    assert r.returncode == 1 and "flag --pick: 1" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     for name, path, msg in bad:
         r = subprocess.run([sys.executable, SCRIPT, path, "--pick", "2"], capture_output=True, text=True)
         lines = r.stderr.strip().splitlines()
