@@ -27,12 +27,10 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from comparelib import die  # noqa: E402  (one line 'error: ...', exit 1, as the suite's)
+
 RULES = ("mean", "median", "worst", "mean_sd", "smooth")
-
-
-def die(msg):
-    print(f"best_rule.py: {msg}", file=sys.stderr)
-    sys.exit(1)
 
 
 def read_grid(path):
