@@ -4,6 +4,7 @@ best_rule.py — which rule should pick an arm's best point from its grid? Score
 uses the pick: chosen on a few grid seeds, then read on fresh ones.
 
     scripts/best_rule.py docs/results/best_rule_dev/default/b1/runs.csv --out docs/results/best_rule_dev/rules.md
+    scripts/best_rule.py docs/results/best_rule_dev/default/b1/runs.csv --sizes 2,3,4,5 --out docs/results/best_rule_dev/sizes.md
 
 Reads a suite report's runs.csv (configs/suite/best_rule_dev.json: every arm at every point of a fixed LR x
 beta2 grid on many seeds) and, for each arm, draws every --pick of its seeds (3, as the suite's grid seeds),
@@ -19,6 +20,13 @@ The rules (a pick is the point of lowest value; ties to the lower LR, then the l
   mean_sd  their mean plus their sample standard deviation
   smooth   the mean smoothed along the LR axis: the point's mean at half weight, each LR neighbour's (same
            beta2) at a quarter, renormalised at an end of the grid
+
+--sizes asks how many grid seeds the suite's rule (the mean) needs: for each size k, every draw of k seeds
+picks a point, read on the seeds left over against the point best over all of them. That reference is the
+same for every k (the regret above is against the best on the seeds left over, which flatters a pick read
+on few), so the costs of different sizes compare; each seed lies in the left-over set equally often over
+the draws, so a cost averages to the all-seeds mean at the pick minus the all-seeds best. The reference
+holds the drawn seeds too, which pulls a large draw's cost toward 0: a size is read only up to half the seeds.
 """
 import argparse
 import csv
@@ -116,6 +124,23 @@ def score_rules(pts, seeds, k):
             for r, a in acc.items()}
 
 
+def score_sizes(pts, seeds, sizes):
+    """{k: {"cost", "hits", "draws"}}: the mean rule's pick from every draw of k seeds, read on the rest
+    against the point best over all the seeds (one reference for every k)."""
+    best_all = pick(rule_values("mean", pts, seeds))
+    out = {}
+    for k in sizes:
+        cost, hits, draws = [], 0, list(itertools.combinations(seeds, k))
+        for drawn in draws:
+            rest = [s for s in seeds if s not in drawn]
+            p = pick(rule_values("mean", pts, drawn))
+            on_rest = rule_values("mean", pts, rest)
+            cost.append(on_rest[p] - on_rest[best_all])
+            hits += p == best_all
+        out[k] = {"cost": statistics.mean(cost), "hits": hits / len(draws), "draws": len(draws)}
+    return out
+
+
 def pt_name(pt):
     return f"{pt[0]:g}" + (f", {pt[1]:g}" if pt[1] is not None else "")
 
@@ -145,13 +170,25 @@ def main():
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("runs_csv", help="a suite report's runs.csv")
     p.add_argument("--pick", type=int, default=3, help="seeds a rule picks from (default %(default)s)")
+    p.add_argument("--sizes", help="instead: score the mean's pick from each of these numbers of seeds, e.g. 2,3,4")
     p.add_argument("--out", help="also write the tables to this markdown file")
     a = p.parse_args()
     if a.pick < 2:
         die(f"flag --pick: {a.pick}; a rule needs at least 2 seeds (mean_sd takes their spread)")
+    sizes = None
+    if a.sizes is not None:
+        try:
+            sizes = sorted({int(x) for x in a.sizes.split(",")})
+        except ValueError:
+            die(f"flag --sizes: {a.sizes!r}; expected numbers of seeds separated by commas, e.g. 2,3,4")
+        if sizes[0] < 1:
+            die(f"flag --sizes: {a.sizes}; a pick needs at least 1 seed")
     grid = read_grid(a.runs_csv)
     if not grid:
         die(f"{a.runs_csv}: no finished grid runs")
+    if sizes is not None:
+        write(a.out, sizes_text(a.runs_csv, grid, sizes))
+        return
     out = [f"Rules scored over every {a.pick} of each arm's seeds, on the seeds left over ({a.runs_csv}; "
            "scripts/best_rule.py). Regret: the mean of the other seeds at the pick minus their mean at the point "
            "best on them, averaged over the draws.", ""]
@@ -172,13 +209,37 @@ def main():
     for r in RULES[1:]:
         out.append(f"| `{r}` | " + " | ".join(f"{summary[k][r]['regret'] - summary[k]['mean']['regret']:+.4f}"
                                              for k in sorted(summary)) + " |")
-    text = "\n".join(out) + "\n"
+    write(a.out, "\n".join(out) + "\n")
+
+
+def sizes_text(path, grid, sizes):
+    """The table of --sizes: one row per size, one column per arm."""
+    kinds = sorted(grid)
+    res, n_seeds = {}, {}
+    for kind in kinds:
+        seeds = complete_seeds(path, kind, grid[kind])
+        if len(seeds) < 2 * sizes[-1]:  # past half, the reference is mostly the drawn seeds themselves
+            die(f"{path}: arm {kind}: {len(seeds)} seeds; --sizes up to {sizes[-1]} needs at least {2 * sizes[-1]}")
+        res[kind], n_seeds[kind] = score_sizes(grid[kind], seeds, sizes), len(seeds)
+    out = [f"The mean's pick from k seeds of each arm's, read on the seeds left over ({path}; scripts/best_rule.py "
+           "--sizes). Cost: their mean at the pick minus their mean at the point best over all the arm's seeds, "
+           "averaged over every draw; in brackets, the share of draws that pick that point.", "",
+           "| seeds picking | " + " | ".join(f"`{k}` ({n_seeds[k]} seeds, {len(grid[k])} points)" for k in kinds) + " |",
+           "|---|" + "---|" * len(kinds)]
+    for k in sizes:
+        out.append(f"| {k} | " + " | ".join(f"{res[kind][k]['cost']:+.4f} ({res[kind][k]['hits']:.0%})"
+                                           for kind in kinds) + " |")
+    return "\n".join(out) + "\n"
+
+
+def write(path, text):
+    """Print the tables; with --out also write them there (temp file + rename)."""
     print(text, end="")
-    if a.out:
-        tmp = a.out + ".tmp"
+    if path:
+        tmp = path + ".tmp"
         with open(tmp, "w") as f:
             f.write(text)
-        os.replace(tmp, a.out)
+        os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 test/test_best_rule.py — scripts/best_rule.py, which scores rules that pick an arm's best grid point (run by
 `make test`): each rule's value of a point against numbers worked out here by hand, the pick's tie order
 (the suite's: the lower LR, then the lower beta2), the regret over every draw of seeds against a case small
-enough to enumerate by hand (a point that forks on one seed), and bad input refused with one line naming the
+enough to enumerate by hand (a point that forks on one seed), the cost of picking from fewer seeds (--sizes)
+against the same enumeration, and bad input refused with one line naming the
 file: a runs.csv without the suite's columns, a seed given twice, a grid not finished.
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
@@ -95,6 +96,17 @@ def regret_over_every_draw_matches_the_enumeration():
 
 
 @test
+def sizes_read_every_pick_against_the_all_seeds_best():
+    # over all 4 seeds A (3.0) beats B (3.05). One seed: seeds 1-3 pick B, read on the other three (one is
+    # seed 4): B (2.9 + 2.9 + 3.5) / 3 = 3.1 against A's 3.0, cost 0.1; seed 4 picks A, cost 0.
+    # Two seeds: the 3 draws without seed 4 pick B, read on {a seed of 1-3, 4}: 3.2, cost 0.2; the 3 with
+    # it pick A (B's mean 3.2), cost 0
+    res = br.score_sizes(FORK, [1, 2, 3, 4], [1, 2])
+    assert res[1]["draws"] == 4 and close(res[1]["cost"], 0.3 / 4, 1e-9) and res[1]["hits"] == 0.25, res
+    assert res[2]["draws"] == 6 and close(res[2]["cost"], 0.6 / 6, 1e-9) and res[2]["hits"] == 0.5, res
+
+
+@test
 def the_cli_writes_its_tables_and_refuses_bad_input():
     rows = [("grid", f"a_lr{lr:g}", "a", lr, b2, s, 10, v) for (lr, b2), vs in FORK.items() for s, v in vs.items()]
     csv_ok = write_csv("ok.csv", rows)
@@ -108,6 +120,12 @@ def the_cli_writes_its_tables_and_refuses_bad_input():
            ("partial.csv", write_csv("partial.csv", rows[:-1]), "lack some grid points")]
     r = subprocess.run([sys.executable, SCRIPT, csv_ok, "--pick", "1"], capture_output=True, text=True)
     assert r.returncode == 1 and "flag --pick: 1" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = subprocess.run([sys.executable, SCRIPT, csv_ok, "--sizes", "1,2", "--out", out], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "| 2 | +0.1000 (50%) |" in open(out).read(), open(out).read()
+    for flag, msg in (("1,3", "needs at least 6"), ("2,x", "flag --sizes: '2,x'"), ("0,2", "at least 1 seed")):
+        r = subprocess.run([sys.executable, SCRIPT, csv_ok, "--sizes", flag], capture_output=True, text=True)
+        assert r.returncode == 1 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, (flag, r.stderr)
     for name, path, msg in bad:
         r = subprocess.run([sys.executable, SCRIPT, path, "--pick", "2"], capture_output=True, text=True)
         lines = r.stderr.strip().splitlines()
