@@ -469,6 +469,8 @@ TESTS += test/test_suite_stats.py test/test_suite.py
 SLOW_TESTS += test/test_suite_variants.py
 # scripts/best_rule.py scores the rules that could pick an arm's best grid point (a second, no trainer)
 TESTS += test/test_best_rule.py
+# scripts/grid_vs_fresh.py reads how far the grid's reading at a pick lies from the fresh seeds' (no trainer)
+TESTS += test/test_grid_vs_fresh.py
 
 # ---- section: documentation (README.md, docs/) ----
 # every relative link resolves inside the repository; the README's quick start works in a fresh clone
