@@ -1288,6 +1288,15 @@ float gpt2_grad_norm(GPT2* model) {
 // 0 where it is read, so the next step's backward accumulates into zeros without a pass of its own (that
 // pass read and wrote every gradient again; this one writes lines the update has in cache already).
 // With an EMA of the weights (model->average), the same pass folds each new weight into it (llmc/average.h).
+// one loop per combination of the EMA and the bf16 copy (AFTER: what follows each new weight), each a
+// constant of its loop: a conditional 16-bit store kept the whole loop scalar on CPUs without AVX-512
+#define UPDATE_LOOP(AFTER)                                                                                     \
+    _Pragma("omp parallel for simd schedule(static)")                                                          \
+    for (size_t i = 0; i < n; i++) {                                                                           \
+        p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);       \
+        AFTER                                                                                                  \
+        g[i] = 0.0f;                                                                                           \
+    }
 void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, float weight_decay,
                  float grad_scale, int t) {
     if (model->m_memory == NULL) { fatal("model: gpt2_update before gpt2_allocate"); }
@@ -1306,31 +1315,12 @@ void gpt2_update(GPT2* model, float lr, float beta1, float beta2, float eps, flo
         float* m = model->m_memory + offset;
         float* v = model->v_memory + offset;
         size_t n = model->param_sizes[k];
-        if (ema) {  // the same update, the EMA, and the bf16 copy (if any) rounded in the same pass
-            float* e = avg->weights + offset;
-            bf16* p16 = model->params_bf16 != NULL ? model->params_bf16 + offset : NULL;
-            #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) {
-                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
-                e[i] = average_ema_element(e[i], p[i], ew, ek);
-                if (p16 != NULL) { p16[i] = bf16_from_float(p[i]); }
-                g[i] = 0.0f;
-            }
-        } else if (model->params_bf16 != NULL) {  // the same update, and the bf16 copy rounded in the same pass
-            bf16* p16 = model->params_bf16 + offset;
-            #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) {
-                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
-                p16[i] = bf16_from_float(p[i]);
-                g[i] = 0.0f;
-            }
-        } else {
-            #pragma omp parallel for simd schedule(static)
-            for (size_t i = 0; i < n; i++) {
-                p[i] = adamw_element(p[i], g[i] * grad_scale, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
-                g[i] = 0.0f;
-            }
-        }
+        float* e = ema ? avg->weights + offset : NULL;
+        bf16* p16 = model->params_bf16 != NULL ? model->params_bf16 + offset : NULL;
+        if (e != NULL && p16 != NULL) { UPDATE_LOOP(e[i] = average_ema_element(e[i], p[i], ew, ek); p16[i] = bf16_from_float(p[i]);) }
+        else if (e != NULL) { UPDATE_LOOP(e[i] = average_ema_element(e[i], p[i], ew, ek);) }
+        else if (p16 != NULL) { UPDATE_LOOP(p16[i] = bf16_from_float(p[i]);) }
+        else { UPDATE_LOOP() }
         offset += n;
     }
     gpt2_bf16_updated(model);

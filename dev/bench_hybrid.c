@@ -10,7 +10,7 @@
  * STREAM counts them (each float read or written once).
  * Every round runs each pass once, in turn (medians over the rounds after warm-up), so that on a shared
  * machine all of them see the same moments. Run it as the trainer runs (OMP_WAIT_POLICY=passive).
- * Prints a table and one JSON line.
+ * Prints a table, the update passes under PASS_FLOOR of plain AdamW's GB/s, and one JSON line.
  * usage: bench_hybrid depth [reps=15] [vocab=50257] [bf16=0]
  * (vocab 1024 is the hybrid study's model; bf16 1: the passes also round the bf16 weight copy, as a bf16
  * run's do)
@@ -21,6 +21,7 @@
 #define MAX_REPS 64
 #define WARMUP 3
 #define NPASS 10
+#define PASS_FLOOR 0.7  // an update pass under this share of plain AdamW's GB/s is named below the table
 
 static double median(double* x, int n) {  // insertion sort: n is small
     for (int i = 1; i < n; i++) {
@@ -178,6 +179,18 @@ int main(int argc, char** argv) {
         printf("| %s | %.2f | %.0f | %.2f | %.0f%% |\n", rows[r].name, rows[r].s * 1e3, bytes / 1e6,
                bytes / rows[r].s / 1e9, 100.0 * bytes / rows[r].s / 1e9 / bw);
     }
+    // every update pass reads and writes each of its arrays as plain AdamW does (the copies write arrays they do
+    // not read, which costs them unlisted traffic): one far below AdamW's GB/s has a loop left scalar, by a
+    // branch or a call inside it
+    const double plain_gbs = 4.0 * rows[0].floats * P / rows[0].s / 1e9;
+    printf("\nupdate passes under %.0f%% of plain AdamW's GB/s (a loop left scalar):", 100.0 * PASS_FLOOR);
+    int slow = 0;
+    for (size_t r = 1; r < sizeof(rows) / sizeof(rows[0]); r++) {
+        if (strncmp(rows[r].name, "AdamW", 5) != 0) { continue; }
+        double gbs = 4.0 * rows[r].floats * P / rows[r].s / 1e9;
+        if (gbs < PASS_FLOOR * plain_gbs) { printf("%s %s (%.0f%%)", slow++ ? "," : "", rows[r].name, 100.0 * gbs / plain_gbs); }
+    }
+    printf("%s\n", slow ? "" : " none");
     printf("{\"depth\": %d, \"params\": %zu, \"threads\": %d, \"blas_core\": \"%s\", \"probe_gbs\": %.3f, "
            "\"adamw_ms\": %.4f, \"fused_ms\": %.4f, \"predict_first_ms\": %.4f, \"predict_ms\": %.4f, "
            "\"rollback_ms\": %.4f, \"gpa_ms\": %.4f, \"linefit_ms\": %.4f, \"adamw_ema_ms\": %.4f, \"fused_ema_ms\": %.4f}\n",

@@ -35,7 +35,7 @@
 #ifdef __CUDACC__
 #define GPA_FN static __host__ __device__ __forceinline__
 #else
-#define GPA_FN static inline
+#define GPA_FN static inline __attribute__((always_inline))  // as ADAMW_FN (llmc/adamw.h)
 #endif
 
 typedef struct {
@@ -86,6 +86,18 @@ GPA_FN float gpa_element(float y, float* x, float g, float* m, float* v, float l
     return fmaf(mu_y, xn, (1.0f - mu_y) * zn);
 }
 
+// the pass over the elements lo..hi of a block, with AFTER what follows each new y: one loop per combination
+// of the bf16 copy and the zeroed gradient, each a constant of its loop, so that every one vectorises (a
+// conditional 16-bit store kept the whole loop scalar on CPUs without AVX-512)
+#define GPA_LOOP(AFTER)                                                                                          \
+    _Pragma("omp for simd schedule(static) nowait")                                                            \
+    for (size_t i = lo; i < hi; i++) {                                                                         \
+        float y = gpa_element(params[i], &x[i], grads[i] * gs, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd, \
+                              my, mx);                                                                         \
+        params[i] = y;                                                                                         \
+        AFTER                                                                                                  \
+    }
+
 static inline void gpa_update(void* self, const HybridModel* model, const ApplyAdamStep* st, float* params,
                               float* grads, float* m, float* v, float* const* bufs) {
     Gpa* gp = (Gpa*)self;
@@ -100,13 +112,10 @@ static inline void gpa_update(void* self, const HybridModel* model, const ApplyA
     for (int b = 0; b < model->nblocks; b++) {
         const float wd = st->weight_decay[b];
         const size_t lo = model->offsets[b], hi = model->offsets[b + 1];
-        #pragma omp for simd schedule(static) nowait
-        for (size_t i = lo; i < hi; i++) {
-            float y = gpa_element(params[i], &x[i], grads[i] * gs, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd, my, mx);
-            params[i] = y;
-            if (p16 != NULL) { p16[i] = bf16_from_float(y); }
-            if (zero) { grads[i] = 0.0f; }
-        }
+        if (p16 != NULL && zero) { GPA_LOOP(p16[i] = bf16_from_float(y); grads[i] = 0.0f;) }
+        else if (p16 != NULL) { GPA_LOOP(p16[i] = bf16_from_float(y);) }
+        else if (zero) { GPA_LOOP(grads[i] = 0.0f;) }
+        else { GPA_LOOP() }
     }
     gp->updates++;
 }

@@ -131,6 +131,21 @@ static inline void linefit_jumped(Linefit* l) {
     l->st = l->stt = 0.0;
 }
 
+// the pass over the elements lo..hi of a block, with AFTER what follows each new weight w: one loop per
+// combination of the bf16 copy, the zeroed gradient and the sums' fold, each a constant of its loop, so that
+// every one vectorises (a conditional 16-bit store kept the whole loop scalar on CPUs without AVX-512)
+#define LINEFIT_LOOP(AFTER)                                                                                      \
+    _Pragma("omp for simd schedule(static) nowait")                                                            \
+    for (size_t i = lo; i < hi; i++) {                                                                         \
+        float w = adamw_element(params[i], grads[i] * gs, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);     \
+        params[i] = w;                                                                                         \
+        AFTER                                                                                                  \
+    }
+#define LINEFIT_FOLDS(AFTER)                                                                                     \
+    if (record && first) { LINEFIT_LOOP(AFTER s0[i] = w; s1[i] = tau * w;) }                                   \
+    else if (record) { LINEFIT_LOOP(AFTER s0[i] += w; s1[i] = fmaf(tau, w, s1[i]);) }                          \
+    else { LINEFIT_LOOP(AFTER) }
+
 // AdamW, and on a recording step the new weights folded into the sums (the period's first state starts them)
 static inline void linefit_update(void* self, const HybridModel* model, const ApplyAdamStep* st, float* params,
                                   float* grads, float* m, float* v, float* const* bufs) {
@@ -148,15 +163,10 @@ static inline void linefit_update(void* self, const HybridModel* model, const Ap
     for (int b = 0; b < model->nblocks; b++) {
         const float wd = st->weight_decay[b];
         const size_t lo = model->offsets[b], hi = model->offsets[b + 1];
-        #pragma omp for simd schedule(static) nowait
-        for (size_t i = lo; i < hi; i++) {
-            float w = adamw_element(params[i], grads[i] * gs, &m[i], &v[i], lr, beta1, beta2, bc1, bc2, eps, wd);
-            params[i] = w;
-            if (p16 != NULL) { p16[i] = bf16_from_float(w); }
-            if (zero) { grads[i] = 0.0f; }
-            if (record && first) { s0[i] = w; s1[i] = tau * w; }
-            else if (record) { s0[i] += w; s1[i] = fmaf(tau, w, s1[i]); }
-        }
+        if (p16 != NULL && zero) { LINEFIT_FOLDS(p16[i] = bf16_from_float(w); grads[i] = 0.0f;) }
+        else if (p16 != NULL) { LINEFIT_FOLDS(p16[i] = bf16_from_float(w);) }
+        else if (zero) { LINEFIT_FOLDS(grads[i] = 0.0f;) }
+        else { LINEFIT_FOLDS() }
     }
     linefit_recorded(l);
 }

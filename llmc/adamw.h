@@ -14,7 +14,9 @@
 #ifdef __CUDACC__
 #define ADAMW_FN static __host__ __device__ __forceinline__
 #else
-#define ADAMW_FN static inline
+// inlined on the host too: a call left in a loop keeps the loop scalar, and a pass of many loops
+// (hybrid/linefit.h) outgrew the compiler's inlining budget
+#define ADAMW_FN static inline __attribute__((always_inline))
 #endif
 
 // g: the scaled gradient; *m, *v: the moments, updated; bc1, bc2: the bias corrections 1 - beta^t;

@@ -28,7 +28,7 @@
 #ifdef __CUDACC__
 #define AVERAGE_FN static __host__ __device__ __forceinline__
 #else
-#define AVERAGE_FN static inline
+#define AVERAGE_FN static inline __attribute__((always_inline))  // as ADAMW_FN (llmc/adamw.h)
 #endif
 
 typedef struct {
