@@ -24,6 +24,9 @@ baseline in the same run.
 2. build/bench_hybrid at each config's depth: the passes alone (plain AdamW, AdamW fused with the drift
    and the look-ahead, Predict steps, the rollback, GPA's and Linefit's steps, both AdamW passes folding
    --ema) in bytes moved and GB/s against a bandwidth probe (a += s*b) in the same run with the same threads.
+3. From both: each arm's step as its reference's Full step plus the difference of their update passes, the
+   step's extra work timed pass by pass. On a shared machine the Full steps of part 1 move by several per cent
+   between runs, more than the 2% a target asks; the passes, timed in turn within one process, move far less.
 Prints the OpenBLAS core in use. As scripts/bench.py, every run is on the kernels a user who sets nothing gets:
 the variables that override the choice (bench.KERNEL_VARS: OPENBLAS_CORETYPE, ...) are left out, with a note.
 --arms times a subset (each with the arm it is timed against), e.g. more rounds of one pair in the same time:
@@ -56,6 +59,37 @@ ARMS = [("baseline", []), ("hybrid lookahead", ["--hybrid", "--lookahead", "0.5"
 AGAINST = {"hybrid lookahead --ema": "baseline --ema"}
 # the drift family's (the arms with --lookahead); another method refuses them
 TIMING_FLAGS = ["--hybrid-warmup", "4", "--hybrid-cooldown", "0"]
+
+
+# the pass each arm's step runs instead of its reference's, and that reference's, as build/bench_hybrid's JSON
+# line names them: the difference is the step's extra work, timed pass by pass
+PASS_OF = {"hybrid lookahead": ("fused_ms", "adamw_ms"), "hybrid gpa": ("gpa_ms", "adamw_ms"),
+           "hybrid linefit": ("linefit_ms", "adamw_ms"), "baseline --ema": ("adamw_ema_ms", "adamw_ms"),
+           "hybrid lookahead --ema": ("fused_ema_ms", "adamw_ema_ms")}
+
+
+def pass_ratios(full_ms, micro):
+    """[(arm, reference's Full ms, extra ms, ratio)]: each arm's step as its reference's Full step plus the
+    difference of their update passes (full_ms: {arm: its reference's median Full ms}; micro: the JSON line of
+    build/bench_hybrid at the same depth)"""
+    out = []
+    for name, base in full_ms.items():
+        if name not in PASS_OF or base is None or base <= 0:
+            continue
+        mine, ref = PASS_OF[name]
+        if mine not in micro or ref not in micro:
+            sys.exit(f"error: build/bench_hybrid's JSON has no {mine if mine not in micro else ref}")
+        extra = micro[mine] - micro[ref]
+        out.append((name, base, extra, (base + extra) / base))
+    return out
+
+
+def micro_json(text):
+    """the last JSON line of build/bench_hybrid's output"""
+    for line in reversed(text.strip().splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    sys.exit("error: build/bench_hybrid printed no JSON line")
 
 
 def against(name):
@@ -135,7 +169,7 @@ def main():
         print(f"note: left out of every run ({' '.join(overrides)}): the trainer picks its own kernels", flush=True)
     env.setdefault("OMP_WAIT_POLICY", "passive")  # as the trainer runs itself
     tmp = tempfile.mkdtemp(prefix="bench_hybrid_")
-    rows, micro = [], []
+    rows, micro, by_pass = [], [], []
     try:
         for spec in a.configs.split(","):
             model, B, T, steps = spec.split(":")
@@ -165,6 +199,8 @@ def main():
                 if r.returncode != 0:
                     sys.exit(f"error: {a.micro} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
                 micro.append(r.stdout)
+                refs = {name: res[against(name)].get("full", (None, 0))[0] for name, _ in arms if name != "baseline"}
+                by_pass += [(f"{model} B={B} T={T}",) + row for row in pass_ratios(refs, micro_json(r.stdout))]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print()
@@ -183,6 +219,14 @@ def main():
     for text in micro:
         print()
         print(text.strip())
+    if by_pass:
+        print("\n| config | arm | reference's Full ms | its pass − the reference's (ms) | x the reference, from the passes |")
+        print("|---|---|---|---|---|")
+        for cfg, name, base, extra, ratio in by_pass:
+            print(f"| {cfg} | {name} | {base:.2f} | {extra:+.2f} | {ratio:.3f}x |")
+        print("\nthe step's extra work timed pass by pass (build/bench_hybrid, each pass in turn): the Full steps "
+              "above move by several per cent between runs on a shared machine, the passes by far less; "
+              "Linefit's is its recording step (its other steps run plain AdamW's work)")
 
 
 if __name__ == "__main__":

@@ -5,8 +5,9 @@ sizes (a few seconds): with nothing set it names the trainer's own choice of Ope
 with OPENBLAS_CORETYPE (and oneDNN's ISA cap, where the build has bf16) set in its environment it says so and
 reports both kernels, each with its peak, while the trainer's timed runs stay on the trainer's own choice;
 its profile has, for every phase of each step and the step itself, a floor above 0 and time / floor, whose
-counts of products and optimizer passes agree with counts made here; and the benches make runs itself
-(BENCH_ENV) leave out the same variables.
+counts of products and optimizer passes agree with counts made here; the benches make runs itself
+(BENCH_ENV) leave out the same variables; and hybrid mode's extra work per step is read off its passes
+(scripts/bench_hybrid_overhead.py) as worked out here.
 Prints 'N passed, N failed'; exits 1 if any failed.
 """
 import json
@@ -297,6 +298,26 @@ def the_products_mode_says_when_the_cpu_has_no_bf16():
     if "this build has no oneDNN" in r.stderr:
         raise Skip("this build has no oneDNN")
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "no native bf16" in r.stderr, (r.returncode, r.stderr)
+
+
+@test
+def the_hybrid_steps_extra_work_is_read_from_the_passes():
+    import bench_hybrid_overhead as bho
+    text = "| a table |\n{\"adamw_ms\": 1.0}\nnote\n" + json.dumps(
+        {"adamw_ms": 5.0, "gpa_ms": 7.0, "adamw_ema_ms": 6.0, "fused_ema_ms": 9.0}) + "\n"
+    micro = bho.micro_json(text)  # the last JSON line
+    assert micro["gpa_ms"] == 7.0, micro
+    got = bho.pass_ratios({"hybrid gpa": 200.0, "hybrid lookahead --ema": 210.0, "hybrid predict": 200.0,
+                           "baseline --ema": None}, micro)
+    # GPA's pass 2 ms over plain AdamW's on a 200 ms step; the look-ahead keeping the EMA 3 ms over the
+    # baseline keeping it, on that baseline's 210 ms; Predict runs have no single pass, a missing step no row
+    assert [(n, e) for n, _, e, _ in got] == [("hybrid gpa", 2.0), ("hybrid lookahead --ema", 3.0)], got
+    assert abs(got[0][3] - 1.01) < 1e-12 and abs(got[1][3] - 213.0 / 210.0) < 1e-12, got
+    try:
+        bho.pass_ratios({"hybrid linefit": 200.0}, micro)
+        raise AssertionError("a pass missing from the JSON went unnoticed")
+    except SystemExit as e:
+        assert "linefit_ms" in str(e), e
 
 
 if __name__ == "__main__":
