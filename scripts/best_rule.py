@@ -36,7 +36,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from comparelib import die  # noqa: E402  (one line 'error: ...', exit 1, as the suite's)
+from comparelib import die, write_text  # noqa: E402  (die: one line 'error: ...', exit 1, as the suite's)
 
 RULES = ("mean", "median", "worst", "mean_sd", "smooth")
 
@@ -236,10 +236,7 @@ def write(path, text):
     """Print the tables; with --out also write them there (temp file + rename)."""
     print(text, end="")
     if path:
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        write_text(path, text)
 
 
 if __name__ == "__main__":

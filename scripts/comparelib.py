@@ -752,6 +752,13 @@ def write_csv(path, rows, cols):
     os.replace(path + ".tmp", path)
 
 
+def write_text(path, text):
+    """text to path, atomically (temp file + rename)"""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def write_json(path, obj):
     with open(path + ".tmp", "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)

@@ -22,7 +22,7 @@ import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from comparelib import die  # noqa: E402
+from comparelib import die, write_text  # noqa: E402
 
 
 def find_summaries(roots):
@@ -40,7 +40,7 @@ def find_summaries(roots):
 
 
 def read_summary(path):
-    """(label, {arm: grid mean at its pick}, [method rows]) or None for a summary without methods."""
+    """(label, [method rows]) or None for a summary without methods."""
     try:
         with open(path) as f:
             d = json.load(f)
@@ -73,9 +73,8 @@ def read_summary(path):
         if arm not in grid or base not in grid:
             die(f"{path}: method {arm} against {base}: no grid mean at a pick")
         rows.append({"arm": arm, "base": base, "fresh": m["mean"], "fresh_base": m["mean"] - p["mean"],
-                     "grid": grid[arm], "grid_base": grid[base], "n": p.get("n")})
-    rel = os.path.relpath(os.path.dirname(path))
-    return f"{rel}", grid, rows
+                     "grid": grid[arm], "grid_base": grid[base]})
+    return os.path.relpath(os.path.dirname(path)), rows
 
 
 def describe(v):
@@ -92,7 +91,7 @@ def analyse(summaries):
         got = read_summary(path)
         if got is None:
             continue
-        label, _, rows = got
+        label, rows = got
         if not rows:
             continue
         reports.append(label)
@@ -151,10 +150,7 @@ def main():
     out = text(a.roots, reports, picks, methods)
     print(out, end="")
     if a.out:
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as f:
-            f.write(out)
-        os.replace(tmp, a.out)
+        write_text(a.out, out)
 
 
 if __name__ == "__main__":
